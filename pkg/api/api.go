@@ -1,0 +1,278 @@
+// Package api is the indexer's query surface: the JSON request/response
+// contract of POST /v1/match (shared by HTTP and the NATS micro endpoint),
+// GET /v1/lanes, /healthz, /readyz and /metrics.
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/metrics"
+)
+
+// Limits on one match request.
+const (
+	MaxRequestBytes = 4 << 20
+	MaxBlocks       = 1 << 16
+	MaxBlockSize    = 1 << 16
+)
+
+// ErrUnavailable means no lane is ready; the caller should route elsewhere.
+var ErrUnavailable = errors.New("api: no lane is ready")
+
+// RequestError is a bad request; Field names the offending JSON field.
+type RequestError struct {
+	Field  string
+	Reason string
+}
+
+func (e *RequestError) Error() string {
+	if e.Field == "" {
+		return e.Reason
+	}
+	return e.Field + ": " + e.Reason
+}
+
+// Query is a decoded match request: exactly one of Locals or Seqs is set.
+type Query struct {
+	Locals []ckf.LocalBlockHash
+	Seqs   []ckf.SequenceHash
+}
+
+// Blocks is the number of query positions.
+func (q Query) Blocks() int { return len(q.Locals) + len(q.Seqs) }
+
+type matchRequest struct {
+	Tokens         *[]uint32 `json:"tokens"`
+	BlockSize      *int      `json:"block_size"`
+	LocalHashes    *[]uint64 `json:"local_hashes"`
+	SequenceHashes *[]uint64 `json:"sequence_hashes"`
+}
+
+// DecodeMatchRequest parses and validates a match request body. u64 values
+// are decoded as integers (never through float64).
+func DecodeMatchRequest(body []byte) (Query, error) {
+	if len(body) > MaxRequestBytes {
+		return Query{}, &RequestError{Reason: fmt.Sprintf("request body exceeds %d bytes", MaxRequestBytes)}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	var req matchRequest
+	if err := dec.Decode(&req); err != nil {
+		return Query{}, jsonError(err)
+	}
+	if dec.More() {
+		return Query{}, &RequestError{Reason: "trailing data after the JSON object"}
+	}
+	given := 0
+	for _, p := range []bool{req.Tokens != nil, req.LocalHashes != nil, req.SequenceHashes != nil} {
+		if p {
+			given++
+		}
+	}
+	if given != 1 {
+		return Query{}, &RequestError{Field: "tokens|local_hashes|sequence_hashes", Reason: "exactly one must be given"}
+	}
+	switch {
+	case req.Tokens != nil:
+		if req.BlockSize == nil {
+			return Query{}, &RequestError{Field: "block_size", Reason: "required with tokens"}
+		}
+		bs := *req.BlockSize
+		if bs <= 0 || bs > MaxBlockSize {
+			return Query{}, &RequestError{Field: "block_size", Reason: fmt.Sprintf("must be within 1..%d", MaxBlockSize)}
+		}
+		if len(*req.Tokens)/bs > MaxBlocks {
+			return Query{}, &RequestError{Field: "tokens", Reason: fmt.Sprintf("more than %d blocks", MaxBlocks)}
+		}
+		return Query{Locals: ckf.LocalBlockHashes(make([]ckf.LocalBlockHash, 0, len(*req.Tokens)/bs), *req.Tokens, bs)}, nil
+	case req.BlockSize != nil:
+		return Query{}, &RequestError{Field: "block_size", Reason: "only valid with tokens"}
+	case req.LocalHashes != nil:
+		if len(*req.LocalHashes) > MaxBlocks {
+			return Query{}, &RequestError{Field: "local_hashes", Reason: fmt.Sprintf("more than %d blocks", MaxBlocks)}
+		}
+		out := make([]ckf.LocalBlockHash, len(*req.LocalHashes))
+		for i, h := range *req.LocalHashes {
+			out[i] = ckf.LocalBlockHash(h)
+		}
+		return Query{Locals: out}, nil
+	default:
+		if len(*req.SequenceHashes) > MaxBlocks {
+			return Query{}, &RequestError{Field: "sequence_hashes", Reason: fmt.Sprintf("more than %d blocks", MaxBlocks)}
+		}
+		out := make([]ckf.SequenceHash, len(*req.SequenceHashes))
+		for i, h := range *req.SequenceHashes {
+			out[i] = ckf.SequenceHash(h)
+		}
+		return Query{Seqs: out}, nil
+	}
+}
+
+func jsonError(err error) error {
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		return &RequestError{Field: te.Field, Reason: fmt.Sprintf("cannot use %s as %s", te.Value, te.Type)}
+	}
+	if errors.Is(err, io.EOF) {
+		return &RequestError{Reason: "empty request body"}
+	}
+	return &RequestError{Reason: "malformed JSON: " + err.Error()}
+}
+
+// LaneDepth is one lane's answer.
+type LaneDepth struct {
+	Lane  int    `json:"lane"`
+	DC    string `json:"dc"`
+	Pool  string `json:"pool"`
+	Depth uint32 `json:"depth"`
+}
+
+// MatchResponse is the JSON answer of a match.
+type MatchResponse struct {
+	ReadyLanes uint16      `json:"ready_lanes"`
+	Blocks     int         `json:"blocks"`
+	Lanes      []LaneDepth `json:"lanes"`
+	Best       *LaneDepth  `json:"best"`
+}
+
+// SetBest picks the deepest lane (lowest lane number on ties); none when
+// every depth is 0.
+func (r *MatchResponse) SetBest() {
+	r.Best = nil
+	for i := range r.Lanes {
+		l := &r.Lanes[i]
+		if l.Depth > 0 && (r.Best == nil || l.Depth > r.Best.Depth) {
+			r.Best = l
+		}
+	}
+}
+
+// LaneStatus is one row of GET /v1/lanes.
+type LaneStatus struct {
+	Lane              int    `json:"lane"`
+	DC                string `json:"dc"`
+	Pool              string `json:"pool"`
+	State             string `json:"state"`
+	Epoch             uint64 `json:"epoch"`
+	InstalledSequence uint64 `json:"installed_sequence"`
+	LastFault         string `json:"last_fault,omitempty"`
+}
+
+// Backend answers queries; the indexer service implements it.
+type Backend interface {
+	// Match answers q; ErrUnavailable when no lane is ready.
+	Match(q Query) (MatchResponse, error)
+	Lanes() []LaneStatus
+	Ready() bool
+}
+
+// Metrics counts API traffic.
+type Metrics struct {
+	Requests *metrics.CounterVec
+	Latency  *metrics.Histogram
+}
+
+// NewMetrics registers the API metrics on reg.
+func NewMetrics(reg *metrics.Registry) *Metrics {
+	return &Metrics{
+		Requests: reg.NewCounterVec("ckf_api_requests_total", "Query API requests by endpoint and outcome.", "endpoint", "outcome"),
+		Latency:  reg.NewHistogram("ckf_api_match_seconds", "Match latency inside the server.", metrics.ExponentialBuckets(1e-6, 2, 20)),
+	}
+}
+
+// Handler returns the HTTP mux of the API.
+func Handler(b Backend, m *Metrics, reg *metrics.Registry) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/match", func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
+		if err != nil {
+			m.Requests.With("match", "bad_request").Inc()
+			writeError(w, http.StatusBadRequest, &RequestError{Reason: "reading body: " + err.Error()})
+			return
+		}
+		resp, status, err := Match(b, m, body)
+		if err != nil {
+			writeError(w, status, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, resp)
+	})
+	mux.HandleFunc("GET /v1/lanes", func(w http.ResponseWriter, r *http.Request) {
+		m.Requests.With("lanes", "ok").Inc()
+		writeJSON(w, http.StatusOK, map[string]any{"lanes": b.Lanes()})
+	})
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !b.Ready() {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no lane is active"})
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	})
+	if reg != nil {
+		mux.Handle("GET /metrics", reg.Handler())
+	}
+	return mux
+}
+
+// Match decodes body, runs it and returns the response or an error with
+// the HTTP status it maps to. The NATS endpoint uses it too.
+func Match(b Backend, m *Metrics, body []byte) (MatchResponse, int, error) {
+	q, err := DecodeMatchRequest(body)
+	if err != nil {
+		m.Requests.With("match", "bad_request").Inc()
+		return MatchResponse{}, http.StatusBadRequest, err
+	}
+	start := time.Now()
+	resp, err := b.Match(q)
+	m.Latency.Observe(time.Since(start).Seconds())
+	if err != nil {
+		if errors.Is(err, ErrUnavailable) {
+			m.Requests.With("match", "unavailable").Inc()
+			return MatchResponse{}, http.StatusServiceUnavailable, err
+		}
+		m.Requests.With("match", "error").Inc()
+		return MatchResponse{}, http.StatusInternalServerError, err
+	}
+	m.Requests.With("match", "ok").Inc()
+	return resp, http.StatusOK, nil
+}
+
+// ErrorBody is the JSON shape of every error answer.
+type ErrorBody struct {
+	Error string `json:"error"`
+	Field string `json:"field,omitempty"`
+}
+
+// ErrorJSON renders err as an ErrorBody.
+func ErrorJSON(err error) []byte {
+	body := ErrorBody{Error: err.Error()}
+	var re *RequestError
+	if errors.As(err, &re) {
+		body.Field = re.Field
+	}
+	b, _ := json.Marshal(body)
+	return b
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(append(ErrorJSON(err), '\n'))
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.Encode(v)
+}
