@@ -1,0 +1,562 @@
+package producer
+
+import (
+	"iter"
+	"math"
+	"slices"
+
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+)
+
+// Batch is DcCkfPublicationBatch: absolute images of the buckets whose value
+// changed in one publication window, in first-touch order. An empty Batch
+// means "no publication".
+//
+// Ownership: Images is backed by a buffer the State reuses; it stays valid
+// only until the next call on that State that drains a window (ApplyEvent,
+// Flush, RemoveRank, RemoveWorker, ReplaceRank(s), BarrierSnapshot). Callers
+// that keep it longer must Clone it. Publisher.Publish hands the slice to the
+// Sink within that validity and a Sink must therefore not retain it.
+type Batch struct {
+	Images []ckf.BucketImage
+}
+
+// Empty reports whether the batch carries no image.
+func (b Batch) Empty() bool { return len(b.Images) == 0 }
+
+// Clone returns a batch with its own copy of the images.
+func (b Batch) Clone() Batch {
+	if len(b.Images) == 0 {
+		return Batch{}
+	}
+	return Batch{Images: slices.Clone(b.Images)}
+}
+
+// EventOutcome is DcCkfEventOutcome.
+type EventOutcome struct {
+	// FirstError is the first ckf.EventError the event hit, or nil. Earlier
+	// and later blocks of the event may still have been applied.
+	FirstError error
+	// Publication is the drained window when the cadence boundary was reached
+	// and at least one bucket changed; see Batch for its lifetime.
+	Publication Batch
+	// UnknownRemovals counts removed hashes this member did not own.
+	UnknownRemovals uint64
+	// PublicationBoundary says the window was cut (even if nothing changed).
+	PublicationBoundary bool
+}
+
+// HasPublication reports whether Publication carries images.
+func (o EventOutcome) HasPublication() bool { return !o.Publication.Empty() }
+
+// telemetry are the monotonic counters of spec §6.1.
+type telemetry struct {
+	unknownRemovals  uint64
+	capacityFailures uint64
+	physicalTouches  uint64
+	distinctTouched  uint64
+	emittedImages    uint64
+	netReverted      uint64
+	publications     uint64
+}
+
+// State is DcCkfState: the exact ownership of one DC pool plus its owned CKF
+// lane and publication window. Not safe for concurrent use.
+type State struct {
+	cfg    ckf.Config
+	format ckf.FormatIdentity
+	mut    Mutator
+
+	members map[Member]*memberState
+	owners  u64Table
+
+	dirty   dirtyWindow
+	pending uint64
+	images  []ckf.BucketImage
+	tel     telemetry
+
+	// Reused scratch for one stored event / lifecycle op.
+	evBlocks   []eventBlock
+	evCands    []candidate
+	evExt      map[uint64]int
+	evCanon    map[uint64]int
+	freeMember []*memberState
+	memberList []Member
+	extScratch []uint64
+
+	// failNextSnapshotAlloc is a test hook: the next BarrierSnapshot fails
+	// as if copying the lane could not allocate.
+	failNextSnapshotAlloc bool
+}
+
+// maxPreallocBlocks caps the owner-map preallocation so a huge
+// ExpectedBlocksPerDC does not reserve gigabytes up front.
+const maxPreallocBlocks = 1 << 22
+
+// NewState validates cfg and builds an empty state whose relocation RNG
+// starts at ckf.LaneRNGSeed(cfg.Seed, 0).
+func NewState(cfg ckf.Config) (*State, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	format, err := cfg.Format()
+	if err != nil {
+		return nil, err
+	}
+	addr, err := ckf.NewAddressing(format.BucketCount, cfg.Seed)
+	if err != nil {
+		return nil, err
+	}
+	if format.BucketCount > math.MaxInt/8 {
+		return nil, &ckf.BuildError{Kind: ckf.ErrCapacityOverflow}
+	}
+	mut, err := newMutator(make([]uint64, format.BucketCount), addr, cfg.MaxKicks, ckf.LaneRNGSeed(cfg.Seed, 0))
+	if err != nil {
+		return nil, err
+	}
+	return &State{
+		cfg:     cfg,
+		format:  format,
+		mut:     mut,
+		members: make(map[Member]*memberState),
+		owners:  newU64Table(int(min(cfg.ExpectedBlocksPerDC, maxPreallocBlocks))),
+		dirty:   newDirtyWindow(format.BucketCount),
+	}, nil
+}
+
+// Config returns the producer configuration.
+func (s *State) Config() ckf.Config { return s.cfg }
+
+// Format returns the format identity consumers must match.
+func (s *State) Format() ckf.FormatIdentity { return s.format }
+
+// Mode returns the hash mode.
+func (s *State) Mode() ckf.HashMode { return s.cfg.Mode }
+
+// ApplyEvent applies one router event (spec §6.2): tier filter, pending
+// count, per-block store/remove or member clear, then a cut of the
+// publication window when the cadence boundary is reached.
+func (s *State) ApplyEvent(ev *ckf.RouterEvent) EventOutcome {
+	data := &ev.Event.Data
+	if ev.StorageTier != ckf.TierDevice && data.Kind != ckf.EventCleared {
+		return EventOutcome{}
+	}
+	if s.pending != math.MaxUint64 {
+		s.pending++
+	}
+	m := Member{WorkerID: ev.WorkerID, DpRank: ev.Event.DpRank}
+	var out EventOutcome
+	switch data.Kind {
+	case ckf.EventStored:
+		if s.cfg.Mode == ckf.HashModeCanonical {
+			out.FirstError = s.storeCanonical(m, &data.Stored)
+		} else {
+			out.FirstError = s.storeVerbatim(m, data.Stored.Blocks)
+		}
+	case ckf.EventRemoved:
+		for _, h := range data.Removed.BlockHashes {
+			unknown, err := s.remove(m, h)
+			if unknown {
+				out.UnknownRemovals++
+			}
+			if err != nil && out.FirstError == nil {
+				out.FirstError = err
+			}
+		}
+	case ckf.EventCleared:
+		out.FirstError = s.removeMember(m)
+	}
+	s.tel.unknownRemovals += out.UnknownRemovals
+	if s.pending >= s.cfg.PublishEveryNEvents {
+		out.PublicationBoundary = true
+		out.Publication = s.drain()
+	}
+	return out
+}
+
+// storeVerbatim applies a 1.4.0 stored event: each block_hash is the full
+// hash; a failing block changes nothing and later blocks are still tried.
+func (s *State) storeVerbatim(m Member, blocks []ckf.StoredBlock) error {
+	var first error
+	for i := range blocks {
+		if err := s.storeOne(m, blocks[i].BlockHash, blocks[i].BlockHash); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}
+
+type blockKind uint8
+
+const (
+	blockNew blockKind = iota
+	blockReoffer
+)
+
+type eventBlock struct {
+	ext, canon uint64
+	kind       blockKind
+	// admit marks the first new edge of a canonical hash in the event: the
+	// deduplicated admission candidate.
+	admit bool
+}
+
+type candidate struct {
+	canon uint64
+	inc   uint32
+}
+
+// linearScanLimit bounds the per-event duplicate scans; longer events use
+// scratch maps so validation stays linear.
+const linearScanLimit = 32
+
+// storeCanonical applies a stored event in canonical lineage mode (spec
+// §6.9): validate the whole event first, then commit lineage and ownership,
+// then admit new candidates with the full kick search and give non-resident
+// re-offers one relocation-free attempt.
+func (s *State) storeCanonical(m Member, d *ckf.StoreData) error {
+	ms := s.members[m]
+	var prev uint64
+	hasPrev := false
+	if d.ParentHash != nil {
+		if ms == nil {
+			return ckf.ErrParentBlockNotFound
+		}
+		c, ok := ms.lineage.get(*d.ParentHash)
+		if !ok {
+			return ckf.ErrParentBlockNotFound
+		}
+		prev, hasPrev = c, true
+	} else if d.StartPosition != nil && *d.StartPosition != 0 {
+		return ckf.ErrInvalidBlockSequence
+	}
+
+	long := len(d.Blocks) > linearScanLimit
+	if long {
+		if s.evExt == nil {
+			s.evExt = make(map[uint64]int)
+			s.evCanon = make(map[uint64]int)
+		}
+		defer func() { clear(s.evExt); clear(s.evCanon) }()
+	}
+	blocks, cands := s.evBlocks[:0], s.evCands[:0]
+	defer func() { s.evBlocks, s.evCands = blocks[:0], cands[:0] }()
+
+	for i := range d.Blocks {
+		b := &d.Blocks[i]
+		c := b.TokensHash
+		if hasPrev {
+			c = uint64(ckf.NextSequenceHash(ckf.SequenceHash(prev), ckf.LocalBlockHash(b.TokensHash)))
+		}
+		prev, hasPrev = c, true
+
+		existing, seen := uint64(0), false
+		if ms != nil {
+			existing, seen = ms.lineage.get(b.BlockHash)
+		}
+		if !seen {
+			if j := s.findExt(blocks, b.BlockHash, long); j >= 0 {
+				existing, seen = blocks[j].canon, true
+			}
+		}
+		if seen {
+			if existing != c {
+				return ckf.ErrInvalidBlockSequence
+			}
+			blocks = append(blocks, eventBlock{ext: b.BlockHash, canon: c, kind: blockReoffer})
+			continue
+		}
+		if long {
+			s.evExt[b.BlockHash] = len(blocks)
+		}
+		if j := s.findCand(cands, c, long); j >= 0 {
+			cands[j].inc++
+			blocks = append(blocks, eventBlock{ext: b.BlockHash, canon: c, kind: blockNew})
+		} else {
+			if long {
+				s.evCanon[c] = len(cands)
+			}
+			cands = append(cands, candidate{canon: c, inc: 1})
+			blocks = append(blocks, eventBlock{ext: b.BlockHash, canon: c, kind: blockNew, admit: true})
+		}
+	}
+	for _, cd := range cands {
+		if o, _ := s.owner(cd.canon); o.Refcount > math.MaxUint32-cd.inc {
+			return ckf.ErrOwnershipDegreeOverflow
+		}
+	}
+
+	// Commit all new edges; validation above guarantees no error below
+	// except a capacity omission, which keeps the committed ownership.
+	if len(cands) > 0 && ms == nil {
+		ms = s.newMember(m)
+	}
+	var first error
+	for _, b := range blocks {
+		if b.kind != blockNew {
+			continue
+		}
+		ms.lineage.put(b.ext, b.canon)
+		o, _ := s.owner(b.canon)
+		o.Refcount++
+		// Admitting while committing is equivalent to the spec's two passes:
+		// committing never touches the lane and validation is already done.
+		if b.admit && !o.Resident {
+			if touched, err := s.mut.Insert(b.canon); err == nil {
+				s.markTouched(touched)
+				o.Resident = true
+			} else {
+				s.tel.capacityFailures++
+				if first == nil {
+					first = err
+				}
+			}
+		}
+		s.owners.put(b.canon, o.pack())
+	}
+	for _, b := range blocks {
+		if b.kind != blockReoffer {
+			continue
+		}
+		o, _ := s.owner(b.canon)
+		if o.Resident {
+			continue
+		}
+		if touched, err := s.mut.InsertWithoutRelocation(b.canon); err == nil {
+			s.markTouched(touched)
+			o.Resident = true
+			s.owners.put(b.canon, o.pack())
+		}
+	}
+	return first
+}
+
+func (s *State) findExt(blocks []eventBlock, ext uint64, long bool) int {
+	if long {
+		if j, ok := s.evExt[ext]; ok {
+			return j
+		}
+		return -1
+	}
+	for j := range blocks {
+		if blocks[j].ext == ext {
+			return j
+		}
+	}
+	return -1
+}
+
+func (s *State) findCand(cands []candidate, canon uint64, long bool) int {
+	if long {
+		if j, ok := s.evCanon[canon]; ok {
+			return j
+		}
+		return -1
+	}
+	for j := range cands {
+		if cands[j].canon == canon {
+			return j
+		}
+	}
+	return -1
+}
+
+// remove drops member m's edge for external hash ext (spec §6.3 / §6.9).
+// unknown reports that m did not own ext (no change). On error nothing
+// exact changed.
+func (s *State) remove(m Member, ext uint64) (unknown bool, err error) {
+	ms := s.members[m]
+	if ms == nil {
+		return true, nil
+	}
+	h, ok := ms.lineage.get(ext)
+	if !ok {
+		return true, nil
+	}
+	o, ok := s.owner(h)
+	if !ok || o.Refcount == 0 {
+		return false, ckf.ErrIndexerInvariantViolation
+	}
+	if o.Refcount == 1 {
+		if o.Resident {
+			t, err := s.mut.Remove(h)
+			if err != nil {
+				return false, err
+			}
+			s.tel.physicalTouches++
+			s.dirty.mark(t.Bucket, t.Original)
+		}
+		s.owners.del(h)
+	} else {
+		o.Refcount--
+		s.owners.put(h, o.pack())
+	}
+	ms.lineage.del(ext)
+	if ms.lineage.len() == 0 {
+		s.dropMember(m, ms)
+	}
+	return false, nil
+}
+
+// removeMember removes every edge of m, stopping at the first error.
+func (s *State) removeMember(m Member) error {
+	ms := s.members[m]
+	if ms == nil {
+		return nil
+	}
+	// Backward-shift deletion moves entries, so take the keys first.
+	exts := s.extScratch[:0]
+	for ext := range ms.lineage.all() {
+		exts = append(exts, ext)
+	}
+	defer func() { s.extScratch = exts[:0] }()
+	for _, ext := range exts {
+		if _, err := s.remove(m, ext); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *State) markTouched(touched []Touch) {
+	s.tel.physicalTouches += uint64(len(touched))
+	for _, t := range touched {
+		s.dirty.mark(t.Bucket, t.Original)
+	}
+}
+
+// freeMemberCap bounds the pool of emptied member maps kept for reuse.
+const freeMemberCap = 64
+
+// maxPooledMemberSlots keeps huge emptied member tables out of the pool.
+const maxPooledMemberSlots = 1 << 16
+
+func (s *State) newMember(m Member) *memberState {
+	var ms *memberState
+	if n := len(s.freeMember); n > 0 {
+		ms = s.freeMember[n-1]
+		s.freeMember = s.freeMember[:n-1]
+	} else {
+		ms = &memberState{lineage: newU64Table(0)}
+	}
+	s.members[m] = ms
+	return ms
+}
+
+func (s *State) dropMember(m Member, ms *memberState) {
+	delete(s.members, m)
+	if len(s.freeMember) < freeMemberCap && len(ms.lineage.slots) <= maxPooledMemberSlots {
+		ms.lineage.reset()
+		s.freeMember = append(s.freeMember, ms)
+	}
+}
+
+// drain cuts the publication window (spec §6.6).
+func (s *State) drain() Batch {
+	if s.pending == 0 && s.dirty.len() == 0 {
+		return Batch{}
+	}
+	imgs := s.images[:0]
+	for i, b := range s.dirty.order {
+		if v := s.mut.words[b]; v != s.dirty.originals[i] {
+			imgs = append(imgs, ckf.BucketImage{Bucket: b, Value: v})
+		}
+	}
+	touched := uint64(s.dirty.len())
+	s.tel.distinctTouched += touched
+	s.tel.emittedImages += uint64(len(imgs))
+	s.tel.netReverted += touched - uint64(len(imgs))
+	s.dirty.reset()
+	s.pending = 0
+	s.images = imgs
+	if len(imgs) == 0 {
+		return Batch{}
+	}
+	s.tel.publications++
+	return Batch{Images: imgs}
+}
+
+// Contains reports whether h's fingerprint is in the lane (may be a false
+// positive). In canonical mode h is a canonical hash.
+func (s *State) Contains(h uint64) bool { return s.mut.Contains(h) }
+
+// MemberBlockCount returns how many blocks member m owns.
+func (s *State) MemberBlockCount(m Member) int {
+	if ms := s.members[m]; ms != nil {
+		return ms.lineage.len()
+	}
+	return 0
+}
+
+// MemberCounts returns every member with its block count, sorted by member.
+func (s *State) MemberCounts() []MemberCount {
+	out := make([]MemberCount, 0, len(s.members))
+	for m, ms := range s.members {
+		out = append(out, MemberCount{Member: m, Blocks: ms.lineage.len()})
+	}
+	slices.SortFunc(out, func(a, b MemberCount) int { return a.Member.Compare(b.Member) })
+	return out
+}
+
+// ExactBlocks enumerates every tracked full hash (canonical hash in
+// canonical mode) with its ownership, in map order. The state must not be
+// mutated during the iteration.
+func (s *State) ExactBlocks() iter.Seq2[uint64, BlockOwnership] {
+	return func(yield func(uint64, BlockOwnership) bool) {
+		for h, v := range s.owners.all() {
+			if !yield(h, unpackOwnership(v)) {
+				return
+			}
+		}
+	}
+}
+
+// Ownership returns the exact state of full hash h.
+func (s *State) Ownership(h uint64) (BlockOwnership, bool) {
+	return s.owner(h)
+}
+
+func (s *State) owner(h uint64) (BlockOwnership, bool) {
+	v, ok := s.owners.get(h)
+	return unpackOwnership(v), ok
+}
+
+// MemberBlocks enumerates member m's edges as (external block hash, full
+// hash); both are equal in verbatim mode.
+func (s *State) MemberBlocks(m Member) iter.Seq2[uint64, uint64] {
+	return func(yield func(uint64, uint64) bool) {
+		ms := s.members[m]
+		if ms == nil {
+			return
+		}
+		for ext, h := range ms.lineage.all() {
+			if !yield(ext, h) {
+				return
+			}
+		}
+	}
+}
+
+// Members returns every member, sorted.
+func (s *State) Members() []Member {
+	out := make([]Member, 0, len(s.members))
+	for m := range s.members {
+		out = append(out, m)
+	}
+	slices.SortFunc(out, Member.Compare)
+	return out
+}
+
+// Words returns the live lane (not a copy). It is only valid to read until
+// the next mutating call.
+func (s *State) Words() []uint64 { return s.mut.words }
+
+// CopyWords copies the lane into dst (grown if too short) and returns it.
+func (s *State) CopyWords(dst []uint64) []uint64 {
+	dst = slices.Grow(dst[:0], len(s.mut.words))[:len(s.mut.words)]
+	copy(dst, s.mut.words)
+	return dst
+}
+
+// HasPendingPublication reports pending events or a dirty bucket.
+func (s *State) HasPendingPublication() bool { return s.pending != 0 || s.dirty.len() != 0 }

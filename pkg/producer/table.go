@@ -1,0 +1,169 @@
+package producer
+
+import "iter"
+
+// u64Table is an open-addressing hash table from uint64 to uint64 with
+// linear probing and backward-shift deletion. It exists because the exact
+// maps are the producer's hot path: one 16-byte slot per entry keeps a
+// lookup to about one cache line, and deletion leaves no tombstones, so FIFO
+// churn at a constant size never rehashes or allocates (Go's builtin map
+// under the same churn periodically rebuilds its tables).
+type u64Table struct {
+	slots   []tableEntry
+	mask    uint64
+	shift   uint8
+	n       int // entries with a non-zero key
+	hasZero bool
+	zeroVal uint64
+}
+
+type tableEntry struct{ key, val uint64 }
+
+const tableMinSlots = 8
+
+// newU64Table sizes the table for hint entries without growing.
+func newU64Table(hint int) u64Table {
+	size := uint64(tableMinSlots)
+	for size*3/4 < uint64(hint) {
+		size <<= 1
+	}
+	return makeU64Table(size)
+}
+
+func makeU64Table(size uint64) u64Table {
+	shift := uint8(64)
+	for s := size; s > 1; s >>= 1 {
+		shift--
+	}
+	return u64Table{slots: make([]tableEntry, size), mask: size - 1, shift: shift}
+}
+
+// home is Fibonacci hashing: it spreads sequential and random keys alike.
+func (t *u64Table) home(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> t.shift }
+
+func (t *u64Table) len() int {
+	if t.hasZero {
+		return t.n + 1
+	}
+	return t.n
+}
+
+func (t *u64Table) get(k uint64) (uint64, bool) {
+	if k == 0 {
+		return t.zeroVal, t.hasZero
+	}
+	for i := t.home(k); ; i = (i + 1) & t.mask {
+		e := &t.slots[i]
+		if e.key == k {
+			return e.val, true
+		}
+		if e.key == 0 {
+			return 0, false
+		}
+	}
+}
+
+// put inserts or overwrites k.
+func (t *u64Table) put(k, v uint64) {
+	if k == 0 {
+		t.hasZero, t.zeroVal = true, v
+		return
+	}
+	if uint64(t.n+1) > uint64(len(t.slots))*3/4 {
+		t.grow()
+	}
+	for i := t.home(k); ; i = (i + 1) & t.mask {
+		e := &t.slots[i]
+		if e.key == k {
+			e.val = v
+			return
+		}
+		if e.key == 0 {
+			*e = tableEntry{key: k, val: v}
+			t.n++
+			return
+		}
+	}
+}
+
+func (t *u64Table) grow() {
+	next := makeU64Table(uint64(len(t.slots)) * 2)
+	next.hasZero, next.zeroVal = t.hasZero, t.zeroVal
+	for _, e := range t.slots {
+		if e.key == 0 {
+			continue
+		}
+		for i := next.home(e.key); ; i = (i + 1) & next.mask {
+			if next.slots[i].key == 0 {
+				next.slots[i] = e
+				next.n++
+				break
+			}
+		}
+	}
+	*t = next
+}
+
+// del removes k and reports whether it was present.
+func (t *u64Table) del(k uint64) bool {
+	if k == 0 {
+		had := t.hasZero
+		t.hasZero, t.zeroVal = false, 0
+		return had
+	}
+	i := t.home(k)
+	for {
+		key := t.slots[i].key
+		if key == 0 {
+			return false
+		}
+		if key == k {
+			break
+		}
+		i = (i + 1) & t.mask
+	}
+	// Backward shift: pull later entries of the probe run into the hole
+	// unless their home lies cyclically in (hole, j].
+	for j := (i + 1) & t.mask; t.slots[j].key != 0; j = (j + 1) & t.mask {
+		h := t.home(t.slots[j].key)
+		var stays bool
+		if i < j {
+			stays = h > i && h <= j
+		} else {
+			stays = h > i || h <= j
+		}
+		if !stays {
+			t.slots[i] = t.slots[j]
+			i = j
+		}
+	}
+	t.slots[i] = tableEntry{}
+	t.n--
+	return true
+}
+
+// all iterates every entry; the table must not change meanwhile.
+func (t *u64Table) all() iter.Seq2[uint64, uint64] {
+	return func(yield func(uint64, uint64) bool) {
+		if t.hasZero && !yield(0, t.zeroVal) {
+			return
+		}
+		for _, e := range t.slots {
+			if e.key != 0 && !yield(e.key, e.val) {
+				return
+			}
+		}
+	}
+}
+
+func (t *u64Table) clone() u64Table {
+	c := *t
+	c.slots = append([]tableEntry(nil), t.slots...)
+	return c
+}
+
+// reset empties the table, keeping its capacity.
+func (t *u64Table) reset() {
+	clear(t.slots)
+	t.n, t.hasZero, t.zeroVal = 0, false, 0
+}
