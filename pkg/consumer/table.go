@@ -1,0 +1,83 @@
+package consumer
+
+import (
+	"math"
+	"sync/atomic"
+
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+)
+
+// SWAR constants of the packed-bucket zero-lane test (spec §4.1).
+const (
+	slotsLo uint64 = 0x0001_0001_0001_0001
+	slotsHi uint64 = 0x8000_8000_8000_8000
+)
+
+// table is the transposed consumer table (spec §4.3): bucketCount rows of 16
+// lane words, bucket-major, so one bucket's lanes share two cache lines.
+//
+// Concurrency: every word is an independent atomic; rows are never updated
+// as a group (the weak-read contract of the indexer).
+type table struct {
+	words       []atomic.Uint64
+	bucketCount uint64
+}
+
+// newTable allocates bucketCount*16 words. Sizes whose byte count overflows
+// (or cannot be indexed by int) are ckf.ErrCapacityOverflow.
+func newTable(bucketCount uint64) (*table, error) {
+	const rowBytes = ckf.LaneCount * 8
+	if bucketCount == 0 || bucketCount > math.MaxInt/rowBytes {
+		return nil, ckfBuildError(&ckf.BuildError{Kind: ckf.ErrCapacityOverflow})
+	}
+	return &table{words: make([]atomic.Uint64, bucketCount*ckf.LaneCount), bucketCount: bucketCount}, nil
+}
+
+func (t *table) row(bucket uint64) *[ckf.LaneCount]atomic.Uint64 {
+	i := bucket * ckf.LaneCount
+	return (*[ckf.LaneCount]atomic.Uint64)(t.words[i : i+ckf.LaneCount])
+}
+
+// StoreImage stores one lane word of one bucket.
+func (t *table) StoreImage(bucket uint64, lane int, value uint64) {
+	t.words[bucket*ckf.LaneCount+uint64(lane)].Store(value)
+}
+
+// LoadImage loads one lane word of one bucket.
+func (t *table) LoadImage(bucket uint64, lane int) uint64 {
+	return t.words[bucket*ckf.LaneCount+uint64(lane)].Load()
+}
+
+// ClearLane stores 0 into every bucket of lane.
+func (t *table) ClearLane(lane int) {
+	for i := uint64(lane); i < uint64(len(t.words)); i += ckf.LaneCount {
+		t.words[i].Store(0)
+	}
+}
+
+// Probe returns the mask of the lanes whose word in either candidate bucket
+// holds p.Fingerprint. It tests all 16 lanes branch-free: per lane the SWAR
+// zero-slot test of both words is OR-ed and turned into one bit.
+func (t *table) Probe(p ckf.Probe) uint16 {
+	a := t.row(uint64(p.BucketA))
+	b := t.row(uint64(p.BucketB))
+	fp := uint64(p.Fingerprint) * slotsLo
+	var mask uint64
+	for l := range ckf.LaneCount {
+		da := a[l].Load() ^ fp
+		db := b[l].Load() ^ fp
+		hit := (da-slotsLo)&^da&slotsHi | (db-slotsLo)&^db&slotsHi
+		// hit != 0 ⇔ (hit | -hit) has its top bit set.
+		mask |= ((hit | -hit) >> 63) << l
+	}
+	return uint16(mask)
+}
+
+// touch loads one word per cache line of both candidate rows so that a batch
+// of independent probes overlaps its memory misses: Go has no prefetch
+// intrinsic, and plain loads whose results are folded into a sink serve.
+func (t *table) touch(p ckf.Probe) uint64 {
+	a := t.row(uint64(p.BucketA))
+	b := t.row(uint64(p.BucketB))
+	return a[0].Load() ^ a[8].Load() ^ b[0].Load() ^ b[8].Load()
+}
