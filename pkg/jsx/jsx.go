@@ -1,0 +1,147 @@
+// Package jsx holds the JetStream resources relays and indexers share: the
+// input event stream, the lane stream, the snapshot object store, and the
+// OpenTelemetry carrier for NATS headers. Both sides call Ensure so either
+// may start first.
+package jsx
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+// Resource names.
+const (
+	// EventStream captures worker KV events on kvevents.> for every domain.
+	EventStream = "KVEVENTS"
+	// LaneStream carries every lane's snapshot markers, deltas, drain
+	// markers and heartbeats on ckf.>.
+	LaneStream = "CKF_LANES"
+)
+
+// Options sizes the streams.
+type Options struct {
+	// LaneMaxAge bounds lane stream retention; consumers that fall further
+	// behind re-bootstrap from a newer snapshot (0 = 24h).
+	LaneMaxAge time.Duration
+	// LaneMaxBytes bounds lane stream size (0 = 1 GiB).
+	LaneMaxBytes int64
+	// EventMaxAge bounds the input stream (0 = unlimited: a relay rebuilds
+	// its exact state from the whole input stream).
+	EventMaxAge time.Duration
+	// Memory selects memory storage (tests).
+	Memory bool
+}
+
+// Resources are the handles Ensure returns.
+type Resources struct {
+	Events    jetstream.Stream
+	Lanes     jetstream.Stream
+	Snapshots jetstream.ObjectStore
+}
+
+// Ensure creates (or finds) the input stream, the lane stream and the
+// snapshot object store.
+func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Resources, error) {
+	if o.LaneMaxAge == 0 {
+		o.LaneMaxAge = 24 * time.Hour
+	}
+	if o.LaneMaxBytes == 0 {
+		o.LaneMaxBytes = 1 << 30
+	}
+	storage := jetstream.FileStorage
+	if o.Memory {
+		storage = jetstream.MemoryStorage
+	}
+	events, err := ensureStream(ctx, js, jetstream.StreamConfig{
+		Name:        EventStream,
+		Description: "ckfrelay worker KV events (Dynamo RouterEvent JSON)",
+		Subjects:    []string{wire.WorkerEventsPrefix + ".>"},
+		Storage:     storage,
+		MaxAge:      o.EventMaxAge,
+		Discard:     jetstream.DiscardOld,
+	})
+	if err != nil {
+		return nil, err
+	}
+	lanes, err := ensureStream(ctx, js, jetstream.StreamConfig{
+		Name:        LaneStream,
+		Description: "ckfrelay lanes: snapshot markers, deltas, drain markers, heartbeats",
+		Subjects:    []string{wire.LaneSubjectPrefix + ".>"},
+		Storage:     storage,
+		MaxAge:      o.LaneMaxAge,
+		MaxBytes:    o.LaneMaxBytes,
+		Discard:     jetstream.DiscardOld,
+		Duplicates:  2 * time.Minute,
+		AllowDirect: true,
+	})
+	if err != nil {
+		return nil, err
+	}
+	objStorage := jetstream.FileStorage
+	if o.Memory {
+		objStorage = jetstream.MemoryStorage
+	}
+	snaps, err := js.ObjectStore(ctx, wire.SnapshotBucket)
+	if errors.Is(err, jetstream.ErrBucketNotFound) {
+		snaps, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket:      wire.SnapshotBucket,
+			Description: "ckfrelay barrier snapshot bodies",
+			Storage:     objStorage,
+		})
+		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+			snaps, err = js.ObjectStore(ctx, wire.SnapshotBucket)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jsx: object store %s: %w", wire.SnapshotBucket, err)
+	}
+	return &Resources{Events: events, Lanes: lanes, Snapshots: snaps}, nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	s, err := js.Stream(ctx, cfg.Name)
+	if err == nil {
+		return s, nil
+	}
+	if !errors.Is(err, jetstream.ErrStreamNotFound) {
+		return nil, fmt.Errorf("jsx: stream %s: %w", cfg.Name, err)
+	}
+	s, err = js.CreateStream(ctx, cfg)
+	if errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
+		s, err = js.Stream(ctx, cfg.Name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("jsx: create stream %s: %w", cfg.Name, err)
+	}
+	return s, nil
+}
+
+// HeaderCarrier adapts NATS headers to OpenTelemetry propagation. It goes
+// through http.Header so keys are canonicalised the same way on both sides.
+func HeaderCarrier(h nats.Header) propagation.HeaderCarrier {
+	return propagation.HeaderCarrier(http.Header(h))
+}
+
+// LastLaneSequence returns the stream sequence of the newest message on a
+// lane (filter ckf.<domain>.<dc>.>), 0 when the lane is empty. A relay
+// publishes with it as the expected last subject sequence so a zombie
+// cannot interleave.
+func LastLaneSequence(ctx context.Context, s jetstream.Stream, filter string) (uint64, error) {
+	m, err := s.GetLastMsgForSubject(ctx, filter)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("jsx: last message on %s: %w", filter, err)
+	}
+	return m.Sequence, nil
+}

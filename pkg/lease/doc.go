@@ -1,0 +1,13 @@
+// Package lease coordinates DC pools and their producers through one
+// JetStream KV bucket (DefaultBucket):
+//
+//	lanes.<domain>          lane map: which pool owns which of the 16 lanes
+//	lease.<domain>.<dc>     producer lease: owner, producer identity, epoch, expiry
+//	epoch.<domain>.<dc>     epoch counter; never deleted, so epochs never go back
+//	snapreq.<domain>.<dc>   snapshot request counter, watched by the producer
+//
+// Every write is a compare-and-set on the key's latest revision. Exactly one
+// relay holds a pool's lease at a time; taking it bumps the epoch counter,
+// and the epoch is the fencing token stamped into every message. A relay
+// whose Renew fails stops publishing at once (Lease.Done closes).
+package lease

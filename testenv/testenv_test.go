@@ -1,0 +1,184 @@
+package testenv
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestStartServerRestartKeepsJetStreamState(t *testing.T) {
+	ctx := testCtx(t)
+	s := StartServer(t)
+	url := s.URL()
+	js := s.JetStream(t)
+	if _, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: "KEEP", Subjects: []string{"keep.>"}}); err != nil {
+		t.Fatalf("create stream: %v", err)
+	}
+	for i := range 3 {
+		if _, err := js.Publish(ctx, "keep.x", fmt.Appendf(nil, "m%d", i)); err != nil {
+			t.Fatalf("publish: %v", err)
+		}
+	}
+
+	s.Restart(t)
+	if s.URL() != url {
+		t.Fatalf("url after restart = %s, want %s", s.URL(), url)
+	}
+	// The old connection reconnects to the same port; JetStream state is on
+	// disk. Each attempt gets its own deadline: a request in flight while
+	// the connection dropped never gets a reply.
+	Eventually(t, 20*time.Second, 20*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		st, err := js.Stream(ctx, "KEEP")
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(ctx)
+		if err != nil {
+			return err
+		}
+		if info.State.Msgs != 3 {
+			return fmt.Errorf("stream has %d messages, want 3", info.State.Msgs)
+		}
+		return nil
+	})
+}
+
+func TestShutdownIsIdempotent(t *testing.T) {
+	s := StartServer(t)
+	nc := s.Connect(t)
+	s.Shutdown()
+	s.Shutdown()
+	if s.NATS().Running() {
+		t.Fatal("server still running after Shutdown")
+	}
+	if err := nc.Publish("x", nil); err == nil {
+		// Publishing buffers while reconnecting; flush must fail.
+		if err := nc.FlushTimeout(200 * time.Millisecond); err == nil {
+			t.Fatal("flush succeeded against a stopped server")
+		}
+	}
+}
+
+func TestLeafMessageReachesHub(t *testing.T) {
+	tp := StartHubWithLeaves(t, "dc-a", "dc-b")
+	hubNC := tp.Hub().Connect(t)
+	sub, err := hubNC.SubscribeSync("ckf.test.dc-a.delta")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hubNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the hub's interest has propagated to the leaf, so the
+	// publish below cannot race it.
+	leaf := tp.Leaf(t, "dc-a")
+	Eventually(t, 10*time.Second, 10*time.Millisecond, func() error {
+		if !leaf.NATS().GlobalAccount().SubscriptionInterest("ckf.test.dc-a.delta") {
+			return errors.New("no interest on leaf yet")
+		}
+		return nil
+	})
+
+	leafNC := leaf.Connect(t)
+	if err := leafNC.Publish("ckf.test.dc-a.delta", []byte("hello from dc-a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := leafNC.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := sub.NextMsg(10 * time.Second)
+	if err != nil {
+		t.Fatalf("hub did not receive the leaf message: %v", err)
+	}
+	if string(msg.Data) != "hello from dc-a" {
+		t.Fatalf("payload = %q", msg.Data)
+	}
+}
+
+func TestDCDomainReachableFromHub(t *testing.T) {
+	ctx := testCtx(t)
+	tp := StartHubWithLeaves(t, "dc-a")
+	if got := tp.DCs(); len(got) != 1 || got[0] != "dc-a" {
+		t.Fatalf("DCs = %q", got)
+	}
+	leafJS := tp.Leaf(t, "dc-a").JetStream(t)
+	if _, err := leafJS.CreateStream(ctx, jetstream.StreamConfig{Name: "LANE", Subjects: []string{"ckf.d.dc-a.>"}}); err != nil {
+		t.Fatalf("create stream in dc-a: %v", err)
+	}
+	if _, err := leafJS.Publish(ctx, "ckf.d.dc-a.delta", []byte("local")); err != nil {
+		t.Fatalf("publish in dc-a: %v", err)
+	}
+
+	hubNC := tp.Hub().Connect(t)
+	remote, err := jetstream.NewWithDomain(hubNC, "dc-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Reach dc-a's JetStream API from the hub; the domain import may need a
+	// moment after the leaf connection is counted.
+	var stream jetstream.Stream
+	Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		var err error
+		stream, err = remote.Stream(ctx, "LANE")
+		return err
+	})
+	msg, err := stream.GetLastMsgForSubject(ctx, "ckf.d.dc-a.delta")
+	if err != nil {
+		t.Fatalf("get from hub: %v", err)
+	}
+	if string(msg.Data) != "local" {
+		t.Fatalf("payload = %q, want local", msg.Data)
+	}
+	info, err := remote.AccountInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Domain != "dc-a" {
+		t.Fatalf("remote domain = %q, want dc-a", info.Domain)
+	}
+
+	// The hub's own domain does not hold the DC's stream.
+	hubJS, err := jetstream.New(hubNC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hubJS.Stream(ctx, "LANE"); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("hub domain stream lookup err = %v, want ErrStreamNotFound", err)
+	}
+	hubInfo, err := hubJS.AccountInfo(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hubInfo.Domain != HubDomain {
+		t.Fatalf("hub domain = %q, want %q", hubInfo.Domain, HubDomain)
+	}
+}
+
+func TestHubRestartLeavesReconnect(t *testing.T) {
+	tp := StartHubWithLeaves(t, "dc-a")
+	tp.Hub().Restart(t)
+	tp.WaitLeavesConnected(t)
+}
+
+func TestConnectOptionsApply(t *testing.T) {
+	s := StartServer(t)
+	nc := s.Connect(t, nats.Name("probe"))
+	if nc.Opts.Name != "probe" {
+		t.Fatalf("name = %q", nc.Opts.Name)
+	}
+}
