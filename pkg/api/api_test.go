@@ -27,8 +27,10 @@ func (b *recordingBackend) Match(q Query) (MatchResponse, error) {
 	r.SetBest()
 	return r, nil
 }
-func (b *recordingBackend) Lanes() []LaneStatus { return []LaneStatus{{Lane: 0, DC: "a", State: "active"}} }
-func (b *recordingBackend) Ready() bool         { return b.ready }
+func (b *recordingBackend) Lanes() []LaneStatus {
+	return []LaneStatus{{Lane: 0, DC: "a", State: "active"}}
+}
+func (b *recordingBackend) Ready() bool { return b.ready }
 
 func serve(t *testing.T, b Backend, method, path, body string) (*httptest.ResponseRecorder, map[string]any) {
 	t.Helper()

@@ -100,9 +100,11 @@ func (o EmbeddedOptions) ServerOptions() (*server.Options, error) {
 		JetStreamDomain: o.JetStreamDomain,
 		StoreDir:        o.StoreDir,
 		NoSigs:          true,
-		NoLog:           o.LogWriter == nil,
-		Debug:           o.Debug,
-		Trace:           o.Trace,
+		// Deltas may reach wire.MaxMessageBytes; the NATS default is 1 MiB.
+		MaxPayload: 8 << 20,
+		NoLog:      o.LogWriter == nil,
+		Debug:      o.Debug,
+		Trace:      o.Trace,
 	}
 	if o.Port == 0 {
 		opts.Port = server.DEFAULT_PORT
