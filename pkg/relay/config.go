@@ -1,0 +1,131 @@
+// Package relay is the per-DC relay-producer: it consumes worker KV events
+// from JetStream, keeps the pool's exact ownership and CKF projection
+// (pkg/producer), and publishes barrier snapshots, absolute bucket-image
+// deltas, drain markers and heartbeats on the pool's lane subjects under a
+// producer lease whose epoch fences every message.
+package relay
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/pkg/metrics"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+// HeaderEventTime carries, on a delta, the JetStream time (unix nanos) of
+// the oldest input event whose effect the delta publishes. The indexer
+// turns it into event→queryable latency.
+const HeaderEventTime = "Ckf-Event-Time"
+
+// Config configures one relay (one DC pool).
+type Config struct {
+	Domain string
+	DC     string
+	// Instance names this relay process in leases and heartbeats.
+	Instance string
+	// CKF sizes the filter and selects the hash mode. Its publication
+	// cadence is managed by the relay (timer and FlushEvents).
+	CKF ckf.Config
+	// PublishInterval is the longest an applied event waits before its
+	// delta is cut.
+	PublishInterval time.Duration
+	// FlushEvents cuts a delta early after this many events.
+	FlushEvents int
+	// SnapshotInterval publishes a fresh barrier snapshot periodically so
+	// a new consumer never replays much.
+	SnapshotInterval time.Duration
+	// HeartbeatInterval paces drain markers (when the sequence moved) and
+	// heartbeats (when it did not).
+	HeartbeatInterval time.Duration
+	// LeaseTTL is the producer lease time-to-live; it is renewed every
+	// third of it.
+	LeaseTTL time.Duration
+	// MaxDeltaImages splits larger publications into consecutive deltas so
+	// each fits a NATS message.
+	MaxDeltaImages int
+	// Streams sizes the JetStream resources if the relay creates them.
+	Streams jsx.Options
+
+	Logger  zerolog.Logger
+	Tracer  trace.TracerProvider
+	Metrics *metrics.Registry
+}
+
+// DefaultConfig returns production defaults for domain and dc.
+func DefaultConfig(domain, dc string) Config {
+	host, _ := os.Hostname()
+	c := ckf.NewConfig(1 << 20)
+	return Config{
+		Domain:            domain,
+		DC:                dc,
+		Instance:          fmt.Sprintf("%s-%d-%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano()%1e6, 36)),
+		CKF:               c,
+		PublishInterval:   10 * time.Millisecond,
+		FlushEvents:       4096,
+		SnapshotInterval:  5 * time.Minute,
+		HeartbeatInterval: time.Second,
+		LeaseTTL:          10 * time.Second,
+		MaxDeltaImages:    64 << 10,
+		Logger:            zerolog.Nop(),
+	}
+}
+
+// ErrConfig is wrapped by every configuration error.
+var ErrConfig = errors.New("relay: invalid config")
+
+// Validate reports the first unusable field.
+func (c *Config) Validate() error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
+	}
+	if err := wire.ValidateToken("domain", c.Domain); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if err := wire.ValidateToken("dc", c.DC); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.Instance == "" {
+		return bad("instance must not be empty")
+	}
+	cfg := c.CKF
+	cfg.PublishEveryNEvents = 1
+	if err := cfg.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if _, err := cfg.Format(); err != nil {
+		return fmt.Errorf("%w: expected blocks: %w", ErrConfig, err)
+	}
+	switch {
+	case c.PublishInterval <= 0:
+		return bad("publish interval must be positive")
+	case c.FlushEvents <= 0:
+		return bad("flush events must be positive")
+	case c.SnapshotInterval <= 0:
+		return bad("snapshot interval must be positive")
+	case c.HeartbeatInterval <= 0:
+		return bad("heartbeat interval must be positive")
+	case c.LeaseTTL < 3*time.Millisecond:
+		return bad("lease ttl %s is too short", c.LeaseTTL)
+	case c.MaxDeltaImages <= 0 || c.MaxDeltaImages > wire.MaxDeltaImages:
+		return bad("max delta images must be within 1..%d", wire.MaxDeltaImages)
+	}
+	return nil
+}
+
+func (c *Config) tracer() trace.Tracer {
+	tp := c.Tracer
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	return tp.Tracer("github.com/ckfrelay/ckfrelay/pkg/relay")
+}

@@ -1,0 +1,49 @@
+package relay
+
+import "github.com/ckfrelay/ckfrelay/pkg/metrics"
+
+// relayMetrics are the relay's Prometheus series.
+type relayMetrics struct {
+	events          *metrics.Counter
+	badEvents       *metrics.CounterVec
+	eventErrors     *metrics.CounterVec
+	unknownRemovals *metrics.Counter
+	deltas          *metrics.Counter
+	images          *metrics.Counter
+	snapshots       *metrics.CounterVec
+	drains          *metrics.Counter
+	heartbeats      *metrics.Counter
+	fences          *metrics.CounterVec
+	epoch           *metrics.Gauge
+	sequence        *metrics.Gauge
+	state           *metrics.GaugeVec
+	inputLag        *metrics.Gauge
+	uniqueBlocks    *metrics.Gauge
+	occupiedSlots   *metrics.Gauge
+	publishSeconds  *metrics.Histogram
+}
+
+func newRelayMetrics(reg *metrics.Registry) *relayMetrics {
+	if reg == nil {
+		reg = metrics.NewRegistry()
+	}
+	return &relayMetrics{
+		events:          reg.NewCounter("ckf_relay_events_total", "Worker KV events applied to the pool state."),
+		badEvents:       reg.NewCounterVec("ckf_relay_bad_events_total", "Input messages rejected before apply, by reason.", "reason"),
+		eventErrors:     reg.NewCounterVec("ckf_relay_event_errors_total", "Applied events that reported an error, by kind.", "kind"),
+		unknownRemovals: reg.NewCounter("ckf_relay_unknown_removals_total", "Removals of blocks the pool did not track."),
+		deltas:          reg.NewCounter("ckf_relay_deltas_published_total", "Deltas accepted by JetStream."),
+		images:          reg.NewCounter("ckf_relay_images_published_total", "Bucket images published in deltas."),
+		snapshots:       reg.NewCounterVec("ckf_relay_snapshots_total", "Barrier snapshots published, by trigger.", "trigger"),
+		drains:          reg.NewCounter("ckf_relay_drain_markers_total", "Drain markers published."),
+		heartbeats:      reg.NewCounter("ckf_relay_heartbeats_total", "Heartbeats published."),
+		fences:          reg.NewCounterVec("ckf_relay_fences_total", "Times the relay stopped publishing under an epoch, by reason.", "reason"),
+		epoch:           reg.NewGauge("ckf_relay_epoch", "Producer lease epoch currently published under (0 when standby)."),
+		sequence:        reg.NewGauge("ckf_relay_sequence", "Last published lane sequence."),
+		state:           reg.NewGaugeVec("ckf_relay_state", "1 for the relay's current state.", "state"),
+		inputLag:        reg.NewGauge("ckf_relay_input_pending", "Input events stored in JetStream but not yet applied."),
+		uniqueBlocks:    reg.NewGauge("ckf_relay_unique_blocks", "Distinct blocks the pool tracks."),
+		occupiedSlots:   reg.NewGauge("ckf_relay_occupied_slots", "Occupied CKF slots."),
+		publishSeconds:  reg.NewHistogram("ckf_relay_publish_seconds", "Time to publish one delta (JetStream ack included).", metrics.ExponentialBuckets(1e-5, 2, 18)),
+	}
+}

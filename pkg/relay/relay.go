@@ -1,0 +1,700 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/producer"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+// State is where the relay is in its life cycle.
+type State string
+
+const (
+	StateStarting   State = "starting"
+	StateStandby    State = "standby"
+	StateRebuilding State = "rebuilding"
+	StateActive     State = "active"
+	StateStopped    State = "stopped"
+)
+
+var allStates = []State{StateStarting, StateStandby, StateRebuilding, StateActive, StateStopped}
+
+// Status is a point-in-time view for health endpoints and tests.
+type Status struct {
+	State        State  `json:"state"`
+	Domain       string `json:"domain"`
+	DC           string `json:"dc"`
+	Instance     string `json:"instance"`
+	Lane         int    `json:"lane"`
+	Epoch        uint64 `json:"epoch"`
+	Sequence     uint64 `json:"sequence"`
+	InputSeq     uint64 `json:"input_sequence"`
+	Events       uint64 `json:"events"`
+	UniqueBlocks int    `json:"unique_blocks"`
+}
+
+// errZombie means JetStream refused a publish because another writer moved
+// the lane: this relay no longer owns it.
+var errZombie = errors.New("relay: lane advanced by another publisher")
+
+// ErrLeaseLost is returned by publishing once the producer lease is gone.
+var ErrLeaseLost = errors.New("relay: producer lease lost")
+
+// Relay publishes one DC pool. Run owns all mutable state on one goroutine
+// (the actor); Status and the metrics are the only concurrent readers.
+type Relay struct {
+	cfg    Config
+	nc     *nats.Conn
+	js     jetstream.JetStream
+	log    zerolog.Logger
+	tracer trace.Tracer
+	prop   propagation.TextMapPropagator
+	m      *relayMetrics
+
+	pool ckf.PoolID
+	subj wire.LaneSubjects
+
+	mu     sync.Mutex
+	status Status
+
+	// testHooks
+	beforePublish func(kind wire.MessageKind) error
+}
+
+// New validates cfg and prepares a relay; Run starts it.
+func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Relay, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	dom, err := ckf.DomainFromName(cfg.Domain)
+	if err != nil {
+		return nil, fmt.Errorf("%w: domain: %w", ErrConfig, err)
+	}
+	subj, err := wire.NewLaneSubjects(cfg.Domain, cfg.DC)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	r := &Relay{
+		cfg:    cfg,
+		nc:     nc,
+		js:     js,
+		log:    cfg.Logger.With().Str("domain", cfg.Domain).Str("dc", cfg.DC).Str("instance", cfg.Instance).Logger(),
+		tracer: cfg.tracer(),
+		prop:   propagation.TraceContext{},
+		m:      newRelayMetrics(cfg.Metrics),
+		pool:   ckf.PoolID{Domain: dom, Dc: ckf.DcIDFromName(cfg.DC)},
+		subj:   subj,
+		status: Status{State: StateStarting, Domain: cfg.Domain, DC: cfg.DC, Instance: cfg.Instance, Lane: -1},
+	}
+	r.setState(StateStarting)
+	return r, nil
+}
+
+// Status returns the current status.
+func (r *Relay) Status() Status {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.status
+}
+
+func (r *Relay) update(fn func(*Status)) {
+	r.mu.Lock()
+	fn(&r.status)
+	r.mu.Unlock()
+}
+
+func (r *Relay) setState(s State) {
+	r.update(func(st *Status) { st.State = s })
+	for _, x := range allStates {
+		v := 0.0
+		if x == s {
+			v = 1
+		}
+		r.m.state.With(string(x)).Set(v)
+	}
+}
+
+// Run registers the pool's lane, then loops: acquire the producer lease
+// (standby while another relay holds it), rebuild the exact state from the
+// input stream, publish a barrier snapshot under the new epoch and serve
+// until the lease is lost or ctx ends. It returns nil when ctx ends.
+func (r *Relay) Run(ctx context.Context) error {
+	defer r.setState(StateStopped)
+	res, err := jsx.Ensure(ctx, r.js, r.cfg.Streams)
+	if err != nil {
+		return err
+	}
+	coord, err := lease.New(ctx, r.js)
+	if err != nil {
+		return fmt.Errorf("relay: lease coordinator: %w", err)
+	}
+	lane, err := coord.Register(ctx, r.cfg.Domain, r.cfg.DC, r.pool)
+	if err != nil {
+		return fmt.Errorf("relay: register lane: %w", err)
+	}
+	r.update(func(s *Status) { s.Lane = lane })
+	r.log = r.log.With().Int("lane", lane).Logger()
+	r.log.Info().Msg("lane registered")
+
+	for ctx.Err() == nil {
+		r.setState(StateStandby)
+		l, err := coord.Acquire(ctx, r.cfg.Domain, r.cfg.DC, r.cfg.Instance, r.cfg.LeaseTTL)
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			wait := r.cfg.LeaseTTL / 3
+			var le *lease.Error
+			if errors.As(err, &le) && errors.Is(err, lease.ErrLeaseHeld) {
+				r.log.Info().Str("holder", le.Holder).Uint64("holder_epoch", le.Epoch).Msg("standby: lease held by another relay")
+			} else {
+				r.log.Warn().Err(err).Msg("lease acquire failed")
+			}
+			if !sleepCtx(ctx, wait) {
+				break
+			}
+			continue
+		}
+		err = r.serve(ctx, coord, res, lane, l)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		_ = l.Release(rctx)
+		cancel()
+		r.m.epoch.Set(0)
+		if ctx.Err() != nil {
+			break
+		}
+		r.log.Warn().Err(err).Uint64("epoch", l.Epoch()).Msg("stopped publishing under this epoch")
+		if !sleepCtx(ctx, 50*time.Millisecond) {
+			break
+		}
+	}
+	return nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// epochRun is the state of publishing under one producer lease epoch.
+type epochRun struct {
+	r         *Relay
+	ctx       context.Context
+	lease     *lease.Lease
+	lane      int
+	epoch     uint64
+	identity  ckf.ProducerIdentity
+	wlease    wire.WireLease
+	pub       *producer.Publisher
+	state     *producer.State
+	snaps     jetstream.ObjectStore
+	lastLane  uint64 // stream sequence of the lane's newest message
+	buf       []byte
+	objects   []string
+	lastDrain uint64
+	lastSnap  uint64
+
+	// batch tracing: the oldest pending event time and the span contexts
+	// of the applies whose effects the next delta publishes.
+	oldestEvent time.Time
+	applySpan   trace.SpanContext
+	inputSeq    uint64 // stream sequence of the last input message seen
+}
+
+// Enqueue is producer.Sink: it publishes one delta synchronously so the
+// publisher's sequence only advances once JetStream stored it.
+func (e *epochRun) Enqueue(d ckf.Delta) error {
+	if !e.lease.Held() {
+		return ErrLeaseLost
+	}
+	wd := wire.NewDelta(d, e.wlease)
+	buf, err := wire.AppendDelta(e.buf[:0], &wd)
+	if err != nil {
+		return err
+	}
+	e.buf = buf
+	ctx := e.ctx
+	if e.applySpan.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, e.applySpan)
+	}
+	ctx, span := e.r.tracer.Start(ctx, "ckf.relay.publish_delta", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithAttributes(attribute.String("ckf.dc", e.r.cfg.DC), attribute.Int("ckf.lane", e.lane),
+			attribute.Int64("ckf.epoch", int64(e.epoch)), attribute.Int64("ckf.sequence", int64(d.Sequence)),
+			attribute.Int("ckf.images", len(d.Images))))
+	defer span.End()
+	msg := nats.NewMsg(e.r.subj.Delta)
+	msg.Data = buf
+	e.r.prop.Inject(ctx, jsx.HeaderCarrier(msg.Header))
+	if !e.oldestEvent.IsZero() {
+		msg.Header.Set(HeaderEventTime, strconv.FormatInt(e.oldestEvent.UnixNano(), 10))
+	}
+	start := time.Now()
+	err = e.publish(ctx, wire.KindDelta, msg, wire.MsgID(wire.KindDelta, &e.identity, e.epoch, d.Sequence))
+	e.r.m.publishSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+		return err
+	}
+	e.r.m.deltas.Inc()
+	e.r.m.images.Add(uint64(len(d.Images)))
+	return nil
+}
+
+// publish stores msg on the lane, expecting the lane's last sequence so a
+// relay that lost the lane cannot interleave.
+func (e *epochRun) publish(ctx context.Context, kind wire.MessageKind, msg *nats.Msg, msgID string) error {
+	if hook := e.r.beforePublish; hook != nil {
+		if err := hook(kind); err != nil {
+			return err
+		}
+	}
+	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(e.lastLane, e.r.subj.Filter)}
+	if msgID != "" {
+		opts = append(opts, jetstream.WithMsgID(msgID))
+	}
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	ack, err := e.r.js.PublishMsg(pctx, msg, opts...)
+	if err != nil {
+		var apiErr *jetstream.APIError
+		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+			return fmt.Errorf("%w: %w", errZombie, err)
+		}
+		return fmt.Errorf("relay: publish %s: %w", kind, err)
+	}
+	if !ack.Duplicate && ack.Sequence > e.lastLane {
+		e.lastLane = ack.Sequence
+	}
+	return nil
+}
+
+// serve publishes under one lease epoch until the lease is lost, the
+// stream becomes uncertain, or ctx ends.
+func (r *Relay) serve(ctx context.Context, coord *lease.Coordinator, res *jsx.Resources, lane int, l *lease.Lease) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	log := r.log.With().Uint64("epoch", l.Epoch()).Logger()
+	go func() {
+		if err := l.Keepalive(ctx, r.cfg.LeaseTTL/3); err != nil && ctx.Err() == nil {
+			log.Warn().Err(err).Msg("lease keepalive ended")
+		}
+	}()
+	snapReqs, err := coord.WatchSnapshotRequests(ctx, r.cfg.Domain, r.cfg.DC)
+	if err != nil {
+		return fmt.Errorf("relay: watch snapshot requests: %w", err)
+	}
+
+	cfg := r.cfg.CKF
+	cfg.PublishEveryNEvents = 1 << 62 // the relay cuts batches itself
+	state, err := producer.NewState(cfg)
+	if err != nil {
+		return err
+	}
+	format := state.Format()
+	e := &epochRun{
+		r: r, ctx: ctx, lease: l, lane: lane, epoch: l.Epoch(), state: state, snaps: res.Snapshots,
+		identity: ckf.ProducerIdentity{Pool: r.pool, ProducerIncarnation: l.Epoch(), LayoutGeneration: 1, Format: format},
+		wlease:   wire.WireLease{Epoch: l.Epoch(), Instance: r.cfg.Instance},
+	}
+	e.pub = producer.NewPublisher(e.identity, 0, e)
+
+	// Rebuild: apply every stored event of this pool before publishing.
+	r.setState(StateRebuilding)
+	in, err := r.openInput(ctx, res.Events, l.Epoch())
+	if err != nil {
+		return err
+	}
+	defer in.stop()
+	target, err := jsx.LastLaneSequence(ctx, res.Events, in.filter)
+	if err != nil {
+		return err
+	}
+	rebuildStart := time.Now()
+	for e.inputSeq < target {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.Done():
+			return ErrLeaseLost
+		case err := <-in.errs:
+			return err
+		case msg := <-in.msgs:
+			e.applyMessage(msg)
+		}
+	}
+	e.state.Flush() // nothing was published yet: the snapshot covers it
+	log.Info().Uint64("input_sequence", e.inputSeq).Dur("took", time.Since(rebuildStart)).
+		Int("unique_blocks", e.state.Stats().UniqueBlocks).Msg("exact state rebuilt from the input stream")
+
+	if e.lastLane, err = jsx.LastLaneSequence(ctx, res.Lanes, r.subj.Filter); err != nil {
+		return err
+	}
+	if err := e.snapshot("epoch"); err != nil {
+		return err
+	}
+	r.setState(StateActive)
+	r.m.epoch.Set(float64(e.epoch))
+	r.update(func(s *Status) { s.Epoch = e.epoch })
+	log.Info().Uint64("sequence", e.pub.LastSequence()).Msg("publishing")
+
+	flush := time.NewTicker(r.cfg.PublishInterval)
+	defer flush.Stop()
+	snapTick := time.NewTicker(r.cfg.SnapshotInterval)
+	defer snapTick.Stop()
+	hb := time.NewTicker(r.cfg.HeartbeatInterval)
+	defer hb.Stop()
+	pending := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-l.Done():
+			r.m.fences.With("lease_lost").Inc()
+			return ErrLeaseLost
+		case err := <-in.errs:
+			return err
+		case msg := <-in.msgs:
+			pending += e.applyMessage(msg)
+			if pending >= r.cfg.FlushEvents {
+				pending = 0
+				if err := e.flush(); err != nil {
+					return err
+				}
+			}
+		case <-flush.C:
+			pending = 0
+			if err := e.flush(); err != nil {
+				return err
+			}
+		case <-snapTick.C:
+			if e.pub.LastSequence() != e.lastSnap {
+				if err := e.snapshot("periodic"); err != nil {
+					return err
+				}
+			}
+		case <-snapReqs:
+			if err := e.snapshot("request"); err != nil {
+				return err
+			}
+		case <-hb.C:
+			if err := e.heartbeat(); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// applyMessage decodes one input message and applies its events; it
+// returns the number of events applied. Bad input is counted and logged
+// and never stops the relay.
+func (e *epochRun) applyMessage(msg jetstream.Msg) int {
+	r := e.r
+	meta, err := msg.Metadata()
+	if err == nil {
+		e.inputSeq = meta.Sequence.Stream
+		r.update(func(s *Status) { s.InputSeq = meta.Sequence.Stream })
+		r.m.inputLag.Set(float64(meta.NumPending))
+	}
+	_, _, worker, err := wire.ParseWorkerEventsSubject(msg.Subject())
+	if err != nil {
+		r.m.badEvents.With("subject").Inc()
+		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("bad event subject")
+		return 0
+	}
+	evs, err := ckf.DecodeRouterEvents(msg.Data())
+	if err != nil {
+		r.m.badEvents.With("malformed").Inc()
+		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("malformed router event")
+		return 0
+	}
+	ctx := r.prop.Extract(e.ctx, jsx.HeaderCarrier(msg.Headers()))
+	_, span := r.tracer.Start(ctx, "ckf.relay.apply_events", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(attribute.String("ckf.dc", r.cfg.DC), attribute.Int64("ckf.worker_id", int64(worker)),
+			attribute.Int("ckf.events", len(evs))))
+	applied := 0
+	for i := range evs {
+		ev := &evs[i]
+		if ev.WorkerID != worker {
+			r.m.badEvents.With("worker_mismatch").Inc()
+			r.log.Warn().Uint64("subject_worker", worker).Uint64("event_worker", ev.WorkerID).Msg("event worker id differs from its subject; rejected")
+			continue
+		}
+		out := e.state.ApplyEvent(ev)
+		applied++
+		if out.UnknownRemovals > 0 {
+			r.m.unknownRemovals.Add(out.UnknownRemovals)
+		}
+		if out.FirstError != nil {
+			kind := "other"
+			var ee ckf.EventError
+			if errors.As(out.FirstError, &ee) {
+				kind = ee.FailurePoint().String() + ":" + eventErrorName(ee)
+			}
+			r.m.eventErrors.With(kind).Inc()
+			r.log.Debug().Err(out.FirstError).Uint64("worker_id", ev.WorkerID).Uint64("event_id", ev.Event.EventID).Msg("event error")
+		}
+	}
+	span.End()
+	if applied > 0 {
+		r.m.events.Add(uint64(applied))
+		if e.oldestEvent.IsZero() && meta != nil {
+			e.oldestEvent = meta.Timestamp
+		}
+		e.applySpan = span.SpanContext()
+	}
+	return applied
+}
+
+func eventErrorName(e ckf.EventError) string {
+	switch e {
+	case ckf.ErrParentBlockNotFound:
+		return "parent_block_not_found"
+	case ckf.ErrBlockNotFound:
+		return "block_not_found"
+	case ckf.ErrInvalidBlockSequence:
+		return "invalid_block_sequence"
+	case ckf.ErrCapacityExhausted:
+		return "capacity_exhausted"
+	case ckf.ErrEventAllocationFailed:
+		return "allocation_failed"
+	case ckf.ErrOwnershipDegreeOverflow:
+		return "ownership_degree_overflow"
+	case ckf.ErrIndexerInvariantViolation:
+		return "indexer_invariant_violation"
+	case ckf.ErrUnsupportedResidencyDomain:
+		return "unsupported_residency_domain"
+	}
+	return "unknown"
+}
+
+// flush cuts the publication window and publishes it as one or more
+// consecutive deltas.
+func (e *epochRun) flush() error {
+	batch := e.state.Flush()
+	defer func() { e.oldestEvent, e.applySpan = time.Time{}, trace.SpanContext{} }()
+	return e.publishBatch(batch)
+}
+
+func (e *epochRun) publishBatch(batch producer.Batch) error {
+	imgs := batch.Images
+	for len(imgs) > 0 {
+		n := min(len(imgs), e.r.cfg.MaxDeltaImages)
+		if _, err := e.pub.Publish(producer.Batch{Images: imgs[:n]}); err != nil {
+			return e.fence(err)
+		}
+		imgs = imgs[n:]
+	}
+	e.publishedStats()
+	return nil
+}
+
+func (e *epochRun) publishedStats() {
+	seq := e.pub.LastSequence()
+	e.r.m.sequence.Set(float64(seq))
+	st := e.state.Stats()
+	e.r.m.uniqueBlocks.Set(float64(st.UniqueBlocks))
+	e.r.m.occupiedSlots.Set(float64(st.OccupiedSlots))
+	e.r.update(func(s *Status) {
+		s.Sequence = seq
+		s.UniqueBlocks = st.UniqueBlocks
+		s.Events = e.r.m.events.Value()
+	})
+}
+
+// fence classifies a publish failure. Every failure ends this epoch: the
+// stream is uncertain, so the relay takes a fresh epoch and republishes a
+// barrier snapshot (adapter.rs's recovery), or stands by when another
+// publisher owns the lane.
+func (e *epochRun) fence(err error) error {
+	reason := "delivery_uncertain"
+	switch {
+	case errors.Is(err, errZombie):
+		reason = "lane_taken"
+	case errors.Is(err, ErrLeaseLost):
+		reason = "lease_lost"
+	case errors.Is(err, producer.FenceSequenceExhausted):
+		reason = "sequence_exhausted"
+	}
+	e.r.m.fences.With(reason).Inc()
+	return fmt.Errorf("relay: fenced (%s): %w", reason, err)
+}
+
+// snapshot publishes a barrier snapshot under the current epoch: the tail
+// first (as a delta), then the body object, then the marker.
+func (e *epochRun) snapshot(trigger string) error {
+	ll := ckf.LaneLease{PhysicalLane: uint8(e.lane), AssignmentEpoch: e.epoch}
+	snap, err := e.pub.SnapshotAfterBarrier(e.state, ll)
+	if err != nil {
+		return e.fence(err)
+	}
+	body, err := wire.EncodeSnapshotBody(nil, snap.Identity.Format, snap.Buckets)
+	if err != nil {
+		return err
+	}
+	name, err := wire.SnapshotObjectName(e.r.cfg.Domain, e.r.cfg.DC, e.epoch, snap.Sequence)
+	if err != nil {
+		return err
+	}
+	octx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	defer cancel()
+	if _, err := e.snaps.Put(octx, jetstream.ObjectMeta{Name: name}, bytes.NewReader(body)); err != nil {
+		return fmt.Errorf("relay: put snapshot object: %w", err)
+	}
+	marker := wire.NewSnapshotMarker(snap, e.wlease, wire.SnapshotBucket, name, body)
+	mb, err := wire.AppendSnapshotMarker(nil, &marker)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(e.r.subj.Snapshot)
+	msg.Data = mb
+	if err := e.publish(e.ctx, wire.KindSnapshotMarker, msg, wire.MsgID(wire.KindSnapshotMarker, &e.identity, e.epoch, snap.Sequence)); err != nil {
+		return e.fence(err)
+	}
+	e.lastSnap = snap.Sequence
+	e.r.m.snapshots.With(trigger).Inc()
+	e.publishedStats()
+	e.r.log.Info().Str("trigger", trigger).Uint64("epoch", e.epoch).Uint64("sequence", snap.Sequence).
+		Int("bytes", len(body)).Str("object", name).Msg("barrier snapshot published")
+	// Keep the newest two bodies: a consumer may be fetching the previous one.
+	e.objects = append(e.objects, name)
+	for len(e.objects) > 2 {
+		_ = e.snaps.Delete(octx, e.objects[0])
+		e.objects = e.objects[1:]
+	}
+	return nil
+}
+
+// heartbeat publishes a drain marker when the sequence moved since the
+// last one (consumers verify they reached it), else a heartbeat.
+func (e *epochRun) heartbeat() error {
+	if err := e.flush(); err != nil {
+		return err
+	}
+	seq := e.pub.LastSequence()
+	if seq != e.lastDrain {
+		dm, ok := e.pub.ExactDrainMarker()
+		if !ok {
+			return nil
+		}
+		wm := wire.NewDrainMarker(e.identity, e.wlease, dm)
+		b, err := wire.AppendDrainMarker(nil, &wm)
+		if err != nil {
+			return err
+		}
+		msg := nats.NewMsg(e.r.subj.Drain)
+		msg.Data = b
+		if err := e.publish(e.ctx, wire.KindDrainMarker, msg, wire.MsgID(wire.KindDrainMarker, &e.identity, e.epoch, seq)); err != nil {
+			return e.fence(err)
+		}
+		e.lastDrain = seq
+		e.r.m.drains.Inc()
+		return nil
+	}
+	h := wire.Heartbeat{Identity: e.identity, Lease: e.wlease, Sequence: seq, RelayInstance: e.r.cfg.Instance, Time: time.Now()}
+	b, err := wire.AppendHeartbeat(nil, &h)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(e.r.subj.Heartbeat)
+	msg.Data = b
+	if err := e.publish(e.ctx, wire.KindHeartbeat, msg, ""); err != nil {
+		return e.fence(err)
+	}
+	e.r.m.heartbeats.Inc()
+	return nil
+}
+
+// input is the relay's durable consumer on its pool's input events.
+type input struct {
+	filter string
+	msgs   chan jetstream.Msg
+	errs   chan error
+	it     jetstream.MessagesContext
+	done   chan struct{}
+}
+
+// openInput creates this epoch's durable consumer from the start of the
+// input stream. The name carries the epoch so a relay that lost its lease
+// can never pull (and so steal) messages from its successor's consumer;
+// older epochs' consumers are deleted and expire when idle anyway.
+func (r *Relay) openInput(ctx context.Context, events jetstream.Stream, epoch uint64) (*input, error) {
+	filter, err := wire.WorkerEventsFilter(r.cfg.Domain, r.cfg.DC)
+	if err != nil {
+		return nil, err
+	}
+	prefix := fmt.Sprintf("relay_%s_%s_", r.cfg.Domain, r.cfg.DC)
+	names := events.ConsumerNames(ctx)
+	for n := range names.Name() {
+		if len(n) > len(prefix) && n[:len(prefix)] == prefix && n != prefix+strconv.FormatUint(epoch, 10) {
+			_ = events.DeleteConsumer(ctx, n)
+		}
+	}
+	cons, err := events.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		Durable:           prefix + strconv.FormatUint(epoch, 10),
+		Description:       "ckfrelay relay input (rebuild + live)",
+		FilterSubject:     filter,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: time.Minute,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("relay: input consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return nil, fmt.Errorf("relay: input messages: %w", err)
+	}
+	in := &input{filter: filter, msgs: make(chan jetstream.Msg, 1024), errs: make(chan error, 1), it: it, done: make(chan struct{})}
+	go func() {
+		defer close(in.done)
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					return
+				}
+				select {
+				case in.errs <- fmt.Errorf("relay: input: %w", err):
+				default:
+				}
+				return
+			}
+			select {
+			case in.msgs <- msg:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return in, nil
+}
+
+func (in *input) stop() {
+	in.it.Stop()
+	<-in.done
+}
