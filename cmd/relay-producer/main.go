@@ -1,0 +1,128 @@
+// Command relay-producer runs one DC's relay: it consumes worker KV events
+// from JetStream (kvevents.<domain>.<dc>.<worker_id>) and publishes the
+// pool's CKF lane (snapshots, deltas, drain markers) under a fenced lease.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/metrics"
+	"github.com/ckfrelay/ckfrelay/pkg/relay"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stderr))
+}
+
+type options struct {
+	common   cli.Common
+	httpAddr string
+	mode     string
+	cfg      relay.Config
+}
+
+func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
+	o := &options{cfg: relay.DefaultConfig("default", "")}
+	fs := flag.NewFlagSet("relay-producer", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.common.Register(fs)
+	fs.StringVar(&o.cfg.Domain, "domain", "default", "indexer domain (one logical KV index namespace)")
+	fs.StringVar(&o.cfg.DC, "dc", "", "this relay's data center name (required)")
+	fs.StringVar(&o.cfg.Instance, "instance", o.cfg.Instance, "relay instance id used in leases")
+	fs.Uint64Var(&o.cfg.CKF.ExpectedBlocksPerDC, "expected-blocks", o.cfg.CKF.ExpectedBlocksPerDC, "expected distinct blocks in this DC's pool (sizes the filter; all DCs of a domain must agree)")
+	fs.Uint64Var(&o.cfg.CKF.Seed, "seed", ckf.DefaultSeed, "CKF addressing seed (all DCs of a domain must agree)")
+	fs.StringVar(&o.mode, "mode", "canonical", "hash mode: canonical (resolve engine parent chains) or verbatim (1.4.0: block_hash as-is)")
+	fs.DurationVar(&o.cfg.PublishInterval, "publish-interval", o.cfg.PublishInterval, "longest wait before applied events are published")
+	fs.DurationVar(&o.cfg.SnapshotInterval, "snapshot-interval", o.cfg.SnapshotInterval, "period of barrier snapshots")
+	fs.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat-interval", o.cfg.HeartbeatInterval, "period of drain markers / heartbeats")
+	fs.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", o.cfg.LeaseTTL, "producer lease time-to-live")
+	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "health and metrics listen address (empty disables)")
+	if err := cli.Parse(fs, args, getenv); err != nil {
+		return nil, err
+	}
+	if o.cfg.DC == "" {
+		return nil, errors.New("--dc is required")
+	}
+	mode, err := ckf.ParseHashMode(o.mode)
+	if err != nil {
+		return nil, err
+	}
+	o.cfg.CKF.Mode = mode
+	if err := o.cfg.Validate(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
+	o, err := parse(args, getenv, stderr)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "relay-producer: %v\n", err)
+		return 2
+	}
+	log, err := o.common.Logger(stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "relay-producer: %v\n", err)
+		return 2
+	}
+	if err := serve(ctx, o, log); err != nil {
+		log.Error().Err(err).Msg("relay-producer failed")
+		return 1
+	}
+	return 0
+}
+
+func serve(ctx context.Context, o *options, log zerolog.Logger) error {
+	tp, shutdownTracing, err := o.common.Tracer(ctx, "relay-producer")
+	if err != nil {
+		return err
+	}
+	defer shutdownTracing(context.Background())
+	conn, err := o.common.Connect("relay-producer-"+o.cfg.DC, log)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	reg := metrics.NewRegistry()
+	o.cfg.Logger, o.cfg.Tracer, o.cfg.Metrics = log, tp, reg
+	r, err := relay.New(conn.NC, conn.JS, o.cfg)
+	if err != nil {
+		return err
+	}
+	if o.httpAddr != "" {
+		ln, err := net.Listen("tcp", o.httpAddr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", o.httpAddr, err)
+		}
+		hs := &http.Server{Handler: r.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+		go hs.Serve(ln)
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			hs.Shutdown(sctx)
+		}()
+		log.Info().Str("addr", "http://"+ln.Addr().String()).Msg("health, status and metrics")
+	}
+	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).
+		Str("mode", o.cfg.CKF.Mode.String()).Msg("relay-producer starting")
+	return r.Run(ctx)
+}

@@ -1,0 +1,50 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+)
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestParseFlagsAndEnvironment(t *testing.T) {
+	var out bytes.Buffer
+	o, err := parse([]string{"--dc", "a", "--expected-blocks", "4096", "--publish-interval", "3ms"},
+		env(map[string]string{"CKFRELAY_DOMAIN": "prod", "CKFRELAY_MODE": "verbatim", "CKFRELAY_EXPECTED_BLOCKS": "99"}), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.cfg.Domain != "prod" || o.cfg.DC != "a" || o.cfg.CKF.ExpectedBlocksPerDC != 4096 ||
+		o.cfg.PublishInterval != 3*time.Millisecond || o.cfg.CKF.Mode != ckf.HashModeVerbatim {
+		t.Fatalf("%+v", o.cfg)
+	}
+}
+
+func TestBadConfigExitsWithUsageError(t *testing.T) {
+	for _, c := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{nil, nil, "--dc is required"},
+		{[]string{"--dc", "a.b"}, nil, "dc"},
+		{[]string{"--dc", "a", "--mode", "x"}, nil, "hash mode"},
+		{[]string{"--dc", "a", "--expected-blocks", "0"}, nil, "expected_blocks"},
+		{[]string{"--dc", "a"}, map[string]string{"CKFRELAY_PUBLISH_INTERVAL": "soon"}, "CKFRELAY_PUBLISH_INTERVAL"},
+		{[]string{"--dc", "a", "--log-level", "loud"}, nil, "log-level"},
+		{[]string{"--dc", "a", "extra"}, nil, "unexpected argument"},
+	} {
+		var out bytes.Buffer
+		if code := run(context.Background(), c.args, env(c.env), &out); code != 2 {
+			t.Fatalf("%v: exit %d (%s)", c.args, code, out.String())
+		}
+		if !strings.Contains(out.String(), c.want) {
+			t.Fatalf("%v: %q lacks %q", c.args, out.String(), c.want)
+		}
+	}
+}
