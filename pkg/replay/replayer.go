@@ -68,6 +68,7 @@ type Replayer struct {
 	workers [][]*worker        // [dc][w]
 	truth   []map[uint64]int32 // per DC: sequence hash -> workers holding it
 	rng     uint64
+	space   int // first hash space of this pass
 }
 
 // New builds a replayer over reqs.
@@ -114,7 +115,7 @@ func (r *Replayer) Next() (Step, bool) {
 	i := r.next
 	r.next++
 	req := r.reqs[i%len(r.reqs)]
-	dup := i / len(r.reqs)
+	dup := r.space + i/len(r.reqs)
 
 	n := min(len(req.HashIDs), r.cfg.CapacityBlocks)
 	locals := make([]ckf.LocalBlockHash, n)
@@ -266,4 +267,27 @@ func (w *worker) serve(seqs []ckf.SequenceHash, locals []ckf.LocalBlockHash) (ev
 		w.pushFront(b)
 	}
 	return evicted, stored, parentEngine, hasParent
+}
+
+// SetHashSpace moves the replay into hash space base (and the following
+// Duplication-1 spaces), so a repeated pass stores new blocks.
+func (r *Replayer) SetHashSpace(base int) { r.space = base }
+
+// Sample returns up to n distinct requests' local hashes spread evenly over
+// the trace, in the hash space of the last pass, for verification queries.
+func (r *Replayer) Sample(n int) [][]ckf.LocalBlockHash {
+	total := r.Len()
+	step := max(1, total/max(n, 1))
+	var out [][]ckf.LocalBlockHash
+	for i := 0; i < total && len(out) < n; i += step {
+		req := r.reqs[i%len(r.reqs)]
+		dup := r.space + i/len(r.reqs)
+		k := min(len(req.HashIDs), r.cfg.CapacityBlocks)
+		locals := make([]ckf.LocalBlockHash, k)
+		for j := range k {
+			locals[j] = LocalHash(req.HashIDs[j], dup)
+		}
+		out = append(out, locals)
+	}
+	return out
 }
