@@ -67,6 +67,7 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 // Common are the flags both binaries take.
 type Common struct {
 	NatsURL      string
+	JSDomain     string
 	NatsPort     int
 	StoreDir     string
 	LogLevel     string
@@ -78,6 +79,7 @@ type Common struct {
 // Register adds the common flags to fs.
 func (c *Common) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.NatsURL, "nats-url", "", "NATS server URL; empty starts an embedded nats-server with JetStream")
+	fs.StringVar(&c.JSDomain, "js-domain", "", "JetStream domain holding the ckfrelay streams (e.g. the hub's, when connected through a leaf node)")
 	fs.IntVar(&c.NatsPort, "nats-port", 4222, "client port of the embedded nats-server (127.0.0.1 only; -1 picks a free port)")
 	fs.StringVar(&c.StoreDir, "store-dir", "", "JetStream store directory of the embedded server (default: a new temporary directory)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -181,7 +183,12 @@ func (c *Common) Connect(name string, log zerolog.Logger) (*Conn, error) {
 		return nil, fmt.Errorf("connect %s: %w", conn.URL, err)
 	}
 	conn.NC = nc
-	js, err := jetstream.New(nc)
+	var js jetstream.JetStream
+	if c.JSDomain != "" {
+		js, err = jetstream.NewWithDomain(nc, c.JSDomain)
+	} else {
+		js, err = jetstream.New(nc)
+	}
 	if err != nil {
 		conn.Close()
 		return nil, err
