@@ -1,0 +1,124 @@
+package indexer
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/metrics"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+// Defaults of zero Config fields.
+const (
+	DefaultBootstrapBackoffMin = 50 * time.Millisecond
+	DefaultBootstrapBackoffMax = 2 * time.Second
+	// DefaultStatePollInterval is how often an active lane runner checks
+	// the pool's admission state, in case a fault notification was dropped.
+	DefaultStatePollInterval = 250 * time.Millisecond
+)
+
+// Config configures a Service. Zero fields take the documented defaults;
+// Validate checks the config with those defaults applied.
+type Config struct {
+	// Domain is the indexer domain name (a lane-map / subject token).
+	Domain string
+	// ConsumerInstance is this process's consumer instance id; 0 picks a
+	// random one.
+	ConsumerInstance uint64
+	// Format is the immutable CKF format of the indexer; nil learns it from
+	// the first snapshot marker a lane reads. Lanes of another format are
+	// refused (counted as wrong_format faults).
+	Format *ckf.FormatIdentity
+	// Pool configures the ingestion pool (zero value: consumer.DefaultPoolConfig).
+	Pool consumer.PoolConfig
+	// Search configures the prefix search (zero value: ckf.DefaultPrefixSearchConfig).
+	Search ckf.PrefixSearchConfig
+	// Logger receives structured logs (zero value: disabled).
+	Logger zerolog.Logger
+	// Tracer provides the lane_apply spans (nil: no-op).
+	Tracer trace.TracerProvider
+	// Metrics receives the indexer and API metrics (nil: a private registry).
+	Metrics *metrics.Registry
+	// BootstrapBackoffMin and BootstrapBackoffMax bound the exponential
+	// backoff between failed bootstraps of one lane (defaults 50ms and 2s).
+	BootstrapBackoffMin time.Duration
+	BootstrapBackoffMax time.Duration
+	// StatePollInterval: see DefaultStatePollInterval.
+	StatePollInterval time.Duration
+	// Streams sizes the JetStream resources when this process creates them.
+	Streams jsx.Options
+	// LeaseOptions tune the lease coordinator (bucket name, storage).
+	LeaseOptions []lease.Option
+}
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	if c.Pool == (consumer.PoolConfig{}) {
+		c.Pool = consumer.DefaultPoolConfig()
+	}
+	if c.Search == (ckf.PrefixSearchConfig{}) {
+		c.Search = ckf.DefaultPrefixSearchConfig()
+	}
+	if c.BootstrapBackoffMin == 0 {
+		c.BootstrapBackoffMin = DefaultBootstrapBackoffMin
+	}
+	if c.BootstrapBackoffMax == 0 {
+		c.BootstrapBackoffMax = max(DefaultBootstrapBackoffMax, c.BootstrapBackoffMin)
+	}
+	if c.StatePollInterval == 0 {
+		c.StatePollInterval = DefaultStatePollInterval
+	}
+	return c
+}
+
+// Validate checks the config (with defaults applied). Errors match
+// ErrInvalidConfig and, where one exists, the underlying package's error.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if err := lease.ValidateName(c.Domain); err != nil {
+		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "domain", Err: err}
+	}
+	if err := wire.ValidateToken("domain", c.Domain); err != nil {
+		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "domain", Err: err}
+	}
+	if err := c.Pool.Validate(); err != nil {
+		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "pool", Err: err}
+	}
+	if err := c.Search.Validate(); err != nil {
+		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "search", Err: err}
+	}
+	if c.BootstrapBackoffMin < 0 || c.BootstrapBackoffMax < c.BootstrapBackoffMin {
+		return configError("bootstrap_backoff", "want 0 < min (%s) <= max (%s)", c.BootstrapBackoffMin, c.BootstrapBackoffMax)
+	}
+	if c.StatePollInterval < 0 {
+		return configError("state_poll_interval", "negative interval %s", c.StatePollInterval)
+	}
+	if c.Format != nil {
+		if err := validateFormat(*c.Format); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateFormat accepts the 1.4.0 format the wire carries.
+func validateFormat(f ckf.FormatIdentity) error {
+	switch {
+	case f.FormatVersion != ckf.FormatVersion:
+		return configError("format.format_version", "%d, want %d", f.FormatVersion, ckf.FormatVersion)
+	case f.FingerprintBits != ckf.FingerprintBits:
+		return configError("format.fingerprint_bits", "%d, want %d", f.FingerprintBits, ckf.FingerprintBits)
+	case f.SlotsPerBucket != ckf.SlotsPerBucket:
+		return configError("format.slots_per_bucket", "%d, want %d", f.SlotsPerBucket, ckf.SlotsPerBucket)
+	case f.BucketCount < wire.MinBucketCount || f.BucketCount > wire.MaxBucketCount || bits.OnesCount64(f.BucketCount) != 1:
+		return configError("format.bucket_count", "%d, want a power of two in %d..%d", f.BucketCount, wire.MinBucketCount, wire.MaxBucketCount)
+	}
+	return nil
+}

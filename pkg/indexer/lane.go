@@ -1,0 +1,596 @@
+package indexer
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+// laneRunner follows one lane (protocol.md, "Consumer (indexer) rules").
+// Only its run goroutine touches the protocol fields; st is shared with
+// Lanes() under mu.
+type laneRunner struct {
+	svc  *Service
+	lane int
+	dc   string
+	pool ckf.PoolID
+	subj wire.LaneSubjects
+	log  zerolog.Logger
+	m    *laneMetrics
+	// faults receives the pool faults of this lane (dispatcher → runner).
+	faults chan consumer.Fault
+
+	// Run goroutine only.
+	localEpoch uint64
+	cur        current
+
+	mu sync.Mutex // guards st
+	st laneStatus
+}
+
+// current is the lane's installed assignment: the producer traffic
+// (identity, wire epoch) translated into the local lease.
+type current struct {
+	identity  ckf.ProducerIdentity
+	epoch     uint64
+	lease     ckf.LaneLease
+	streamSeq uint64 // stream sequence of the installed marker
+}
+
+type laneStatus struct {
+	phase     string
+	epoch     uint64
+	installed uint64
+	lastFault string
+}
+
+// markerAt is a decoded snapshot marker and its stream sequence.
+type markerAt struct {
+	marker    wire.SnapshotMarker
+	streamSeq uint64
+}
+
+func newLaneRunner(s *Service, lane int, dc string, pool ckf.PoolID, subj wire.LaneSubjects, log zerolog.Logger, m *laneMetrics) *laneRunner {
+	r := &laneRunner{svc: s, lane: lane, dc: dc, pool: pool, subj: subj, log: log, m: m,
+		faults: make(chan consumer.Fault, 8)}
+	r.setStatus(PhasePending, "")
+	return r
+}
+
+// Status returns the lane's row for GET /v1/lanes: the runner phase, the
+// producer's wire epoch, and the last installed snapshot sequence or
+// admitted delta sequence (raised to the applied sequence by each drain).
+func (r *laneRunner) Status() api.LaneStatus {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return api.LaneStatus{
+		Lane:              r.lane,
+		DC:                r.dc,
+		Pool:              r.pool.String(),
+		State:             r.st.phase,
+		Epoch:             r.st.epoch,
+		InstalledSequence: r.st.installed,
+		LastFault:         r.st.lastFault,
+	}
+}
+
+// setStatus sets the phase and, when fault is non-empty, the last fault.
+func (r *laneRunner) setStatus(phase, fault string) {
+	r.mu.Lock()
+	r.st.phase = phase
+	if fault != "" {
+		r.st.lastFault = fault
+	}
+	r.mu.Unlock()
+	r.m.setPhase(phase)
+	r.m.ready.Set(b2f(phase == PhaseActive))
+}
+
+func (r *laneRunner) setInstalled(epoch, seq uint64) {
+	r.mu.Lock()
+	r.st.epoch, r.st.installed = epoch, seq
+	r.mu.Unlock()
+	r.m.install.Set(float64(seq))
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// deliverFault never blocks the dispatcher; a dropped fault is caught by
+// the runner's admission-state poll.
+func (r *laneRunner) deliverFault(f consumer.Fault) {
+	select {
+	case r.faults <- f:
+	default:
+	}
+}
+
+// outcome says why consume returned.
+type outcome struct {
+	// next, when set, is the marker to bootstrap from at once.
+	next *markerAt
+	// fault names a lane fault (metric kind); the lane backs off, asks for
+	// a snapshot when requestSnapshot, and bootstraps from the latest marker.
+	fault           string
+	detail          string
+	requestSnapshot bool
+	// healthy: a drain was acknowledged, so the lane made progress.
+	healthy bool
+}
+
+// run bootstraps and consumes until ctx ends.
+func (r *laneRunner) run(ctx context.Context) {
+	bo := newBackoff(r.svc.cfg.BootstrapBackoffMin, r.svc.cfg.BootstrapBackoffMax)
+	var next *markerAt
+	var lastInstalled uint64
+	for ctx.Err() == nil {
+		r.setStatus(PhaseBootstrapping, "")
+		err := r.bootstrap(ctx, next)
+		next = nil
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			r.bootstrapFailed(ctx, err)
+			if !sleepCtx(ctx, bo.next()) {
+				return
+			}
+			continue
+		}
+		if r.cur.streamSeq != lastInstalled {
+			// A different marker: earlier failures are not evidence against it.
+			bo.reset()
+			lastInstalled = r.cur.streamSeq
+		}
+		r.setStatus(PhaseActive, "")
+		out := r.consume(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if out.healthy {
+			bo.reset()
+		}
+		if out.next != nil {
+			next = out.next
+			continue
+		}
+		r.m.fault(out.fault)
+		r.log.Warn().Str("fault", out.fault).Str("detail", out.detail).Uint64("epoch", r.cur.epoch).
+			Msg("lane retired; bootstrapping again")
+		r.setStatus(PhaseBackoff, out.fault+": "+out.detail)
+		if out.requestSnapshot {
+			r.requestSnapshot(ctx)
+		}
+		if !sleepCtx(ctx, bo.next()) {
+			return
+		}
+	}
+}
+
+// bootstrapFailed counts, logs and records a failed bootstrap and asks the
+// producer for a fresh snapshot when one could help.
+func (r *laneRunner) bootstrapFailed(ctx context.Context, err error) {
+	kind := "bootstrap"
+	var ie *Error
+	if errors.As(err, &ie) {
+		kind = ie.Kind.String()
+	}
+	r.m.bootstrap("failed")
+	r.m.fault(kind)
+	ev := r.log.Warn()
+	if errors.Is(err, ErrNoSnapshot) {
+		ev = r.log.Info()
+	}
+	ev.Err(err).Str("fault", kind).Msg("lane bootstrap failed")
+	r.setStatus(PhaseBackoff, err.Error())
+	switch {
+	case errors.Is(err, ErrWrongFormat), errors.Is(err, ErrConsumer),
+		errors.Is(err, consumer.ErrPoolClosed), errors.Is(err, consumer.ErrWorkerFailed):
+		// A new snapshot of the same producer cannot help.
+	default:
+		r.requestSnapshot(ctx)
+	}
+}
+
+func (r *laneRunner) requestSnapshot(ctx context.Context) {
+	r.m.snapshotRequested()
+	if err := r.svc.coord.RequestSnapshot(ctx, r.svc.cfg.Domain, r.dc, r.svc.requester); err != nil && ctx.Err() == nil {
+		r.log.Warn().Err(err).Msg("snapshot request failed")
+	}
+}
+
+// latestMarker direct-gets the last message on the lane's .snap subject.
+func (r *laneRunner) latestMarker(ctx context.Context) (*markerAt, error) {
+	raw, err := r.svc.res.Lanes.GetLastMsgForSubject(ctx, r.subj.Snapshot)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, laneError(ErrNoSnapshot, r.lane, nil, "no marker on %s", r.subj.Snapshot)
+	}
+	if err != nil {
+		return nil, laneError(ErrSnapshotFetch, r.lane, err, "direct get %s", r.subj.Snapshot)
+	}
+	m, err := wire.DecodeSnapshotMarker(raw.Data)
+	if err != nil {
+		r.countMalformed(err)
+		return nil, laneError(ErrSnapshotInvalid, r.lane, err, "marker at stream sequence %d", raw.Sequence)
+	}
+	if m.Identity.Pool != r.pool {
+		r.m.malformed(malformedForeignPool)
+		return nil, laneError(ErrSnapshotInvalid, r.lane, nil, "marker at stream sequence %d names pool %s", raw.Sequence, m.Identity.Pool)
+	}
+	return &markerAt{marker: m, streamSeq: raw.Sequence}, nil
+}
+
+// bootstrap installs the snapshot of at (or of the latest marker when at is
+// nil) under a fresh local lease.
+func (r *laneRunner) bootstrap(ctx context.Context, at *markerAt) error {
+	if at == nil {
+		var err error
+		if at, err = r.latestMarker(ctx); err != nil {
+			return err
+		}
+	}
+	mk := &at.marker
+	pool, err := r.svc.ensurePool(mk.Identity.Format)
+	if err != nil {
+		return laneError(ErrLaneConfig, r.lane, err, "building the ingestion pool")
+	}
+	format := pool.Indexer().Manifest().Format()
+	if mk.Identity.Format != format {
+		return laneError(ErrWrongFormat, r.lane, consumer.ErrWrongFormat,
+			"lane format %+v, indexer format %+v", mk.Identity.Format, format)
+	}
+	words, err := r.fetchSnapshot(ctx, mk, format)
+	if err != nil {
+		return err
+	}
+	r.localEpoch++
+	lease := ckf.LaneLease{ConsumerInstance: r.svc.instance, PhysicalLane: uint8(r.lane), AssignmentEpoch: r.localEpoch}
+	if err := pool.Assign(mk.Identity, lease); err != nil {
+		if errors.Is(err, consumer.ErrWrongFormat) {
+			return laneError(ErrWrongFormat, r.lane, err, "assign")
+		}
+		return laneError(ErrAssign, r.lane, err, "assign epoch %d", mk.Lease.Epoch)
+	}
+	snap := mk.ToCkf(lease, words)
+	out, err := pool.InstallSnapshot(&snap)
+	if err != nil {
+		return laneError(ErrInstall, r.lane, err, "install sequence %d", mk.Sequence)
+	}
+	if out.Kind != consumer.OutcomeSnapshotInstalled {
+		return laneError(ErrInstall, r.lane, nil, "install sequence %d: %s", mk.Sequence, out)
+	}
+	r.cur = current{identity: mk.Identity, epoch: mk.Lease.Epoch, lease: lease, streamSeq: at.streamSeq}
+	r.setInstalled(mk.Lease.Epoch, mk.Sequence)
+	r.m.bootstrap("installed")
+	r.log.Info().Uint64("epoch", mk.Lease.Epoch).Uint64("sequence", mk.Sequence).
+		Uint64("stream_seq", at.streamSeq).Str("relay", mk.Lease.Instance).Msg("snapshot installed")
+	return nil
+}
+
+// fetchSnapshot reads the marker's body object, checks its size and digest
+// and decodes its words in the indexer format.
+func (r *laneRunner) fetchSnapshot(ctx context.Context, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error) {
+	store := r.svc.res.Snapshots
+	if mk.ObjectBucket != wire.SnapshotBucket {
+		var err error
+		if store, err = r.svc.js.ObjectStore(ctx, mk.ObjectBucket); err != nil {
+			return nil, laneError(ErrSnapshotFetch, r.lane, err, "object store %s", mk.ObjectBucket)
+		}
+	}
+	body, err := store.GetBytes(ctx, mk.ObjectName)
+	if err != nil {
+		return nil, laneError(ErrSnapshotFetch, r.lane, err, "object %s/%s", mk.ObjectBucket, mk.ObjectName)
+	}
+	if err := mk.VerifyBody(body); err != nil {
+		r.countMalformed(err)
+		return nil, laneError(ErrSnapshotInvalid, r.lane, err, "object %s", mk.ObjectName)
+	}
+	words, err := wire.DecodeSnapshotBody(body, format, nil)
+	if err != nil {
+		r.countMalformed(err)
+		return nil, laneError(ErrSnapshotInvalid, r.lane, err, "object %s", mk.ObjectName)
+	}
+	return words, nil
+}
+
+// countMalformed counts a refused message by its wire error kind.
+func (r *laneRunner) countMalformed(err error) {
+	var de *wire.DecodeError
+	if errors.As(err, &de) {
+		r.m.malformed(wireKindLabel(de.Kind))
+		return
+	}
+	r.m.malformed("decode")
+}
+
+// consume follows the lane from just after the installed marker until the
+// lane must bootstrap again or ctx ends.
+func (r *laneRunner) consume(ctx context.Context) outcome {
+	cons, err := r.svc.js.OrderedConsumer(ctx, jsx.LaneStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{r.subj.Filter},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    r.cur.streamSeq + 1,
+	})
+	if err != nil {
+		return outcome{fault: ErrConsumer.String(), detail: err.Error()}
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	msgs := make(chan jetstream.Msg, 64)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-cctx.Done():
+		}
+	})
+	if err != nil {
+		cancel()
+		return outcome{fault: ErrConsumer.String(), detail: err.Error()}
+	}
+	// Unblock the callback before stopping, so the subscription's delivery
+	// goroutine never hangs on msgs.
+	defer cc.Stop()
+	defer cancel()
+
+	poll := time.NewTicker(r.svc.cfg.StatePollInterval)
+	defer poll.Stop()
+	var healthy bool
+	for {
+		select {
+		case <-ctx.Done():
+			return outcome{}
+		case m := <-msgs:
+			out, done := r.handle(ctx, m)
+			healthy = healthy || out.healthy
+			if done {
+				out.healthy = healthy
+				return out
+			}
+		case f := <-r.faults:
+			if f.HasLease && f.Lease != r.cur.lease {
+				continue // a fault of an earlier assignment
+			}
+			return outcome{fault: faultKind(f), detail: f.String(), requestSnapshot: true, healthy: healthy}
+		case <-poll.C:
+			if st, ok := r.svc.pool.Load().LaneState(r.lane); ok && st.State != consumer.AdmissionActive {
+				return outcome{fault: "retired", detail: "admission state " + st.State.String(), requestSnapshot: true, healthy: healthy}
+			}
+		}
+	}
+}
+
+// faultKind is the metric kind of a pool fault.
+func faultKind(f consumer.Fault) string {
+	if f.Kind == consumer.FaultLaneDeactivated {
+		return f.LaneFault.Kind.String()
+	}
+	return f.Kind.String()
+}
+
+// handle processes one lane message; done reports that consume must return
+// out.
+func (r *laneRunner) handle(ctx context.Context, m jetstream.Msg) (out outcome, done bool) {
+	if meta, err := m.Metadata(); err == nil {
+		r.m.lag.Set(float64(meta.NumPending))
+	}
+	data := m.Data()
+	kind, err := wire.PeekKind(data)
+	if err != nil {
+		return r.malformed(err, m.Subject())
+	}
+	if r.subj.For(kind) != m.Subject() {
+		r.m.malformed(malformedSubject)
+		r.log.Warn().Str("subject", m.Subject()).Str("kind", kind.String()).Msg("lane message on the wrong subject; skipped")
+		return outcome{}, false
+	}
+	switch kind {
+	case wire.KindDelta:
+		d, err := wire.DecodeDelta(data)
+		if err != nil {
+			return r.malformed(err, m.Subject())
+		}
+		return r.handleDelta(ctx, m, &d)
+	case wire.KindDrainMarker:
+		dm, err := wire.DecodeDrainMarker(data)
+		if err != nil {
+			return r.malformed(err, m.Subject())
+		}
+		return r.handleDrain(&dm)
+	case wire.KindSnapshotMarker:
+		sm, err := wire.DecodeSnapshotMarker(data)
+		if err != nil {
+			return r.malformed(err, m.Subject())
+		}
+		return r.handleMarker(m, &sm)
+	default: // heartbeat: validated, carries nothing the lane needs
+		if _, err := wire.DecodeHeartbeat(data); err != nil {
+			return r.malformed(err, m.Subject())
+		}
+		return outcome{}, false
+	}
+}
+
+func (r *laneRunner) malformed(err error, subject string) (outcome, bool) {
+	r.countMalformed(err)
+	r.log.Warn().Err(err).Str("subject", subject).Msg("malformed lane message; skipped")
+	return outcome{}, false
+}
+
+// traffic classifies a message's (identity, wire epoch) against the current
+// assignment.
+type traffic uint8
+
+const (
+	trafficCurrent traffic = iota + 1
+	trafficSuperseded
+	trafficNewer
+	trafficForeign
+)
+
+func (r *laneRunner) classify(id *ckf.ProducerIdentity, epoch uint64) traffic {
+	switch {
+	case id.Pool != r.pool:
+		return trafficForeign
+	case epoch < r.cur.epoch:
+		return trafficSuperseded
+	case epoch > r.cur.epoch || *id != r.cur.identity:
+		return trafficNewer
+	}
+	return trafficCurrent
+}
+
+func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.Delta) (outcome, bool) {
+	switch r.classify(&d.Identity, d.Lease.Epoch) {
+	case trafficForeign:
+		r.m.malformed(malformedForeignPool)
+		r.log.Warn().Str("pool", d.Identity.Pool.String()).Msg("delta of another pool on the lane; skipped")
+		return outcome{}, false
+	case trafficSuperseded:
+		r.m.superseded(wire.KindDelta.String())
+		r.log.Debug().Uint64("epoch", d.Lease.Epoch).Uint64("current_epoch", r.cur.epoch).
+			Uint64("sequence", d.Sequence).Msg("superseded delta dropped")
+		return outcome{}, false
+	case trafficNewer:
+		// The marker of a newer epoch precedes its deltas; bootstrap from
+		// the latest one.
+		return outcome{fault: "newer_epoch", detail: "delta of epoch " + strconv.FormatUint(d.Lease.Epoch, 10) + " without its marker"}, true
+	}
+	cd := d.ToCkf(r.cur.lease)
+	pctx := propagation.TraceContext{}.Extract(ctx, jsx.HeaderCarrier(m.Headers()))
+	_, span := r.svc.tracer.Start(pctx, SpanLaneApply,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			attribute.Int("lane", r.lane),
+			attribute.String("dc", r.dc),
+			attribute.Int64("sequence", int64(d.Sequence)),
+			attribute.Int("images", len(d.Images)),
+		))
+	err := r.svc.pool.Load().SubmitDelta(&cd)
+	admitted := time.Now()
+	if err != nil {
+		span.RecordError(err)
+		span.SetStatus(codes.Error, err.Error())
+	}
+	span.End()
+	if err != nil {
+		return outcome{fault: submitFaultKind(err), detail: err.Error(), requestSnapshot: true}, true
+	}
+	r.m.deltas.Inc()
+	r.m.images.Add(uint64(len(d.Images)))
+	r.setInstalled(r.cur.epoch, d.Sequence)
+	if t, ok := eventTime(m.Headers()); ok {
+		if lat := admitted.Sub(t); lat >= 0 {
+			r.m.latency.Observe(lat.Seconds())
+		}
+	}
+	return outcome{}, false
+}
+
+// submitFaultKind names a SubmitDelta refusal for the fault metric.
+func submitFaultKind(err error) string {
+	var ie *consumer.IngestionError
+	if errors.As(err, &ie) {
+		return "submit_" + ingestionKindLabel(ie.Kind)
+	}
+	return "submit"
+}
+
+func ingestionKindLabel(k consumer.IngestionErrorKind) string {
+	switch k {
+	case consumer.ErrLaneRetired:
+		return "lane_retired"
+	case consumer.ErrAwaitingSnapshot:
+		return "awaiting_snapshot"
+	case consumer.ErrLaneUnassigned:
+		return "lane_unassigned"
+	case consumer.ErrSaturated:
+		return "saturated"
+	case consumer.ErrOutstandingImageLimit:
+		return "outstanding_image_limit"
+	case consumer.ErrDirtyToAppliedAgeExceeded:
+		return "dirty_to_applied_age_exceeded"
+	case consumer.ErrControlTimeout:
+		return "control_timeout"
+	case consumer.ErrWorkerFailed:
+		return "worker_failed"
+	case consumer.ErrPoolClosed:
+		return "pool_closed"
+	}
+	return "error"
+}
+
+// eventTime parses EventTimeHeader.
+func eventTime(h nats.Header) (time.Time, bool) {
+	v := h.Get(EventTimeHeader)
+	if v == "" {
+		return time.Time{}, false
+	}
+	ns, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || ns <= 0 {
+		return time.Time{}, false
+	}
+	return time.Unix(0, ns), true
+}
+
+func (r *laneRunner) handleDrain(dm *wire.DrainMarker) (outcome, bool) {
+	switch r.classify(&dm.Identity, dm.Lease.Epoch) {
+	case trafficForeign:
+		r.m.malformed(malformedForeignPool)
+		return outcome{}, false
+	case trafficSuperseded:
+		r.m.superseded(wire.KindDrainMarker.String())
+		return outcome{}, false
+	case trafficNewer:
+		return outcome{fault: "newer_epoch", detail: "drain marker of epoch " + strconv.FormatUint(dm.Lease.Epoch, 10) + " without its marker"}, true
+	}
+	res, err := r.svc.pool.Load().CompleteDrain(dm.ToCkf(r.cur.lease))
+	if err != nil {
+		return outcome{fault: submitFaultKind(err), detail: err.Error(), requestSnapshot: true}, true
+	}
+	if res.Kind != consumer.OutcomeDrainAcknowledged {
+		// A drain that exposes a dropped final delta: the pool retired the
+		// lane (DeactivateAndSnapshot).
+		return outcome{fault: res.Fault.Kind.String(), detail: res.String(), requestSnapshot: true}, true
+	}
+	r.setInstalled(r.cur.epoch, res.InstalledSequence)
+	return outcome{healthy: true}, false
+}
+
+func (r *laneRunner) handleMarker(m jetstream.Msg, sm *wire.SnapshotMarker) (outcome, bool) {
+	switch r.classify(&sm.Identity, sm.Lease.Epoch) {
+	case trafficForeign:
+		r.m.malformed(malformedForeignPool)
+		return outcome{}, false
+	case trafficSuperseded:
+		r.m.superseded(wire.KindSnapshotMarker.String())
+		return outcome{}, false
+	case trafficCurrent:
+		return outcome{}, false // an active lane skips forward snapshots
+	}
+	meta, err := m.Metadata()
+	if err != nil {
+		return outcome{fault: "metadata", detail: err.Error()}, true
+	}
+	r.log.Info().Uint64("epoch", sm.Lease.Epoch).Uint64("current_epoch", r.cur.epoch).
+		Uint64("sequence", sm.Sequence).Msg("newer producer epoch; switching")
+	return outcome{next: &markerAt{marker: *sm, streamSeq: meta.Sequence.Stream}}, true
+}

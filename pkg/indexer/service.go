@@ -1,0 +1,431 @@
+package indexer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
+
+	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/metrics"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+// TracerName names the indexer's OpenTelemetry tracer.
+const TracerName = "github.com/ckfrelay/ckfrelay/pkg/indexer"
+
+// SpanLaneApply is the span started, as a child of the relay's publish
+// context carried in the delta's headers, around each delta's admission.
+const SpanLaneApply = "ckf.indexer.lane_apply"
+
+// EventTimeHeader is the delta header the relay sets to the unix time in
+// nanoseconds (decimal) of the oldest worker event folded into the delta;
+// the indexer derives MetricEventToQueryable from it.
+const EventTimeHeader = "Ckf-Event-Time"
+
+// Service is the global indexer of one domain. It implements api.Backend.
+type Service struct {
+	nc       *nats.Conn
+	js       jetstream.JetStream
+	cfg      Config
+	log      zerolog.Logger
+	tracer   trace.Tracer
+	reg      *metrics.Registry
+	m        *serviceMetrics
+	apiM     *api.Metrics
+	instance ckf.ConsumerInstanceID
+	domainID ckf.IndexerDomainID
+	// requester names this process in snapshot requests.
+	requester string
+
+	started atomic.Bool
+
+	// Set once by Run before any runner starts; read-only afterwards.
+	res   *jsx.Resources
+	coord *lease.Coordinator
+
+	// pool is published once built; queries load it without locking.
+	pool atomic.Pointer[consumer.Pool]
+	// names maps lanes to DC names for query answers (copy-on-write).
+	names atomic.Pointer[[ckf.LaneCount]string]
+
+	mu      sync.Mutex // guards the fields below
+	runners [ckf.LaneCount]*laneRunner
+	closing bool
+	// runnerCtx is the context runners run under; set by Run.
+	runnerCtx context.Context
+	runnersWG sync.WaitGroup
+	dispatch  sync.WaitGroup
+	stopFault chan struct{}
+
+	scratch sync.Pool // *consumer.QueryScratch
+}
+
+// New validates cfg and builds a service on nc and js (which must be bound
+// to nc's account and the JetStream domain holding the lanes). It does no
+// I/O: Run creates the resources.
+func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
+	if nc == nil || js == nil {
+		return nil, configError("nats", "a connection and a JetStream context are required")
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	cfg = cfg.withDefaults()
+	domainID, err := ckf.DomainFromName(cfg.Domain)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "domain", Err: err}
+	}
+	instance := cfg.ConsumerInstance
+	for instance == 0 {
+		var b [8]byte
+		_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
+		instance = binary.LittleEndian.Uint64(b[:])
+	}
+	reg := cfg.Metrics
+	if reg == nil {
+		reg = metrics.NewRegistry()
+	}
+	tp := cfg.Tracer
+	if tp == nil {
+		tp = noop.NewTracerProvider()
+	}
+	s := &Service{
+		nc:        nc,
+		js:        js,
+		cfg:       cfg,
+		log:       cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Logger(),
+		tracer:    tp.Tracer(TracerName),
+		reg:       reg,
+		m:         newServiceMetrics(reg),
+		apiM:      api.NewMetrics(reg),
+		instance:  ckf.ConsumerInstanceID(instance),
+		domainID:  domainID,
+		requester: "indexer-" + strconv.FormatUint(instance, 16),
+		stopFault: make(chan struct{}),
+	}
+	s.names.Store(&[ckf.LaneCount]string{})
+	s.scratch.New = func() any { return new(consumer.QueryScratch) }
+	return s, nil
+}
+
+// ConsumerInstance returns this process's consumer instance id.
+func (s *Service) ConsumerInstance() ckf.ConsumerInstanceID { return s.instance }
+
+// Metrics returns the registry holding the indexer and API metrics.
+func (s *Service) Metrics() *metrics.Registry { return s.reg }
+
+// APIMetrics returns the API metrics to pass to api.Handler, so HTTP and
+// the NATS endpoint count into the same series.
+func (s *Service) APIMetrics() *api.Metrics { return s.apiM }
+
+// Run creates the JetStream resources, serves the NATS endpoint, follows
+// the lane map and runs one lane runner per lane until ctx ends. It then
+// stops the runners and the endpoint, closes the pool and returns nil; a
+// setup failure is returned at once. Run may be called once.
+func (s *Service) Run(ctx context.Context) error {
+	if !s.started.CompareAndSwap(false, true) {
+		return &Error{Kind: ErrAlreadyRunning, Lane: -1}
+	}
+	res, err := jsx.Ensure(ctx, s.js, s.cfg.Streams)
+	if err != nil {
+		return setupError(ctx, "ensure streams", err)
+	}
+	coord, err := lease.New(ctx, s.js, s.cfg.LeaseOptions...)
+	if err != nil {
+		return setupError(ctx, "lease coordinator", err)
+	}
+	s.res, s.coord = res, coord
+
+	svc, err := s.startMicro()
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	s.mu.Lock()
+	s.runnerCtx = rctx
+	s.mu.Unlock()
+	defer s.shutdown(cancel, svc)
+
+	s.log.Info().Uint64("consumer_instance", uint64(s.instance)).Msg("indexer started")
+	bo := newBackoff(s.cfg.BootstrapBackoffMin, s.cfg.BootstrapBackoffMax)
+	for rctx.Err() == nil {
+		ch, err := coord.WatchLaneMap(rctx, s.cfg.Domain)
+		if err != nil {
+			s.log.Warn().Err(err).Msg("lane map watch failed; retrying")
+			if !sleepCtx(rctx, bo.next()) {
+				break
+			}
+			continue
+		}
+		for m := range ch {
+			bo.reset()
+			s.applyLaneMap(m)
+		}
+		if rctx.Err() == nil {
+			s.log.Warn().Msg("lane map watch ended; watching again")
+			sleepCtx(rctx, bo.next())
+		}
+	}
+	return nil
+}
+
+// setupError reports a failed setup step, or nil when ctx ended meanwhile
+// (a stop during startup is still a stop).
+func setupError(ctx context.Context, step string, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return fmt.Errorf("indexer: %s: %w", step, err)
+}
+
+// shutdown stops the runners, then the endpoint, then the pool.
+func (s *Service) shutdown(cancel context.CancelFunc, svc micro.Service) {
+	cancel()
+	s.mu.Lock()
+	s.closing = true
+	s.mu.Unlock()
+	s.runnersWG.Wait()
+	if err := svc.Stop(); err != nil {
+		s.log.Warn().Err(err).Msg("stopping the NATS endpoint")
+	}
+	close(s.stopFault)
+	s.dispatch.Wait()
+	if p := s.pool.Load(); p != nil {
+		_ = p.Close() // always nil
+	}
+	s.log.Info().Msg("indexer stopped")
+}
+
+// applyLaneMap starts a runner for every lane entry not yet running. Lanes
+// are never re-pointed, so a changed entry on a running lane is refused.
+func (s *Service) applyLaneMap(m lease.LaneMap) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return
+	}
+	for lane, e := range m.Lanes {
+		if e == nil {
+			continue
+		}
+		if r := s.runners[lane]; r != nil {
+			if r.pool != e.Pool || r.dc != e.DcName {
+				s.log.Error().Int("lane", lane).Str("dc", e.DcName).Str("running_dc", r.dc).
+					Msg("lane map re-pointed a running lane; ignoring the change")
+			}
+			continue
+		}
+		s.startLaneLocked(lane, e)
+	}
+}
+
+// startLaneLocked configures lane in the pool (when it exists) and starts
+// its runner. s.mu held.
+func (s *Service) startLaneLocked(lane int, e *lease.LaneEntry) {
+	log := s.log.With().Int("lane", lane).Str("dc", e.DcName).Logger()
+	lm := s.m.forLane(lane, e.DcName)
+	subj, err := wire.NewLaneSubjects(s.cfg.Domain, e.DcName)
+	if err == nil && e.Pool.Domain != s.domainID {
+		err = &consumer.BuildError{Kind: consumer.ErrMixedIndexerDomain, Lane: lane, Expected: s.domainID, Actual: e.Pool.Domain}
+	}
+	if err == nil {
+		if p := s.pool.Load(); p != nil {
+			err = p.ConfigureLane(lane, e.Pool)
+		}
+	}
+	r := newLaneRunner(s, lane, e.DcName, e.Pool, subj, log, lm)
+	s.runners[lane] = r
+	names := *s.names.Load()
+	names[lane] = e.DcName
+	s.names.Store(&names)
+	if err != nil {
+		// The lane stays refused: a lane is never re-pointed, so retrying
+		// the same configuration cannot succeed.
+		lm.fault(ErrLaneConfig.String())
+		r.setStatus(PhaseRefused, laneError(ErrLaneConfig, lane, err, "dc %s", e.DcName).Error())
+		log.Error().Err(err).Msg("lane refused")
+		return
+	}
+	log.Info().Str("pool", e.Pool.String()).Msg("lane added")
+	s.runnersWG.Add(1)
+	go func() {
+		defer s.runnersWG.Done()
+		r.run(s.runnerCtx)
+	}()
+}
+
+// ensurePool returns the pool, building it on first use with format (or
+// Config.Format) and every lane started so far.
+func (s *Service) ensurePool(format ckf.FormatIdentity) (*consumer.Pool, error) {
+	if p := s.pool.Load(); p != nil {
+		return p, nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p := s.pool.Load(); p != nil {
+		return p, nil
+	}
+	if s.closing {
+		return nil, &consumer.IngestionError{Kind: consumer.ErrPoolClosed, Lane: -1}
+	}
+	if s.cfg.Format != nil {
+		format = *s.cfg.Format
+	}
+	var lanes [ckf.LaneCount]*ckf.PoolID
+	for lane, r := range s.runners {
+		if r != nil && r.Status().State != PhaseRefused {
+			pool := r.pool
+			lanes[lane] = &pool
+		}
+	}
+	man, err := consumer.NewManifest(s.instance, s.domainID, format, lanes)
+	if err != nil {
+		return nil, err
+	}
+	ix, err := consumer.NewIndexer(man, s.cfg.Search)
+	if err != nil {
+		return nil, err
+	}
+	p, err := consumer.NewPool(ix, s.cfg.Pool)
+	if err != nil {
+		return nil, err
+	}
+	s.pool.Store(p)
+	s.log.Info().Uint64("bucket_count", format.BucketCount).Uint64("seed", format.Seed).
+		Msg("ingestion pool built")
+	s.dispatch.Add(1)
+	go s.dispatchFaults(p)
+	return p, nil
+}
+
+// dispatchFaults routes pool faults to lane runners until shutdown.
+func (s *Service) dispatchFaults(p *consumer.Pool) {
+	defer s.dispatch.Done()
+	for {
+		select {
+		case <-s.stopFault:
+			return
+		case f := <-p.Faults():
+			s.routeFault(p, f)
+		}
+	}
+}
+
+func (s *Service) routeFault(p *consumer.Pool, f consumer.Fault) {
+	s.mu.Lock()
+	runners := s.runners
+	s.mu.Unlock()
+	if f.Kind == consumer.FaultWorkerFailed {
+		s.log.Error().Int("worker", f.Worker).Msg("ingestion worker failed; its lanes stay down")
+		for lane, r := range runners {
+			if w, ok := p.WorkerForLane(lane); ok && w == f.Worker && r != nil {
+				r.deliverFault(f)
+			}
+		}
+		return
+	}
+	if f.Lane >= 0 && f.Lane < ckf.LaneCount && runners[f.Lane] != nil {
+		runners[f.Lane].deliverFault(f)
+	}
+}
+
+// Ready reports whether some lane is active.
+func (s *Service) Ready() bool {
+	p := s.pool.Load()
+	return p != nil && p.Indexer().ReadyLanes() != 0
+}
+
+// Match answers q over the lanes ready when the query starts. It returns
+// api.ErrUnavailable when no lane is ready.
+func (s *Service) Match(q api.Query) (api.MatchResponse, error) {
+	p := s.pool.Load()
+	if p == nil {
+		return api.MatchResponse{}, api.ErrUnavailable
+	}
+	sc := s.scratch.Get().(*consumer.QueryScratch)
+	defer s.scratch.Put(sc)
+	var res consumer.QueryResult
+	var err error
+	if q.Seqs != nil {
+		err = p.Indexer().FindPrefixMatchesSequence(q.Seqs, sc, &res)
+	} else {
+		err = p.Indexer().FindPrefixMatches(q.Locals, sc, &res)
+	}
+	if errors.Is(err, consumer.ErrUnavailable) {
+		return api.MatchResponse{}, api.ErrUnavailable
+	}
+	if err != nil {
+		return api.MatchResponse{}, fmt.Errorf("indexer: match: %w", err)
+	}
+	names := s.names.Load()
+	resp := api.MatchResponse{ReadyLanes: res.CapturedReadyLanes, Blocks: q.Blocks(), Lanes: []api.LaneDepth{}}
+	for _, l := range res.Lanes {
+		if !l.Present {
+			continue
+		}
+		resp.Lanes = append(resp.Lanes, api.LaneDepth{Lane: int(l.Lane), DC: names[l.Lane], Pool: l.Pool.String(), Depth: l.Depth})
+	}
+	resp.SetBest()
+	return resp, nil
+}
+
+// Lanes reports every lane of the lane map this service follows.
+func (s *Service) Lanes() []api.LaneStatus {
+	s.mu.Lock()
+	runners := s.runners
+	s.mu.Unlock()
+	out := []api.LaneStatus{}
+	for _, r := range runners {
+		if r != nil {
+			out = append(out, r.Status())
+		}
+	}
+	return out
+}
+
+// backoff is an exponential backoff between min and max.
+type backoff struct {
+	min, max, cur time.Duration
+}
+
+func newBackoff(lo, hi time.Duration) *backoff { return &backoff{min: lo, max: hi} }
+
+func (b *backoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
+}
+
+func (b *backoff) reset() { b.cur = 0 }
+
+// sleepCtx waits d or until ctx ends; it reports whether ctx is still live.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
