@@ -1,0 +1,269 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/indexer"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/pkg/metrics"
+	"github.com/ckfrelay/ckfrelay/pkg/relay"
+	"github.com/ckfrelay/ckfrelay/pkg/replay"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+	"github.com/ckfrelay/ckfrelay/testenv"
+)
+
+const (
+	domain         = "e2e"
+	expectedBlocks = 1 << 15
+	settle         = 60 * time.Second
+)
+
+func logger(t testing.TB) zerolog.Logger {
+	if os.Getenv("CKF_TEST_LOG") != "" {
+		return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)
+	}
+	return zerolog.Nop()
+}
+
+// running is a background Run with an idempotent stop.
+type running struct {
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+func (r *running) stop(t testing.TB) {
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case err := <-r.done:
+			if err != nil {
+				t.Errorf("run: %v", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Error("did not stop within 15s")
+		}
+	})
+}
+
+func background(t testing.TB, run func(ctx context.Context) error) *running {
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &running{cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- run(ctx) }()
+	t.Cleanup(func() { r.stop(t) })
+	return r
+}
+
+type relayProc struct {
+	*relay.Relay
+	*running
+	reg *metrics.Registry
+}
+
+func relayConfig(t testing.TB, dc, instance string, tp trace.TracerProvider) relay.Config {
+	c := relay.DefaultConfig(domain, dc)
+	c.Instance = instance
+	c.CKF = ckf.NewConfig(expectedBlocks)
+	c.PublishInterval = 2 * time.Millisecond
+	c.HeartbeatInterval = 25 * time.Millisecond
+	c.SnapshotInterval = time.Hour
+	c.LeaseTTL = 900 * time.Millisecond
+	c.Streams = jsx.Options{Memory: true}
+	c.Logger = logger(t).With().Str("proc", instance).Logger()
+	c.Tracer = tp
+	return c
+}
+
+func startRelay(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config) *relayProc {
+	t.Helper()
+	reg := metrics.NewRegistry()
+	cfg.Metrics = reg
+	r, err := relay.New(nc, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &relayProc{Relay: r, running: background(t, r.Run), reg: reg}
+}
+
+type indexerProc struct {
+	*indexer.Service
+	*running
+}
+
+func indexerConfig(t testing.TB, tp trace.TracerProvider) indexer.Config {
+	pc := consumer.DefaultPoolConfig()
+	// Far above any scheduling delay of a loaded -race run: only injected
+	// faults may retire lanes here.
+	pc.MaxDirtyToAppliedAge = time.Minute
+	return indexer.Config{
+		Domain:              domain,
+		Pool:                pc,
+		Logger:              logger(t).With().Str("proc", "indexer").Logger(),
+		Tracer:              tp,
+		BootstrapBackoffMin: 10 * time.Millisecond,
+		BootstrapBackoffMax: 200 * time.Millisecond,
+		StatePollInterval:   20 * time.Millisecond,
+		Streams:             jsx.Options{Memory: true},
+	}
+}
+
+func startIndexer(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg indexer.Config) *indexerProc {
+	t.Helper()
+	s, err := indexer.New(nc, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &indexerProc{Service: s, running: background(t, s.Run)}
+}
+
+// workload is a replayed trace over named DCs with exact ground truth.
+type workload struct {
+	dcs   []string
+	rp    *replay.Replayer
+	steps []replay.Step
+}
+
+func newWorkload(t testing.TB, dcs []string, requests int, seed uint64) *workload {
+	t.Helper()
+	reqs, err := replay.LoadEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp, err := replay.New(replay.Config{DCs: dcs, WorkersPerDC: 3, CapacityBlocks: 384, Duplication: 1, Affinity: 0.7, Seed: seed}, reqs[:requests])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &workload{dcs: dcs, rp: rp}
+}
+
+// publish replays n more requests and publishes their events.
+func (w *workload) publish(t testing.TB, js jetstream.JetStream, n int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var futures []jetstream.PubAckFuture
+	for range n {
+		st, ok := w.rp.Next()
+		if !ok {
+			break
+		}
+		w.steps = append(w.steps, st)
+		if len(st.Events) == 0 {
+			continue
+		}
+		b, err := json.Marshal(st.Events)
+		if err != nil {
+			t.Fatal(err)
+		}
+		subj, _ := wire.WorkerEventsSubject(domain, w.dcs[st.DC], st.Worker)
+		f, err := js.PublishAsync(subj, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		futures = append(futures, f)
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Ok():
+		case err := <-f.Err():
+			t.Fatal(err)
+		case <-ctx.Done():
+			t.Fatal("no publish ack")
+		}
+	}
+}
+
+// check queries every replayed request and compares each lane's depth with
+// the exact depth its DC holds. It returns an error while any lane is below
+// the truth (a false negative) or missing, and the overestimate count.
+func (w *workload) check(ix *indexerProc, dcs ...string) (over int, err error) {
+	if len(dcs) == 0 {
+		dcs = w.dcs
+	}
+	under, missing := 0, 0
+	for _, st := range w.steps {
+		resp, err := ix.Match(api.Query{Locals: st.Locals})
+		if err != nil {
+			return 0, err
+		}
+		seqs := ckf.SequenceHashes(nil, st.Locals)
+		for _, dc := range dcs {
+			idx := indexOf(w.dcs, dc)
+			truth := w.rp.Depth(idx, seqs)
+			found := false
+			for _, l := range resp.Lanes {
+				if l.DC != dc {
+					continue
+				}
+				found = true
+				if int(l.Depth) < truth {
+					under++
+				} else if int(l.Depth) > truth {
+					over++
+				}
+			}
+			if !found {
+				missing++
+			}
+		}
+	}
+	if under > 0 || missing > 0 {
+		return over, fmt.Errorf("%d lane answers below the exact depth, %d lanes missing", under, missing)
+	}
+	return over, nil
+}
+
+func indexOf(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// converge waits until check passes and returns the overestimates.
+func (w *workload) converge(t testing.TB, ix *indexerProc, dcs ...string) int {
+	t.Helper()
+	var over int
+	testenv.Eventually(t, settle, 20*time.Millisecond, func() error {
+		var err error
+		over, err = w.check(ix, dcs...)
+		return err
+	})
+	return over
+}
+
+func waitFor(t testing.TB, what string, fn func() bool) {
+	t.Helper()
+	testenv.Eventually(t, settle, 5*time.Millisecond, func() error {
+		if fn() {
+			return nil
+		}
+		return errors.New(what)
+	})
+}
+
+func laneOf(ix *indexerProc, dc string) (api.LaneStatus, bool) {
+	for _, l := range ix.Lanes() {
+		if l.DC == dc {
+			return l, true
+		}
+	}
+	return api.LaneStatus{}, false
+}
