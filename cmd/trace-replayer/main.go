@@ -216,6 +216,9 @@ func onePass(ctx context.Context, o *options, js jetstream.JetStream, client *ht
 				}
 			}
 		}
+		if step.Index == 0 && o.indexerURL != "" {
+			exampleQuery(stdout, o.indexerURL, step.Locals)
+		}
 		// A router asks where the prefix lives before the request is served.
 		if o.indexerURL != "" && o.queryEvery > 0 && step.Index%o.queryEvery == 0 {
 			query(ctx, client, o, rp, step, st)
@@ -244,18 +247,45 @@ func onePass(ctx context.Context, o *options, js jetstream.JetStream, client *ht
 		}
 		st.requests++
 		if time.Now().After(nextStatus) {
-			fmt.Fprintln(stdout, st.line(total))
+			printStatus(stdout, st.line(total), false)
 			nextStatus = time.Now().Add(o.status)
 		}
 	}
 	if err := waitAcks(ctx, pending); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, st.line(total))
+	printStatus(stdout, st.line(total), true)
 	if o.verify && o.indexerURL != "" {
 		return verify(ctx, o, client, rp, stdout)
 	}
 	return nil
+}
+
+// printStatus rewrites one status line in place on a terminal and prints
+// one line per update elsewhere (logs, CI).
+func printStatus(w io.Writer, line string, final bool) {
+	if f, ok := w.(*os.File); ok {
+		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
+			end := ""
+			if final {
+				end = "\n"
+			}
+			fmt.Fprintf(w, "\r\033[K%s%s", line, end)
+			return
+		}
+	}
+	fmt.Fprintln(w, line)
+}
+
+// exampleQuery prints a ready-to-run query for one replayed request.
+func exampleQuery(w io.Writer, url string, locals []ckf.LocalBlockHash) {
+	n := min(len(locals), 8)
+	hs := make([]string, n)
+	for i := range n {
+		hs[i] = fmt.Sprint(uint64(locals[i]))
+	}
+	fmt.Fprintf(w, "query it yourself:\n  curl -s %s/v1/lanes\n  curl -s -X POST %s/v1/match -d '{\"local_hashes\":[%s]}'\n",
+		url, url, strings.Join(hs, ","))
 }
 
 func waitAcks(ctx context.Context, fs []jetstream.PubAckFuture) error {
