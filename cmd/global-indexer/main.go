@@ -5,7 +5,8 @@
 //
 // Every flag can also be given as an environment variable CKFRELAY_<FLAG>
 // (upper snake case, e.g. CKFRELAY_NATS_URL); a flag on the command line
-// wins over the environment.
+// wins over the environment. The connection, logging and tracing flags are
+// those of internal/cli, shared with the other ckfrelay binaries.
 package main
 
 import (
@@ -18,27 +19,19 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"syscall"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/metrics"
-	"github.com/ckfrelay/ckfrelay/pkg/natsembed"
-	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
-
-// EnvPrefix prefixes the environment variable of every flag.
-const EnvPrefix = "CKFRELAY_"
 
 // Exit codes.
 const (
@@ -47,8 +40,18 @@ const (
 	exitUsage = 2
 )
 
-// shutdownTimeout bounds the HTTP server's graceful shutdown.
-const shutdownTimeout = 10 * time.Second
+const (
+	// serviceName names the process in logs, traces and NATS connections.
+	serviceName = "global-indexer"
+	// natsName is the NATS connection (and embedded server) name.
+	natsName = "ckf-global-indexer"
+	// shutdownTimeout bounds the HTTP server's graceful shutdown and the
+	// final trace flush.
+	shutdownTimeout = 10 * time.Second
+	// defaultMaxApplyLag is the binary's default for --max-apply-lag; see
+	// the flag help for why it differs from the library's.
+	defaultMaxApplyLag = 100 * time.Millisecond
+)
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
@@ -59,129 +62,142 @@ func main() {
 
 // options are the parsed flags.
 type options struct {
-	NatsURL        string
-	NatsPort       int
-	StoreDir       string
-	Domain         string
-	HTTPAddr       string
-	ExpectedBlocks uint64
-	LogLevel       zerolog.Level
-	LogFormat      string
-	Workers        int
-	Queue          int
+	common         cli.Common
+	domain         string
+	httpAddr       string
+	expectedBlocks uint64
+	workers        int
+	queue          int
+	maxApplyLag    time.Duration
+	controlTimeout time.Duration
 }
 
 // errUsage marks a bad command line or environment (exit code 2).
 var errUsage = errors.New("usage")
 
 // parseFlags parses args over the environment (env returns "" for unset).
-// flag.ErrHelp is returned for -h; other errors wrap errUsage.
+// flag.ErrHelp is returned for -h; other errors wrap errUsage and name the
+// flag, or the environment variable when the value came from there.
 func parseFlags(args []string, env func(string) string, out io.Writer) (options, error) {
 	var o options
-	var logLevel string
-	fs := flag.NewFlagSet("global-indexer", flag.ContinueOnError)
+	fs := flag.NewFlagSet(serviceName, flag.ContinueOnError)
 	fs.SetOutput(out)
-	fs.StringVar(&o.NatsURL, "nats-url", "", "NATS server URL; empty starts an embedded nats-server")
-	fs.IntVar(&o.NatsPort, "nats-port", 4222, "client port of the embedded nats-server (-1: random)")
-	fs.StringVar(&o.StoreDir, "store-dir", "", "JetStream store directory of the embedded nats-server (default: a temporary directory)")
-	fs.StringVar(&o.Domain, "domain", "default", "indexer domain")
-	fs.StringVar(&o.HTTPAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address of the query API")
-	fs.Uint64Var(&o.ExpectedBlocks, "expected-blocks", 0, "expected blocks per DC fixing the CKF format (0: learn it from the first snapshot)")
-	fs.StringVar(&logLevel, "log-level", "info", "log level (trace, debug, info, warn, error)")
-	fs.StringVar(&o.LogFormat, "log-format", "json", "log format (json or console)")
-	fs.IntVar(&o.Workers, "workers", ckf.DefaultIngestionWorkers, "ingestion workers")
-	fs.IntVar(&o.Queue, "queue", ckf.DefaultIngestionQueue, "queue capacity of each ingestion worker")
+	o.common.Register(fs)
+	fs.StringVar(&o.domain, "domain", "default", "indexer domain (one logical KV index namespace)")
+	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address of the query API, health and metrics")
+	fs.Uint64Var(&o.expectedBlocks, "expected-blocks", 0, "expected blocks per DC fixing the CKF format (0: learn it from the first snapshot)")
+	fs.IntVar(&o.workers, "workers", ckf.DefaultIngestionWorkers, "ingestion workers")
+	fs.IntVar(&o.queue, "queue", ckf.DefaultIngestionQueue, "queue capacity of each ingestion worker")
+	fs.DurationVar(&o.maxApplyLag, "max-apply-lag", defaultMaxApplyLag,
+		fmt.Sprintf("retire a lane whose oldest admitted delta is not applied within this age; the seed's %s (still the library default) retires lanes spuriously on a loaded host", ckf.DefaultMaxDirtyToAppliedAge))
+	fs.DurationVar(&o.controlTimeout, "control-timeout", ckf.DefaultControlTimeout, "bound on each ingestion pool control operation (assign, snapshot install, drain)")
 
-	var envErr error
-	fs.VisitAll(func(f *flag.Flag) {
-		name := EnvName(f.Name)
-		v := env(name)
-		if v == "" || envErr != nil {
-			return
-		}
-		if err := fs.Set(f.Name, v); err != nil {
-			envErr = fmt.Errorf("%w: invalid value %q for %s: %w", errUsage, v, name, err)
-		}
-	})
-	if envErr != nil {
-		return options{}, envErr
-	}
-	if err := fs.Parse(args); err != nil {
+	if err := cli.Parse(fs, args, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return options{}, err
 		}
 		return options{}, fmt.Errorf("%w: %w", errUsage, err)
 	}
-	if fs.NArg() > 0 {
-		return options{}, fmt.Errorf("%w: unexpected arguments %q", errUsage, fs.Args())
+	// Values set from the environment are not visited: name their variable.
+	onCommandLine := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { onCommandLine[f.Name] = true })
+	bad := func(name, format string, a ...any) error {
+		src := ""
+		if !onCommandLine[name] && env(cli.EnvName(name)) != "" {
+			src = " (from " + cli.EnvName(name) + ")"
+		}
+		return fmt.Errorf("%w: --%s %q%s: %s", errUsage, name, fs.Lookup(name).Value.String(), src, fmt.Sprintf(format, a...))
 	}
-	lvl, err := zerolog.ParseLevel(logLevel)
-	if err != nil || logLevel == "" {
-		return options{}, fmt.Errorf("%w: --log-level %q: want trace, debug, info, warn or error", errUsage, logLevel)
+
+	if err := logFlagsError(o.common); err != nil {
+		return options{}, bad(err.name, "%s", err.want)
 	}
-	o.LogLevel = lvl
+	embedded := o.common.NatsURL == ""
 	switch {
-	case o.LogFormat != "json" && o.LogFormat != "console":
-		return options{}, fmt.Errorf("%w: --log-format %q: want json or console", errUsage, o.LogFormat)
-	case o.NatsURL == "" && (o.NatsPort < -1 || o.NatsPort == 0 || o.NatsPort > 65535):
-		return options{}, fmt.Errorf("%w: --nats-port %d: want 1..65535 or -1", errUsage, o.NatsPort)
-	case o.Workers < 1:
-		return options{}, fmt.Errorf("%w: --workers %d: want at least 1", errUsage, o.Workers)
-	case o.Queue < 1:
-		return options{}, fmt.Errorf("%w: --queue %d: want at least 1", errUsage, o.Queue)
-	case o.HTTPAddr == "":
+	case embedded && (o.common.NatsPort < -1 || o.common.NatsPort == 0 || o.common.NatsPort > 65535):
+		return options{}, bad("nats-port", "want 1..65535, or -1 for a free port")
+	case embedded && o.common.JSDomain != "":
+		return options{}, bad("js-domain", "needs --nats-url: the embedded nats-server has no JetStream domain")
+	case o.workers < 1:
+		return options{}, bad("workers", "want at least 1")
+	case o.queue < 1:
+		return options{}, bad("queue", "want at least 1")
+	case o.maxApplyLag <= 0:
+		return options{}, bad("max-apply-lag", "want a positive duration")
+	case o.controlTimeout <= 0:
+		return options{}, bad("control-timeout", "want a positive duration")
+	case o.httpAddr == "":
 		return options{}, fmt.Errorf("%w: --http-addr is required", errUsage)
 	}
-	if _, err := o.config(zerolog.Nop(), nil); err != nil {
+	if o.expectedBlocks > 0 {
+		if _, err := ckf.NewConfig(o.expectedBlocks).Format(); err != nil {
+			return options{}, bad("expected-blocks", "%v", err)
+		}
+	}
+	if _, err := o.config(zerolog.Nop(), nil, nil); err != nil {
 		return options{}, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return o, nil
 }
 
-// EnvName is the environment variable of a flag: "nats-url" → CKFRELAY_NATS_URL.
-func EnvName(flagName string) string {
-	return EnvPrefix + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+// logFlagError is an invalid logging flag.
+type logFlagError struct{ name, want string }
+
+// logFlagsError checks the logging flags one at a time (cli.Common.Logger
+// reports the first bad one without saying which) so the error can name the
+// flag's source.
+func logFlagsError(c cli.Common) *logFlagError {
+	lvl := c
+	lvl.LogFormat = "json"
+	if _, err := lvl.Logger(io.Discard); err != nil {
+		return &logFlagError{"log-level", "want trace, debug, info, warn or error"}
+	}
+	if _, err := c.Logger(io.Discard); err != nil {
+		return &logFlagError{"log-format", "want console or json"}
+	}
+	return nil
 }
 
-// config builds the indexer config the options describe.
-func (o options) config(log zerolog.Logger, reg *metrics.Registry) (indexer.Config, error) {
+// config builds the indexer config the options describe. tp may be nil (no
+// tracing).
+func (o options) config(log zerolog.Logger, reg *metrics.Registry, tp trace.TracerProvider) (indexer.Config, error) {
 	pc := consumer.DefaultPoolConfig()
-	pc.WorkerCount, pc.QueueCapacity = o.Workers, o.Queue
+	pc.WorkerCount, pc.QueueCapacity = o.workers, o.queue
+	pc.MaxDirtyToAppliedAge, pc.ControlTimeout = o.maxApplyLag, o.controlTimeout
 	cfg := indexer.Config{
-		Domain:  o.Domain,
+		Domain:  o.domain,
 		Pool:    pc,
 		Logger:  log,
 		Metrics: reg,
-		Tracer:  otel.GetTracerProvider(),
+		Tracer:  tp,
 	}
-	if o.ExpectedBlocks > 0 {
-		f, err := ckf.NewConfig(o.ExpectedBlocks).Format()
+	if o.expectedBlocks > 0 {
+		f, err := ckf.NewConfig(o.expectedBlocks).Format()
 		if err != nil {
-			return indexer.Config{}, fmt.Errorf("--expected-blocks %d: %w", o.ExpectedBlocks, err)
+			return indexer.Config{}, fmt.Errorf("--expected-blocks %d: %w", o.expectedBlocks, err)
 		}
 		cfg.Format = &f
 	}
 	return cfg, cfg.Validate()
 }
 
-func newLogger(o options, w io.Writer) zerolog.Logger {
-	if o.LogFormat == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
-	}
-	return zerolog.New(w).Level(o.LogLevel).With().Timestamp().Str("service", "global-indexer").Logger()
-}
-
-// run is main without the process: it returns the exit code.
+// run is main without the process: it returns the exit code. Logs go to
+// stdout; usage errors to stderr.
 func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
 	o, err := parseFlags(args, env, stderr)
 	if errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "global-indexer: %v\n", err)
+		fmt.Fprintf(stderr, "%s: %v\n", serviceName, err)
 		return exitUsage
 	}
-	log := newLogger(o, stdout)
+	log, err := o.common.Logger(stdout)
+	if err != nil { // parseFlags checked the logging flags
+		fmt.Fprintf(stderr, "%s: %v\n", serviceName, err)
+		return exitUsage
+	}
+	log = log.With().Str("service", serviceName).Logger()
 	if err := serve(ctx, o, log); err != nil {
 		log.Error().Err(err).Msg("global-indexer failed")
 		return exitError
@@ -191,37 +207,38 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 
 // serve runs the indexer until ctx ends.
 func serve(ctx context.Context, o options, log zerolog.Logger) error {
-	url := o.NatsURL
-	if url == "" {
-		srv, cleanup, err := startEmbedded(o, log)
-		if err != nil {
-			return err
+	tp, shutdownTracing, err := o.common.Tracer(ctx, serviceName)
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	// Registered first so it runs last: spans of the final lane applies are
+	// flushed after the indexer and the connection have stopped.
+	defer func() {
+		fctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+		defer cancel()
+		if err := shutdownTracing(fctx); err != nil {
+			log.Warn().Err(err).Msg("trace flush failed")
 		}
-		defer cleanup()
-		url = srv
-	}
-	nc, err := nats.Connect(url, nats.Name("ckf-global-indexer"), nats.MaxReconnects(-1))
-	if err != nil {
-		return fmt.Errorf("connect %s: %w", url, err)
-	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return fmt.Errorf("jetstream: %w", err)
-	}
-	reg := metrics.NewRegistry()
-	cfg, err := o.config(log, reg)
+	}()
+	conn, err := o.common.Connect(natsName, log)
 	if err != nil {
 		return err
 	}
-	svc, err := indexer.New(nc, js, cfg)
+	defer conn.Close()
+
+	reg := metrics.NewRegistry()
+	cfg, err := o.config(log, reg, tp)
+	if err != nil {
+		return err
+	}
+	svc, err := indexer.New(conn.NC, conn.JS, cfg)
 	if err != nil {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", o.HTTPAddr)
+	ln, err := net.Listen("tcp", o.httpAddr)
 	if err != nil {
-		return fmt.Errorf("http listen: %w", err)
+		return fmt.Errorf("http listen %s: %w", o.httpAddr, err)
 	}
 	hs := &http.Server{Handler: api.Handler(svc, svc.APIMetrics(), reg), ReadHeaderTimeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(ctx)
@@ -237,8 +254,7 @@ func serve(ctx context.Context, o options, log zerolog.Logger) error {
 		}
 		httpErr <- err
 	}()
-	log.Info().Str("http_addr", ln.Addr().String()).Str("nats_url", url).Str("domain", o.Domain).
-		Str("match_subject", indexer.MatchSubject(o.Domain)).Msg("global-indexer serving")
+	logServing(log, o, conn, ln.Addr().String())
 
 	runErr := svc.Run(ctx)
 	shutCtx, stop := context.WithTimeout(context.Background(), shutdownTimeout)
@@ -257,36 +273,22 @@ func serve(ctx context.Context, o options, log zerolog.Logger) error {
 	return nil
 }
 
-// startEmbedded starts the embedded nats-server and returns its URL and a
-// cleanup that stops it (and removes a temporary store).
-func startEmbedded(o options, log zerolog.Logger) (string, func(), error) {
-	dir, tmp := o.StoreDir, false
-	if dir == "" {
-		d, err := os.MkdirTemp("", "ckf-indexer-js-")
-		if err != nil {
-			return "", nil, fmt.Errorf("embedded nats store: %w", err)
-		}
-		dir, tmp = d, true
+// logServing says where to query the indexer and, with the embedded server,
+// how the other binaries join it (cli.Connect already logged its URL).
+func logServing(log zerolog.Logger, o options, conn *cli.Conn, httpAddr string) {
+	ev := log.Info().
+		Str("http_addr", httpAddr).
+		Str("match_url", "http://"+httpAddr+"/v1/match").
+		Str("match_subject", indexer.MatchSubject(o.domain)).
+		Str("micro_service", indexer.MicroServiceName).
+		Str("nats_url", conn.URL).
+		Str("domain", o.domain).
+		Str("max_apply_lag", o.maxApplyLag.String())
+	if o.common.JSDomain != "" {
+		ev = ev.Str("js_domain", o.common.JSDomain)
 	}
-	var srv *server.Server
-	opts, err := natsembed.EmbeddedOptions{Host: natsembed.DefaultHost, Port: o.NatsPort, StoreDir: dir}.ServerOptions()
-	if err == nil {
-		// Full-size deltas need the relay transport's 8 MiB, not NATS's 1 MiB default.
-		opts.MaxPayload = wire.MaxMessageBytes
-		srv, err = natsembed.RunOptions(opts, nil, natsembed.DefaultReadyTimeout)
+	if conn.Embedded != nil {
+		ev = ev.Str("join_with", fmt.Sprintf("--nats-url %s --domain %s", conn.URL, o.domain))
 	}
-	if err != nil {
-		if tmp {
-			os.RemoveAll(dir)
-		}
-		return "", nil, fmt.Errorf("embedded nats-server: %w", err)
-	}
-	log.Info().Str("store_dir", dir).Str("url", srv.ClientURL()).Msg("embedded nats-server started")
-	return srv.ClientURL(), func() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		if tmp {
-			os.RemoveAll(dir)
-		}
-	}, nil
+	ev.Msg("global-indexer serving: POST queries to match_url, or NATS requests to match_subject")
 }

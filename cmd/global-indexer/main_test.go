@@ -14,9 +14,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -24,47 +29,118 @@ func envOf(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
+// defaultOptions are the options with no flag and no environment.
+func defaultOptions() options {
+	return options{
+		common: cli.Common{NatsPort: 4222, LogLevel: "info", LogFormat: "console"},
+		domain: "default", httpAddr: "127.0.0.1:8080",
+		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
+		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
+	}
+}
+
 func TestParseFlagsDefaultsEnvAndPrecedence(t *testing.T) {
 	o, err := parseFlags(nil, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := options{NatsPort: 4222, Domain: "default", HTTPAddr: "127.0.0.1:8080", LogLevel: zerolog.InfoLevel,
-		LogFormat: "json", Workers: ckf.DefaultIngestionWorkers, Queue: ckf.DefaultIngestionQueue}
-	if o != want {
+	if want := defaultOptions(); o != want {
 		t.Fatalf("defaults %+v, want %+v", o, want)
+	}
+	if o.maxApplyLag == ckf.DefaultMaxDirtyToAppliedAge {
+		t.Fatal("the binary must not default to the seed's 10ms apply lag")
 	}
 
 	env := envOf(map[string]string{
 		"CKFRELAY_NATS_URL":        "nats://example:4222",
+		"CKFRELAY_JS_DOMAIN":       "hub",
 		"CKFRELAY_DOMAIN":          "prod",
 		"CKFRELAY_EXPECTED_BLOCKS": "1000",
 		"CKFRELAY_LOG_LEVEL":       "debug",
 		"CKFRELAY_WORKERS":         "2",
+		"CKFRELAY_MAX_APPLY_LAG":   "250ms",
+		"CKFRELAY_CONTROL_TIMEOUT": "3s",
+		"CKFRELAY_OTLP_ENDPOINT":   "collector:4318",
 	})
-	o, err = parseFlags([]string{"--domain", "staging", "--queue=16", "--log-format", "console"}, env, io.Discard)
+	o, err = parseFlags([]string{"--domain", "staging", "--queue=16", "--log-format", "json", "--max-apply-lag", "40ms"}, env, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want = options{NatsURL: "nats://example:4222", NatsPort: 4222, Domain: "staging", HTTPAddr: "127.0.0.1:8080",
-		ExpectedBlocks: 1000, LogLevel: zerolog.DebugLevel, LogFormat: "console", Workers: 2, Queue: 16}
+	want := defaultOptions()
+	want.common.NatsURL, want.common.JSDomain, want.common.LogLevel, want.common.LogFormat = "nats://example:4222", "hub", "debug", "json"
+	want.common.OTLPEndpoint = "collector:4318"
+	want.domain, want.expectedBlocks, want.workers, want.queue = "staging", 1000, 2, 16
+	want.maxApplyLag, want.controlTimeout = 40*time.Millisecond, 3*time.Second
 	if o != want {
 		t.Fatalf("parsed %+v, want %+v (flags must win over the environment)", o, want)
 	}
-	cfg, err := o.config(zerolog.Nop(), nil)
+	tp := noop.NewTracerProvider()
+	cfg, err := o.config(zerolog.Nop(), nil, tp)
 	if err != nil {
 		t.Fatal(err)
 	}
 	wantFormat, _ := ckf.NewConfig(1000).Format()
-	if cfg.Format == nil || *cfg.Format != wantFormat || cfg.Pool.WorkerCount != 2 || cfg.Pool.QueueCapacity != 16 {
+	if cfg.Format == nil || *cfg.Format != wantFormat || cfg.Domain != "staging" {
 		t.Fatalf("config %+v", cfg)
+	}
+	if p := cfg.Pool; p.WorkerCount != 2 || p.QueueCapacity != 16 || p.MaxDirtyToAppliedAge != 40*time.Millisecond || p.ControlTimeout != 3*time.Second {
+		t.Fatalf("pool config %+v", p)
+	}
+	if cfg.Tracer != tp {
+		t.Fatalf("tracer %v, want the one from cli.Common.Tracer", cfg.Tracer)
+	}
+	if cfg, _ := defaultOptions().config(zerolog.Nop(), nil, nil); cfg.Format != nil {
+		t.Fatal("--expected-blocks 0 must learn the format from snapshots")
 	}
 }
 
-func TestEnvName(t *testing.T) {
-	for flagName, want := range map[string]string{"nats-url": "CKFRELAY_NATS_URL", "queue": "CKFRELAY_QUEUE", "expected-blocks": "CKFRELAY_EXPECTED_BLOCKS"} {
-		if got := EnvName(flagName); got != want {
-			t.Errorf("EnvName(%q) = %q, want %q", flagName, got, want)
+func TestParseFlagsMaxApplyLagAndJSDomain(t *testing.T) {
+	cases := []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		lag      time.Duration
+		jsDomain string
+	}{
+		{"default", nil, nil, 100 * time.Millisecond, ""},
+		{"flag", []string{"--max-apply-lag", "1.5s"}, nil, 1500 * time.Millisecond, ""},
+		{"flag equals", []string{"--max-apply-lag=10ms"}, nil, 10 * time.Millisecond, ""},
+		{"env", nil, map[string]string{"CKFRELAY_MAX_APPLY_LAG": "2s"}, 2 * time.Second, ""},
+		{"flag over env", []string{"--max-apply-lag", "5ms"}, map[string]string{"CKFRELAY_MAX_APPLY_LAG": "2s"}, 5 * time.Millisecond, ""},
+		{"js domain flag", []string{"--nats-url", "nats://leaf:4222", "--js-domain", "hub"}, nil, 100 * time.Millisecond, "hub"},
+		{"js domain env", nil, map[string]string{"CKFRELAY_NATS_URL": "nats://leaf:4222", "CKFRELAY_JS_DOMAIN": "hub"}, 100 * time.Millisecond, "hub"},
+		{"js domain flag over env", []string{"--js-domain", "dc-a"}, map[string]string{"CKFRELAY_NATS_URL": "nats://leaf:4222", "CKFRELAY_JS_DOMAIN": "hub"}, 100 * time.Millisecond, "dc-a"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseFlags(tc.args, envOf(tc.env), io.Discard)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if o.maxApplyLag != tc.lag || o.common.JSDomain != tc.jsDomain {
+				t.Fatalf("max-apply-lag %s js-domain %q, want %s %q", o.maxApplyLag, o.common.JSDomain, tc.lag, tc.jsDomain)
+			}
+			cfg, err := o.config(zerolog.Nop(), nil, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cfg.Pool.MaxDirtyToAppliedAge != tc.lag {
+				t.Fatalf("PoolConfig.MaxDirtyToAppliedAge %s, want %s", cfg.Pool.MaxDirtyToAppliedAge, tc.lag)
+			}
+		})
+	}
+}
+
+func TestHelpDocumentsFlags(t *testing.T) {
+	var help bytes.Buffer
+	if code := run(context.Background(), []string{"-h"}, envOf(nil), io.Discard, &help); code != exitOK {
+		t.Fatalf("-h exit code %d, want 0", code)
+	}
+	for _, want := range []string{"-nats-url", "-js-domain", "-nats-port", "-store-dir", "-log-level", "-log-format",
+		"-otlp-endpoint", "-trace-stdout", "-domain", "-http-addr", "-expected-blocks", "-workers", "-queue",
+		"-max-apply-lag", "spuriously", "-control-timeout"} {
+		if !strings.Contains(help.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, help.String())
 		}
 	}
 }
@@ -77,17 +153,30 @@ func TestParseFlagsErrors(t *testing.T) {
 		want string
 	}{
 		{"unknown flag", []string{"--nope"}, nil, "flag provided but not defined"},
-		{"bad workers", []string{"--workers", "0"}, nil, "--workers 0"},
-		{"bad queue", []string{"--queue=-3"}, nil, "--queue -3"},
+		{"bad workers", []string{"--workers", "0"}, nil, `--workers "0"`},
+		{"bad queue", []string{"--queue=-3"}, nil, `--queue "-3"`},
 		{"non-numeric workers", []string{"--workers", "many"}, nil, "invalid value"},
 		{"bad log level", []string{"--log-level", "loud"}, nil, "--log-level"},
 		{"bad log format", []string{"--log-format", "xml"}, nil, "--log-format"},
 		{"bad port", []string{"--nats-port", "70000"}, nil, "--nats-port"},
+		{"zero port", []string{"--nats-port", "0"}, nil, "--nats-port"},
 		{"bad domain", []string{"--domain", "a.b"}, nil, "domain"},
-		{"positional", []string{"extra"}, nil, "unexpected arguments"},
+		{"overflowing expected blocks", []string{"--expected-blocks", "18446744073709551615"}, nil, "--expected-blocks"},
+		{"positional", []string{"extra"}, nil, "unexpected argument"},
 		{"bad env", nil, map[string]string{"CKFRELAY_WORKERS": "x"}, "CKFRELAY_WORKERS"},
-		{"bad env level", nil, map[string]string{"CKFRELAY_LOG_LEVEL": "shout"}, "--log-level"},
+		{"bad env workers value", nil, map[string]string{"CKFRELAY_WORKERS": "0"}, "CKFRELAY_WORKERS"},
+		{"bad env level", nil, map[string]string{"CKFRELAY_LOG_LEVEL": "shout"}, "--log-level \"shout\" (from CKFRELAY_LOG_LEVEL)"},
+		{"bad env format", nil, map[string]string{"CKFRELAY_LOG_FORMAT": "xml"}, "CKFRELAY_LOG_FORMAT"},
 		{"empty http addr", []string{"--http-addr="}, nil, "--http-addr"},
+		{"zero max apply lag", []string{"--max-apply-lag", "0"}, nil, "--max-apply-lag"},
+		{"negative max apply lag", []string{"--max-apply-lag=-1s"}, nil, "--max-apply-lag"},
+		{"unparsable max apply lag", []string{"--max-apply-lag", "soon"}, nil, "-max-apply-lag"},
+		{"bad env max apply lag", nil, map[string]string{"CKFRELAY_MAX_APPLY_LAG": "100"}, "CKFRELAY_MAX_APPLY_LAG"},
+		{"zero env max apply lag", nil, map[string]string{"CKFRELAY_MAX_APPLY_LAG": "0s"}, "(from CKFRELAY_MAX_APPLY_LAG)"},
+		{"zero control timeout", []string{"--control-timeout", "0s"}, nil, "--control-timeout"},
+		{"bad env control timeout", nil, map[string]string{"CKFRELAY_CONTROL_TIMEOUT": "never"}, "CKFRELAY_CONTROL_TIMEOUT"},
+		{"js domain embedded", []string{"--js-domain", "hub"}, nil, "--js-domain"},
+		{"js domain env embedded", nil, map[string]string{"CKFRELAY_JS_DOMAIN": "hub"}, "CKFRELAY_JS_DOMAIN"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -99,8 +188,8 @@ func TestParseFlagsErrors(t *testing.T) {
 			if code := run(context.Background(), tc.args, envOf(tc.env), io.Discard, &stderr); code != exitUsage {
 				t.Fatalf("run exit code %d, want %d", code, exitUsage)
 			}
-			if !strings.Contains(stderr.String(), "global-indexer:") {
-				t.Fatalf("stderr %q lacks a clear error", stderr.String())
+			if !strings.Contains(stderr.String(), "global-indexer:") || !strings.Contains(stderr.String(), tc.want) {
+				t.Fatalf("stderr %q lacks a clear error mentioning %q", stderr.String(), tc.want)
 			}
 		})
 	}
@@ -110,9 +199,6 @@ func TestParseFlagsErrors(t *testing.T) {
 	}
 	if _, err := parseFlags([]string{"-h"}, envOf(nil), io.Discard); !errors.Is(err, flag.ErrHelp) {
 		t.Fatalf("-h = %v, want flag.ErrHelp", err)
-	}
-	if code := run(context.Background(), []string{"-h"}, envOf(nil), io.Discard, io.Discard); code != exitOK {
-		t.Fatalf("-h exit code %d, want 0", code)
 	}
 }
 
@@ -128,11 +214,15 @@ func (b *syncBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
-// field returns the first value of a log field, if logged.
-func (b *syncBuffer) field(name string) (string, bool) {
+func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	for _, line := range strings.Split(b.buf.String(), "\n") {
+	return b.buf.String()
+}
+
+// field returns the first value of a log field, if logged.
+func (b *syncBuffer) field(name string) (string, bool) {
+	for _, line := range strings.Split(b.String(), "\n") {
 		var m map[string]any
 		if json.Unmarshal([]byte(line), &m) != nil {
 			continue
@@ -144,23 +234,22 @@ func (b *syncBuffer) field(name string) (string, bool) {
 	return "", false
 }
 
-// runInBackground starts run and returns the HTTP address it logged and a
-// stop function that cancels it and returns the exit code.
-func runInBackground(t *testing.T, args []string) (string, func() int) {
+// runInBackground starts run with JSON logs and returns, once it serves,
+// its log and a stop function that cancels it and returns the exit code.
+func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	out := &syncBuffer{}
 	done := make(chan int, 1)
+	args = append([]string{"--log-format", "json"}, args...)
 	go func() { done <- run(ctx, args, envOf(nil), out, io.Discard) }()
-	var addr string
 	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case code := <-done:
-			t.Fatalf("run exited early with %d: %s", code, out.buf.String())
+			t.Fatalf("run exited early with %d: %s", code, out.String())
 		default:
 		}
-		var ok bool
-		if addr, ok = out.field("http_addr"); !ok {
+		if _, ok := out.field("http_addr"); !ok {
 			return errors.New("no http_addr logged yet")
 		}
 		return nil
@@ -180,7 +269,17 @@ func runInBackground(t *testing.T, args []string) (string, func() int) {
 		return code
 	}
 	t.Cleanup(func() { stop() })
-	return addr, stop
+	return out, stop
+}
+
+// mustField returns a logged field or fails the test.
+func mustField(t *testing.T, out *syncBuffer, name string) string {
+	t.Helper()
+	v, ok := out.field(name)
+	if !ok {
+		t.Fatalf("%s not logged: %s", name, out.String())
+	}
+	return v
 }
 
 func get(t *testing.T, url string) (int, string) {
@@ -194,10 +293,25 @@ func get(t *testing.T, url string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
+// checkMatchSubject asks the logged NATS micro subject; without lanes the
+// indexer answers 503, which proves the endpoint lives there.
+func checkMatchSubject(t *testing.T, nc *nats.Conn, subject string) {
+	t.Helper()
+	var msg *nats.Msg
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
+		var err error
+		msg, err = nc.Request(subject, []byte(`{"local_hashes":[1,2]}`), 5*time.Second)
+		return err // no responders until Run has started the endpoint
+	})
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "503" {
+		t.Fatalf("%s error code %q, want 503 (%s)", subject, code, msg.Data)
+	}
+}
+
 func TestRunServesAndShutsDownGracefully(t *testing.T) {
 	srv := testenv.StartServer(t)
-	addr, stop := runInBackground(t, []string{"--nats-url", srv.URL(), "--http-addr", "127.0.0.1:0", "--domain", "maintest"})
-	base := "http://" + addr
+	out, stop := runInBackground(t, []string{"--nats-url", srv.URL(), "--http-addr", "127.0.0.1:0", "--domain", "maintest"})
+	base := "http://" + mustField(t, out, "http_addr")
 	if code, body := get(t, base+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz %d %s", code, body)
 	}
@@ -210,17 +324,66 @@ func TestRunServesAndShutsDownGracefully(t *testing.T) {
 	if code, body := get(t, base+"/metrics"); code != http.StatusOK || !strings.Contains(body, "ckf_api_requests_total") {
 		t.Fatalf("/metrics %d", code)
 	}
+	if got := mustField(t, out, "match_subject"); got != "ckfq.maintest.match" {
+		t.Fatalf("match_subject %q", got)
+	}
+	checkMatchSubject(t, srv.Connect(t), mustField(t, out, "match_subject"))
+	if _, ok := out.field("join_with"); ok {
+		t.Fatal("join hint logged for an external server")
+	}
+	if got := mustField(t, out, "service"); got != "global-indexer" {
+		t.Fatalf("service %q", got)
+	}
 	if code := stop(); code != exitOK {
 		t.Fatalf("exit code %d after cancel, want 0", code)
 	}
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Fatal("HTTP still served after shutdown")
 	}
+	if !strings.Contains(out.String(), "global-indexer stopped") {
+		t.Fatalf("no graceful stop logged: %s", out.String())
+	}
 }
 
 func TestRunWithEmbeddedNATS(t *testing.T) {
-	addr, stop := runInBackground(t, []string{"--nats-port", "-1", "--store-dir", t.TempDir(), "--http-addr", "127.0.0.1:0"})
+	out, stop := runInBackground(t, []string{"--nats-port", "-1", "--store-dir", t.TempDir(), "--http-addr", "127.0.0.1:0"})
+	addr := mustField(t, out, "http_addr")
 	if code, body := get(t, fmt.Sprintf("http://%s/healthz", addr)); code != http.StatusOK {
+		t.Fatalf("/healthz %d %s", code, body)
+	}
+	// Where to join: the URL cli.Connect logged, repeated with the domain.
+	url := mustField(t, out, "url")
+	if got := mustField(t, out, "nats_url"); got != url {
+		t.Fatalf("nats_url %q, embedded url %q", got, url)
+	}
+	if hint := mustField(t, out, "join_with"); hint != "--nats-url "+url+" --domain default" {
+		t.Fatalf("join_with %q", hint)
+	}
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	// Full-size deltas need the relay transport's limit, not NATS's 1 MiB.
+	if got := nc.MaxPayload(); got != wire.MaxMessageBytes {
+		t.Fatalf("embedded max payload %d, want %d", got, wire.MaxMessageBytes)
+	}
+	checkMatchSubject(t, nc, mustField(t, out, "match_subject"))
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit code %d, want 0", code)
+	}
+	if _, err := nats.Connect(url, nats.MaxReconnects(0)); err == nil {
+		t.Fatal("embedded nats-server still running after shutdown")
+	}
+}
+
+func TestRunWithJetStreamDomain(t *testing.T) {
+	srv := testenv.StartServer(t, testenv.WithDomain("hub"))
+	out, stop := runInBackground(t, []string{"--nats-url", srv.URL(), "--js-domain", "hub", "--http-addr", "127.0.0.1:0"})
+	if got := mustField(t, out, "js_domain"); got != "hub" {
+		t.Fatalf("js_domain %q", got)
+	}
+	if code, body := get(t, "http://"+mustField(t, out, "http_addr")+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz %d %s", code, body)
 	}
 	if code := stop(); code != exitOK {
@@ -232,5 +395,16 @@ func TestRunFailsOnUnreachableNATS(t *testing.T) {
 	code := run(context.Background(), []string{"--nats-url", "nats://127.0.0.1:1", "--http-addr", "127.0.0.1:0"}, envOf(nil), io.Discard, io.Discard)
 	if code != exitError {
 		t.Fatalf("exit code %d, want %d", code, exitError)
+	}
+}
+
+func TestRunFailsWhenHTTPAddressIsTaken(t *testing.T) {
+	srv := testenv.StartServer(t)
+	out, _ := runInBackground(t, []string{"--nats-url", srv.URL(), "--http-addr", "127.0.0.1:0"})
+	taken := mustField(t, out, "http_addr")
+	var log bytes.Buffer
+	code := run(context.Background(), []string{"--nats-url", srv.URL(), "--http-addr", taken, "--log-format", "json"}, envOf(nil), &log, io.Discard)
+	if code != exitError || !strings.Contains(log.String(), taken) {
+		t.Fatalf("exit code %d (want %d), log %s", code, exitError, log.String())
 	}
 }
