@@ -82,7 +82,9 @@ func relayConfig(t testing.TB, dc, instance string, tp trace.TracerProvider) rel
 	c.PublishInterval = 2 * time.Millisecond
 	c.HeartbeatInterval = 25 * time.Millisecond
 	c.SnapshotInterval = time.Hour
-	c.LeaseTTL = 900 * time.Millisecond
+	// Long enough that a starved -race run never loses a lease by accident;
+	// stopping a relay releases its lease at once.
+	c.LeaseTTL = 3 * time.Second
 	c.Streams = jsx.Options{Memory: true}
 	c.Logger = logger(t).With().Str("proc", instance).Logger()
 	c.Tracer = tp

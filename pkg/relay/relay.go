@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -581,12 +582,35 @@ func (e *epochRun) snapshot(trigger string) error {
 	e.r.log.Info().Str("trigger", trigger).Uint64("epoch", e.epoch).Uint64("sequence", snap.Sequence).
 		Int("bytes", len(body)).Str("object", name).Msg("barrier snapshot published")
 	// Keep the newest two bodies: a consumer may be fetching the previous one.
+	if len(e.objects) == 0 {
+		e.pruneEarlierEpochs(octx, name)
+	}
 	e.objects = append(e.objects, name)
 	for len(e.objects) > 2 {
 		_ = e.snaps.Delete(octx, e.objects[0])
 		e.objects = e.objects[1:]
 	}
 	return nil
+}
+
+// pruneEarlierEpochs deletes this pool's snapshot bodies left by earlier
+// epochs once the first marker of the new epoch is out: their markers are
+// superseded, and a consumer still fetching one simply bootstraps again.
+func (e *epochRun) pruneEarlierEpochs(ctx context.Context, keep string) {
+	prefix, err := wire.SnapshotObjectName(e.r.cfg.Domain, e.r.cfg.DC, 0, 0)
+	if err != nil {
+		return
+	}
+	prefix = prefix[:strings.LastIndexByte(prefix, '/')+1]
+	infos, err := e.snaps.List(ctx)
+	if err != nil {
+		return // jetstream.ErrNoObjectsFound or a transient error: nothing to do
+	}
+	for _, info := range infos {
+		if strings.HasPrefix(info.Name, prefix) && info.Name != keep {
+			_ = e.snaps.Delete(ctx, info.Name)
+		}
+	}
 }
 
 // heartbeat publishes a drain marker when the sequence moved since the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -251,6 +252,22 @@ func TestRelayRestartRebuildsFromTheInputStreamUnderANewEpoch(t *testing.T) {
 		t.Fatalf("epoch %d after %d", r2.Status().Epoch, epoch1)
 	}
 	want := reference(t, cfg.CKF, steps).Words()
+	obj, err := js.ObjectStore(context.Background(), wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "earlier epochs' snapshot bodies pruned", func() bool {
+		infos, err := obj.List(context.Background())
+		if err != nil {
+			return false
+		}
+		for _, info := range infos {
+			if !strings.Contains(info.Name, fmt.Sprintf("/a/%d-", r2.Status().Epoch)) {
+				return false
+			}
+		}
+		return len(infos) > 0
+	})
 	waitFor(t, "lane converged after restart", func() bool {
 		words, marker, _ := laneImage(t, js, "a")
 		if marker.Lease.Epoch != r2.Status().Epoch {
