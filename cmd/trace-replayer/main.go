@@ -105,6 +105,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "trace-replayer: %v\n", err)
 		return 1
 	}
+	if ctx.Err() != nil {
+		return 130 // interrupted: the replay did not finish
+	}
 	return 0
 }
 
@@ -221,7 +224,7 @@ func onePass(ctx context.Context, o *options, js jetstream.JetStream, client *ht
 		}
 		// A router asks where the prefix lives before the request is served.
 		if o.indexerURL != "" && o.queryEvery > 0 && step.Index%o.queryEvery == 0 {
-			query(ctx, client, o, rp, step, st)
+			query(ctx, client, o, step, st)
 		}
 		if len(step.Events) > 0 {
 			b, err := json.Marshal(step.Events)
@@ -330,7 +333,7 @@ func match(ctx context.Context, client *http.Client, url string, locals []ckf.Lo
 	return out, resp.StatusCode, took, nil
 }
 
-func query(ctx context.Context, client *http.Client, o *options, rp *replay.Replayer, step replay.Step, st *stats) {
+func query(ctx context.Context, client *http.Client, o *options, step replay.Step, st *stats) {
 	resp, code, took, err := match(ctx, client, o.indexerURL, step.Locals)
 	if err != nil || code != http.StatusOK {
 		st.unavail++
@@ -341,10 +344,11 @@ func query(ctx context.Context, client *http.Client, o *options, rp *replay.Repl
 	if len(st.latencies) > 4096 {
 		st.latencies = st.latencies[len(st.latencies)-2048:]
 	}
-	seqs := ckf.SequenceHashes(nil, step.Locals)
+	// The query ran before the request was served: compare with the truth
+	// of that moment.
 	bestTruth, bestDepth := -1, 0
-	for dc := range o.rcfg.DCs {
-		if d := rp.Depth(dc, seqs); d > bestDepth {
+	for dc, d := range step.DepthBefore {
+		if d > bestDepth {
 			bestTruth, bestDepth = dc, d
 		}
 	}
@@ -353,7 +357,7 @@ func query(ctx context.Context, client *http.Client, o *options, rp *replay.Repl
 		if dc < 0 {
 			continue
 		}
-		truth := rp.Depth(dc, seqs)
+		truth := step.DepthBefore[dc]
 		switch {
 		case int(l.Depth) == truth:
 			st.exact++
@@ -365,8 +369,10 @@ func query(ctx context.Context, client *http.Client, o *options, rp *replay.Repl
 	}
 	if bestTruth >= 0 {
 		st.bestN++
-		if resp.Best != nil && resp.Best.DC == o.rcfg.DCs[bestTruth] {
-			st.bestAgree++
+		if resp.Best != nil && int(resp.Best.Depth) == bestDepth {
+			if dc := slices.Index(o.rcfg.DCs, resp.Best.DC); dc >= 0 && step.DepthBefore[dc] == bestDepth {
+				st.bestAgree++
+			}
 		}
 	}
 }

@@ -53,6 +53,9 @@ type Step struct {
 	// Events are the worker's KV events for this request: at most one
 	// Removed (LRU evictions) followed by at most one Stored (new blocks).
 	Events []ckf.RouterEvent
+	// DepthBefore is, per DC, the exact prefix depth of this request held
+	// before it was served: what a router's query should have found.
+	DepthBefore []int
 }
 
 // engineSeed separates the simulated engine's own block-hash chain from
@@ -125,7 +128,10 @@ func (r *Replayer) Next() (Step, bool) {
 	seqs := ckf.SequenceHashes(make([]ckf.SequenceHash, 0, n), locals)
 	dc, w := r.route(req, dup)
 	wk := r.workers[dc][w]
-	step := Step{Index: i, DC: dc, Worker: wk.id, Locals: locals}
+	step := Step{Index: i, DC: dc, Worker: wk.id, Locals: locals, DepthBefore: make([]int, len(r.cfg.DCs))}
+	for d := range r.cfg.DCs {
+		step.DepthBefore[d] = r.Depth(d, seqs)
+	}
 
 	evicted, stored, parentEngine, hasParent := wk.serve(seqs, locals)
 	truth := r.truth[dc]

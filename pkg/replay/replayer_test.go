@@ -83,6 +83,12 @@ func TestReplayEventsAreConsistentWithTheCacheModel(t *testing.T) {
 		if d := r.Depth(st.DC, seqs); d != len(seqs) {
 			t.Fatalf("step %d: serving DC depth %d, want %d", st.Index, d, len(seqs))
 		}
+		for dc, before := range st.DepthBefore {
+			now := r.Depth(dc, seqs)
+			if (dc == st.DC && before > now) || (dc != st.DC && before != now) {
+				t.Fatalf("step %d dc %d: depth before %d, after %d", st.Index, dc, before, now)
+			}
+		}
 	}
 	if evictions == 0 || stores == 0 {
 		t.Fatalf("evictions %d stores %d: the cache model never evicted", evictions, stores)
