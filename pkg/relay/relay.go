@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -584,6 +585,11 @@ func (e *epochRun) snapshot(trigger string) error {
 	// Keep the newest two bodies: a consumer may be fetching the previous one.
 	if len(e.objects) == 0 {
 		e.pruneEarlierEpochs(octx, name)
+	}
+	if slices.Contains(e.objects, name) {
+		// A repeated snapshot at an unchanged sequence rewrote the same
+		// object; it is still the newest and must be kept.
+		return nil
 	}
 	e.objects = append(e.objects, name)
 	for len(e.objects) > 2 {

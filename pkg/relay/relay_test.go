@@ -16,6 +16,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/producer"
 	"github.com/ckfrelay/ckfrelay/pkg/relay"
@@ -404,3 +405,34 @@ type fmtBuf struct{ b []byte }
 func (f *fmtBuf) Write(p []byte) (int, error) { f.b = append(f.b, p...); return len(p), nil }
 func (f *fmtBuf) String() string              { return string(f.b) }
 func (f *fmtBuf) contains(s string) bool      { return strings.Contains(string(f.b), s) }
+
+func TestRepeatedSnapshotRequestsKeepTheNewestBody(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	cfg := testConfig("a")
+	reg := metrics.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	coord, err := lease.New(context.Background(), js)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 4; i++ {
+		if err := coord.RequestSnapshot(context.Background(), domain, "a", "test"); err != nil {
+			t.Fatal(err)
+		}
+		want := fmt.Sprintf(`ckf_relay_snapshots_total{trigger="request"} %d`, i)
+		waitFor(t, want, func() bool {
+			var out fmtBuf
+			reg.WritePrometheus(&out)
+			return out.contains(want)
+		})
+	}
+	// The sequence never moved, so every request rewrote one object: the
+	// newest marker must still name a body that exists.
+	words, marker, _ := laneImage(t, js, "a")
+	if len(words) == 0 || marker.Sequence != 0 {
+		t.Fatalf("marker %+v", marker)
+	}
+}

@@ -1,0 +1,182 @@
+// Command ckf-bench runs ckfrelay's comparative benchmarks (internal/bench)
+// in one process and prints, for each, the subject, its baseline and their
+// ratio: the prefix search against a linear probe, the producer's CKF
+// projection against an exact refcount map, the ingestion pool against
+// direct application, and the whole JetStream pipeline against raw
+// JetStream on the same embedded server (throughput and latency).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"text/tabwriter"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/internal/bench"
+	"github.com/ckfrelay/ckfrelay/internal/cli"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr))
+}
+
+type options struct {
+	only      string
+	buckets   uint64
+	blocks    int
+	chain     int
+	requests  int
+	samples   int
+	benchtime string
+	json      bool
+	quiet     bool
+}
+
+func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
+	o := &options{}
+	fs := flag.NewFlagSet("ckf-bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.only, "only", strings.Join(bench.Suites(), ","), "comma-separated suites to run: "+strings.Join(bench.Suites(), ", "))
+	fs.Uint64Var(&o.buckets, "buckets", 1<<20, "search: buckets per lane (a power of two, e.g. 4194304)")
+	fs.IntVar(&o.blocks, "blocks", 128, "search: blocks per query")
+	fs.IntVar(&o.chain, "chain-blocks", 0, "search: length of the stored chains each lane holds a random prefix of (0 = 4×blocks; = blocks is the search's worst case)")
+	fs.IntVar(&o.requests, "e2e-requests", 4000, "e2e: replayed Mooncake requests for the throughput pair")
+	fs.IntVar(&o.samples, "latency-samples", 300, "e2e: probes per side of the latency pair")
+	fs.StringVar(&o.benchtime, "benchtime", "1s", "run time of each micro-benchmark body (go test -benchtime syntax: 1s, 500ms, 10000x)")
+	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
+	fs.BoolVar(&o.quiet, "quiet", false, "do not print progress on stderr")
+	if err := cli.Parse(fs, args, getenv); err != nil {
+		return nil, err
+	}
+	if o.buckets == 0 || o.buckets&(o.buckets-1) != 0 {
+		return nil, fmt.Errorf("--buckets %d is not a power of two", o.buckets)
+	}
+	if o.blocks <= 0 || o.requests <= 0 || o.samples <= 0 {
+		return nil, fmt.Errorf("--blocks, --e2e-requests and --latency-samples must be positive")
+	}
+	if o.chain != 0 && o.chain < o.blocks {
+		return nil, fmt.Errorf("--chain-blocks %d is shorter than --blocks %d", o.chain, o.blocks)
+	}
+	return o, nil
+}
+
+func (o *options) suites() []string {
+	var out []string
+	for _, s := range strings.Split(o.only, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	o, err := parse(args, getenv, stderr)
+	if err != nil {
+		if err == flag.ErrHelp {
+			return 0
+		}
+		fmt.Fprintln(stderr, "ckf-bench:", err)
+		return 2
+	}
+	suites := o.suites()
+	if err := bench.ValidateSuites(suites); err != nil {
+		fmt.Fprintln(stderr, "ckf-bench:", err)
+		return 2
+	}
+	// testing.Benchmark reads its run time from the testing flags.
+	testing.Init()
+	if err := flag.CommandLine.Set("test.benchtime", o.benchtime); err != nil {
+		fmt.Fprintf(stderr, "ckf-bench: --benchtime %q: %v\n", o.benchtime, err)
+		return 2
+	}
+	cfg := bench.SuiteConfig{
+		Only:           suites,
+		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, ChainBlocks: o.chain},
+		E2ERequests:    o.requests,
+		LatencySamples: o.samples,
+		Progress: func(format string, a ...any) {
+			if !o.quiet {
+				fmt.Fprintf(stderr, "ckf-bench: "+format+"\n", a...)
+			}
+		},
+	}
+	start := time.Now()
+	rep, err := bench.RunSuite(ctx, cfg)
+	if err != nil {
+		fmt.Fprintln(stderr, "ckf-bench:", err)
+		return 1
+	}
+	rep.Info["go"] = runtime.Version()
+	rep.Info["gomaxprocs"] = runtime.GOMAXPROCS(0)
+	rep.Info["benchtime"] = o.benchtime
+	rep.Info["wall_seconds"] = time.Since(start).Round(time.Millisecond).Seconds()
+	if o.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(rep); err != nil {
+			fmt.Fprintln(stderr, "ckf-bench:", err)
+			return 1
+		}
+		return 0
+	}
+	printTable(stdout, rep)
+	return 0
+}
+
+func printTable(w io.Writer, rep *bench.Report) {
+	fmt.Fprintf(w, "ckf-bench  %s  GOMAXPROCS=%v  benchtime=%v  wall=%vs\n", rep.Info["go"], rep.Info["gomaxprocs"], rep.Info["benchtime"], rep.Info["wall_seconds"])
+	if n, ok := rep.Info["e2e_events"]; ok {
+		fmt.Fprintf(w, "e2e: %v requests → %v events in %v messages (%v bytes); pipeline %vms, raw %vms; %v latency probes per side\n",
+			rep.Info["e2e_requests"], n, rep.Info["e2e_messages"], rep.Info["e2e_payload_bytes"], rep.Info["e2e_elapsed_ms"], rep.Info["raw_elapsed_ms"], rep.Info["latency_samples"])
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	for _, p := range rep.Pairs {
+		fmt.Fprintf(tw, "%s\tsubject:\t%s\n", p.Suite, p.Subject)
+		fmt.Fprintf(tw, "\tbaseline:\t%s\n", p.Baseline)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "name\tunit\tsubject\tbaseline\tratio\t better\t")
+	for _, m := range rep.Metrics {
+		ratio := "n/a"
+		if m.Ratio != nil {
+			ratio = fmt.Sprintf("%.3gx", *m.Ratio)
+		}
+		better := " lower"
+		if m.HigherIsBetter {
+			better = " higher"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", m.Name, m.Unit, num(m.Subject), num(m.Baseline), ratio, better)
+	}
+	tw.Flush()
+	fmt.Fprintln(w, "\nratio = subject / baseline; 'better' is the direction in which the subject wins.")
+}
+
+// num formats a figure with three significant digits at least, without
+// exponent notation for the magnitudes benchmarks produce.
+func num(v float64) string {
+	switch {
+	case v == 0:
+		return "0"
+	case v >= 1e4:
+		return fmt.Sprintf("%.0f", v)
+	case v >= 100:
+		return fmt.Sprintf("%.1f", v)
+	default:
+		return fmt.Sprintf("%.3g", v)
+	}
+}

@@ -1,0 +1,215 @@
+package bench
+
+import (
+	"context"
+	"flag"
+	"math"
+	"os"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+)
+
+// TestMain shortens testing.Benchmark's run time for the suite test unless
+// -test.benchtime was given: the test checks that every pair runs and
+// yields sane figures, not the figures themselves.
+func TestMain(m *testing.M) {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.benchtime" })
+	if !set {
+		if err := flag.Set("test.benchtime", "50ms"); err != nil {
+			panic(err)
+		}
+	}
+	os.Exit(m.Run())
+}
+
+func tinySuite() SuiteConfig {
+	return SuiteConfig{
+		Search:         SearchConfig{Buckets: 1 << 12, Blocks: 32, Queries: 8, Seed: 3},
+		Producer:       ProducerConfig{ExpectedBlocks: 1 << 12},
+		Pool:           PoolBenchConfig{ExpectedBlocks: 1 << 10, Sets: 8},
+		E2ERequests:    300,
+		LatencySamples: 10,
+	}
+}
+
+func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a nats-server and runs every pair")
+	}
+	rep, err := RunSuite(context.Background(), tinySuite())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Pairs) != 5 {
+		t.Fatalf("%d pair descriptions, want 5 (search, producer, pool, e2e events, e2e latency)", len(rep.Pairs))
+	}
+	want := map[string]bool{
+		"search/query ns/op": true, "search/query allocs/op": true,
+		"producer/store+remove ns/op": true, "producer/store+remove allocs/op": true,
+		"pool/deltas images/s": true, "pool/deltas allocs/op": true,
+		"e2e/events events/s": true, "e2e/latency p50 µs": true, "e2e/latency p99 µs": true,
+	}
+	for _, m := range rep.Metrics {
+		key := m.Name + " " + m.Unit
+		if !want[key] {
+			t.Errorf("unexpected or repeated row %q", key)
+			continue
+		}
+		delete(want, key)
+		if m.Unit == "allocs/op" {
+			if m.Subject < 0 || m.Baseline < 0 || (m.Ratio == nil && m.Baseline != 0) {
+				t.Errorf("%s: subject %v baseline %v ratio %v", key, m.Subject, m.Baseline, m.Ratio)
+			}
+			continue
+		}
+		if !(m.Subject > 0) || !(m.Baseline > 0) || math.IsInf(m.Subject, 0) || math.IsInf(m.Baseline, 0) {
+			t.Errorf("%s: subject %v baseline %v, want positive finite figures", key, m.Subject, m.Baseline)
+		}
+		if m.Ratio == nil || !(*m.Ratio > 0) || math.IsInf(*m.Ratio, 0) {
+			t.Errorf("%s: ratio %v, want positive and finite", key, m.Ratio)
+		}
+	}
+	for key := range want {
+		t.Errorf("row %q missing", key)
+	}
+	// The search replaces a linear scan: on a 32-block query it must not
+	// be slower than probing every position.
+	for _, m := range rep.Metrics {
+		if m.Name == "search/query" && m.Unit == "allocs/op" && m.Subject != 0 {
+			t.Errorf("FindPrefixMatches allocates %.2f per query", m.Subject)
+		}
+	}
+}
+
+func TestRunSuiteRejectsUnknownSuites(t *testing.T) {
+	if _, err := RunSuite(context.Background(), SuiteConfig{Only: []string{"search", "nope"}}); err == nil {
+		t.Fatal("unknown suite accepted")
+	}
+}
+
+func TestSearchNeverUndercutsTheLinearProbe(t *testing.T) {
+	fx, err := NewSearchFixture(SearchConfig{Buckets: 1 << 12, Blocks: 64, Queries: 16, Seed: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal, total, err := fx.CompareDepths()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if total != 16*16 || equal*100 < total*95 {
+		t.Fatalf("%d of %d lane depths equal to the linear probe's", equal, total)
+	}
+}
+
+func TestLinearProbeDepthIsTheFirstMiss(t *testing.T) {
+	a, err := ckfAddressing(1 << 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lp := NewLinearProbe(a)
+	locals := []uint64{11, 22, 33, 44, 55}
+	present := map[int][]int{0: {0, 1, 2, 3, 4}, 3: {0, 1, 3}, 7: {1, 2}}
+	for lane, pos := range present {
+		lp.setLane(lane, laneWords(a, locals, pos))
+	}
+	got := linearDepths(lp, locals)
+	want := map[int]uint32{0: 5, 3: 2, 7: 0}
+	for l := range 16 {
+		if got[l] != want[l] {
+			t.Errorf("lane %d depth %d, want %d", l, got[l], want[l])
+		}
+	}
+}
+
+func TestProducerDriversHoldTheTargetLoad(t *testing.T) {
+	cfg := ProducerConfig{ExpectedBlocks: 1 << 12}
+	sd, err := NewStateDriver(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := NewRefcountDriver(cfg)
+	for range 500 {
+		sd.storeNext()
+		if err := sd.removeOldest(); err != nil {
+			t.Fatal(err)
+		}
+		md.storeNext()
+		md.removeOldest()
+	}
+	if l := sd.Load(); l < 0.7 || l > 0.85 {
+		t.Fatalf("state load %.3f, want about 0.8", l)
+	}
+	if uint64(md.Len()) != md.liveBlocks() || md.liveBlocks() != sd.liveBlocks() {
+		t.Fatalf("refcount map holds %d, live %d, state live %d", md.Len(), md.liveBlocks(), sd.liveBlocks())
+	}
+}
+
+func TestRatio(t *testing.T) {
+	for _, c := range []struct {
+		s, b, want float64
+		ok         bool
+	}{{2, 4, 0.5, true}, {0, 0, 1, true}, {0, 3, 0, true}, {3, 0, 0, false}} {
+		got, ok := Ratio(c.s, c.b)
+		if got != c.want || ok != c.ok {
+			t.Errorf("Ratio(%v, %v) = %v, %v; want %v, %v", c.s, c.b, got, ok, c.want, c.ok)
+		}
+	}
+}
+
+func BenchmarkSearch(b *testing.B) {
+	p := SearchPair(SearchConfig{})
+	b.Run("subject=FindPrefixMatches", p.Subject)
+	b.Run("baseline=LinearProbe", p.Baseline)
+}
+
+func BenchmarkProducer(b *testing.B) {
+	p := ProducerPair(ProducerConfig{})
+	b.Run("subject=ApplyEventCanonical", p.Subject)
+	b.Run("baseline=RefcountMap", p.Baseline)
+}
+
+func BenchmarkPool(b *testing.B) {
+	p := PoolPair(PoolBenchConfig{})
+	b.Run("subject=Pool16Lanes", p.Subject)
+	b.Run("baseline=DirectApply", p.Baseline)
+}
+
+func BenchmarkEndToEnd(b *testing.B) {
+	b.Run("subject=EndToEndEvents", EndToEndEvents)
+	b.Run("baseline=RawJetStreamEvents", RawJetStreamEvents)
+	b.Run("subject=EventToQueryableLatency", EventToQueryableLatency)
+	b.Run("baseline=RawJetStreamLatency", RawJetStreamLatency)
+}
+
+func ckfAddressing(buckets uint64) (ckf.Addressing, error) {
+	return ckf.NewAddressing(buckets, ckf.DefaultSeed)
+}
+
+// laneWords is a lane holding the chain positions pos of locals.
+func laneWords(a ckf.Addressing, locals []uint64, pos []int) []uint64 {
+	ls := make([]ckf.LocalBlockHash, len(locals))
+	for i, l := range locals {
+		ls[i] = ckf.LocalBlockHash(l)
+	}
+	seqs := ckf.SequenceHashes(nil, ls)
+	words := make([]uint64, a.BucketCount())
+	for _, i := range pos {
+		p := a.Prepare(uint64(seqs[i]))
+		s := ckf.FirstEmpty(words[p.BucketA])
+		words[p.BucketA] = ckf.WithSlot(words[p.BucketA], s, p.Fingerprint)
+	}
+	return words
+}
+
+func linearDepths(lp *LinearProbe, locals []uint64) [ckf.LaneCount]uint32 {
+	ls := make([]ckf.LocalBlockHash, len(locals))
+	for i, l := range locals {
+		ls[i] = ckf.LocalBlockHash(l)
+	}
+	var d [ckf.LaneCount]uint32
+	lp.Depths(ls, &d)
+	return d
+}

@@ -1,0 +1,232 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+)
+
+// Suite names accepted by SuiteConfig.Only.
+const (
+	SuiteSearch   = "search"
+	SuiteProducer = "producer"
+	SuitePool     = "pool"
+	SuiteE2E      = "e2e"
+)
+
+// Suites lists every suite in run order.
+func Suites() []string { return []string{SuiteSearch, SuiteProducer, SuitePool, SuiteE2E} }
+
+// SuiteConfig selects and sizes the pairs RunSuite runs.
+type SuiteConfig struct {
+	// Only lists the suites to run (nil: all of Suites()).
+	Only     []string
+	Search   SearchConfig
+	Producer ProducerConfig
+	Pool     PoolBenchConfig
+	E2E      E2EConfig
+	// E2ERequests is the number of replayed requests of the throughput
+	// pair (default 4000).
+	E2ERequests int
+	// LatencySamples is the number of probes of each latency side
+	// (default 300); LatencyGap the pause between probes (default LatencyGap).
+	LatencySamples int
+	LatencyGap     time.Duration
+	// Benchmark runs one body (default testing.Benchmark).
+	Benchmark func(func(*testing.B)) testing.BenchmarkResult
+	// Progress, when set, is told what is about to run.
+	Progress func(format string, args ...any)
+}
+
+// Description names what the two sides of a suite are.
+type Description struct {
+	Suite    string `json:"suite"`
+	Subject  string `json:"subject"`
+	Baseline string `json:"baseline"`
+}
+
+// Report is RunSuite's outcome.
+type Report struct {
+	Pairs   []Description  `json:"pairs"`
+	Metrics []Metric       `json:"metrics"`
+	Info    map[string]any `json:"info"`
+}
+
+func (c SuiteConfig) withDefaults() SuiteConfig {
+	if c.Only == nil {
+		c.Only = Suites()
+	}
+	if c.E2ERequests == 0 {
+		c.E2ERequests = 4000
+	}
+	if c.LatencySamples == 0 {
+		c.LatencySamples = 300
+	}
+	if c.LatencyGap == 0 {
+		c.LatencyGap = LatencyGap
+	}
+	if c.Benchmark == nil {
+		c.Benchmark = testing.Benchmark
+	}
+	if c.Progress == nil {
+		c.Progress = func(string, ...any) {}
+	}
+	c.Search = c.Search.withDefaults()
+	c.Producer = c.Producer.withDefaults()
+	c.Pool = c.Pool.withDefaults()
+	c.E2E = c.E2E.withDefaults()
+	return c
+}
+
+// ValidateSuites reports an unknown suite name.
+func ValidateSuites(names []string) error {
+	for _, n := range names {
+		if !slices.Contains(Suites(), n) {
+			return fmt.Errorf("bench: unknown suite %q (want %v)", n, Suites())
+		}
+	}
+	return nil
+}
+
+// RunSuite runs the selected pairs one after the other and returns their
+// rows. A benchmark body that fails makes RunSuite fail (testing.Benchmark
+// reports a failed body as an empty result).
+func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
+	cfg = cfg.withDefaults()
+	if err := ValidateSuites(cfg.Only); err != nil {
+		return nil, err
+	}
+	rep := &Report{Info: map[string]any{}}
+	run := func(name string, body func(*testing.B)) (testing.BenchmarkResult, error) {
+		cfg.Progress("running %s", name)
+		r := cfg.Benchmark(body)
+		if r.N == 0 {
+			// testing.Benchmark discards a failed body's log.
+			return r, fmt.Errorf("bench: %s failed; `go test -run ^$ -bench . ./internal/bench` shows why", name)
+		}
+		return r, nil
+	}
+	pair := func(p Pair) (s, b testing.BenchmarkResult, err error) {
+		if s, err = run(p.Name+" subject", p.Subject); err != nil {
+			return
+		}
+		b, err = run(p.Name+" baseline", p.Baseline)
+		return
+	}
+	for _, suite := range Suites() {
+		if !slices.Contains(cfg.Only, suite) {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		switch suite {
+		case SuiteSearch:
+			s, b, err := pair(SearchPair(cfg.Search))
+			if err != nil {
+				return rep, err
+			}
+			rep.Pairs = append(rep.Pairs, Description{suite,
+				fmt.Sprintf("consumer FindPrefixMatches, 16 ready lanes, %d buckets, %d-block queries, lanes hold random prefixes of %d-block chains", cfg.Search.Buckets, cfg.Search.Blocks, cfg.Search.ChainBlocks),
+				"linear probe of every position on every lane, same table"})
+			rep.Metrics = append(rep.Metrics,
+				NewMetric("search/query", "ns/op", NsPerOp(s), NsPerOp(b), false),
+				NewMetric("search/query", "allocs/op", AllocsPerOp(s), AllocsPerOp(b), false))
+			rep.Info["search_buckets"] = cfg.Search.Buckets
+		case SuiteProducer:
+			s, b, err := pair(ProducerPair(cfg.Producer))
+			if err != nil {
+				return rep, err
+			}
+			rep.Pairs = append(rep.Pairs, Description{suite,
+				fmt.Sprintf("producer ApplyEvent, canonical mode, %d-block store + remove at %.0f%% load", cfg.Producer.BlocksPerEvent, cfg.Producer.Load*100),
+				"exact refcount map[uint64]uint32 update per block (no lineage, no CKF)"})
+			rep.Metrics = append(rep.Metrics,
+				NewMetric("producer/store+remove", "ns/op", NsPerOp(s), NsPerOp(b), false),
+				NewMetric("producer/store+remove", "allocs/op", AllocsPerOp(s), AllocsPerOp(b), false))
+		case SuitePool:
+			s, b, err := pair(PoolPair(cfg.Pool))
+			if err != nil {
+				return rep, err
+			}
+			rep.Pairs = append(rep.Pairs, Description{suite,
+				"consumer.Pool, 16 lanes submitting concurrently, default workers",
+				"one goroutine, LaneIngestor.ApplyDelta directly (no pool)"})
+			rep.Metrics = append(rep.Metrics,
+				NewMetric("pool/deltas", "images/s", Extra(s, "images/s"), Extra(b, "images/s"), true),
+				NewMetric("pool/deltas", "allocs/op", AllocsPerOp(s), AllocsPerOp(b), false))
+		case SuiteE2E:
+			ms, err := runE2E(ctx, cfg, rep)
+			if err != nil {
+				return rep, err
+			}
+			rep.Metrics = append(rep.Metrics, ms...)
+		}
+	}
+	return rep, nil
+}
+
+// Extra returns a metric a body reported with b.ReportMetric (0 if absent).
+func Extra(r testing.BenchmarkResult, unit string) float64 { return r.Extra[unit] }
+
+// runE2E runs both end-to-end pairs on one embedded server: the raw
+// baseline and the pipeline carry the same batch of replayed payloads.
+func runE2E(ctx context.Context, cfg SuiteConfig, rep *Report) (ms []Metric, err error) {
+	cfg.Progress("e2e: starting embedded nats-server, %d relays and the indexer", len(cfg.E2E.DCs))
+	env, err := NewEnv(cfg.E2E)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := env.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	if err := env.StartPipeline(ctx); err != nil {
+		return nil, err
+	}
+	batch, err := env.NextBatch(cfg.E2ERequests)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Progress("e2e: throughput, %d requests = %d events in %d messages (%d KiB)", cfg.E2ERequests, batch.Events, len(batch.Msgs), batch.Bytes()>>10)
+	raw, err := env.RawEvents(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	sub, err := env.Events(ctx, batch)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Progress("e2e: latency, %d probes per side, %s apart", cfg.LatencySamples, cfg.LatencyGap)
+	rawLat, err := env.RawLatency(ctx, cfg.LatencySamples, cfg.LatencyGap)
+	if err != nil {
+		return nil, err
+	}
+	lat, err := env.Latency(ctx, cfg.LatencySamples, cfg.LatencyGap)
+	if err != nil {
+		return nil, err
+	}
+	rep.Pairs = append(rep.Pairs,
+		Description{SuiteE2E + "/events",
+			fmt.Sprintf("Mooncake replay over %d DCs: KVEVENTS → relay → lane stream → indexer applied", len(cfg.E2E.DCs)),
+			"raw JetStream: same payloads, one stream, one pull consumer, same server"},
+		Description{SuiteE2E + "/latency",
+			"one stored event → queryable through the indexer's Match (polled every 25µs)",
+			"raw JetStream: one message publish → pull consumer receipt"})
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	rep.Info["e2e_requests"] = cfg.E2ERequests
+	rep.Info["e2e_events"] = batch.Events
+	rep.Info["e2e_messages"] = len(batch.Msgs)
+	rep.Info["e2e_payload_bytes"] = batch.Bytes()
+	rep.Info["e2e_elapsed_ms"] = float64(sub.Elapsed.Microseconds()) / 1e3
+	rep.Info["raw_elapsed_ms"] = float64(raw.Elapsed.Microseconds()) / 1e3
+	rep.Info["latency_samples"] = cfg.LatencySamples
+	return []Metric{
+		NewMetric("e2e/events", "events/s", sub.EventsPerSec(), raw.EventsPerSec(), true),
+		NewMetric("e2e/latency p50", "µs", us(lat.P50), us(rawLat.P50), false),
+		NewMetric("e2e/latency p99", "µs", us(lat.P99), us(rawLat.P99), false),
+	}, nil
+}
