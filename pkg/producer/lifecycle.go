@@ -97,24 +97,30 @@ func (s *State) ReplaceRanks(replacements map[Member][]uint64) (Batch, error) {
 // h. A duplicate edge is a no-op; re-mapping ext to another hash is
 // ErrInvalidBlockSequence; a capacity failure records nothing.
 func (s *State) storeOne(m Member, ext, h uint64) error {
-	ms := s.members[m]
+	_, err := s.storeEdge(m, s.members[m], ext, h, s.mut.addr.Prepare(h))
+	return err
+}
+
+// storeEdge is storeOne for m's known state ms (nil if m owns nothing yet)
+// and h's probe p. It returns m's state afterwards.
+func (s *State) storeEdge(m Member, ms *memberState, ext, h uint64, p ckf.Probe) (*memberState, error) {
 	if ms != nil {
 		if cur, dup := ms.lineage.get(ext); dup {
 			if cur != h {
-				return ckf.ErrInvalidBlockSequence
+				return ms, ckf.ErrInvalidBlockSequence
 			}
-			return nil
+			return ms, nil
 		}
 	}
 	o, owned := s.owner(h)
 	if owned && o.Refcount == math.MaxUint32 {
-		return ckf.ErrOwnershipDegreeOverflow
+		return ms, ckf.ErrOwnershipDegreeOverflow
 	}
 	if !o.Resident {
-		touched, err := s.mut.Insert(h)
+		touched, err := s.mut.insertProbe(p, s.mut.maxKicks)
 		if err != nil {
 			s.tel.capacityFailures++
-			return err
+			return ms, err
 		}
 		s.markTouched(touched)
 		o.Resident = true
@@ -125,7 +131,7 @@ func (s *State) storeOne(m Member, ext, h uint64) error {
 		ms = s.newMember(m)
 	}
 	ms.lineage.put(ext, h)
-	return nil
+	return ms, nil
 }
 
 // cloneExact copies the exact state and lane; the copy has an empty window.

@@ -68,7 +68,12 @@ func (m *Mutator) InsertWithoutRelocation(fullHash uint64) ([]Touch, error) {
 }
 
 func (m *Mutator) insert(fullHash uint64, kicks int) ([]Touch, error) {
-	p := m.addr.Prepare(fullHash)
+	return m.insertProbe(m.addr.Prepare(fullHash), kicks)
+}
+
+// insertProbe is insert for a probe the caller already prepared (the
+// State's warm-up pass computes it once per block).
+func (m *Mutator) insertProbe(p ckf.Probe, kicks int) ([]Touch, error) {
 	m.touched = m.touched[:0]
 	if m.place(uint64(p.BucketA), p.Fingerprint) || m.place(uint64(p.BucketB), p.Fingerprint) {
 		return m.touched, nil
@@ -121,7 +126,10 @@ func (m *Mutator) write(bucket, value uint64) {
 // fingerprint it returns ckf.ErrIndexerInvariantViolation: the caller
 // believed the hash resident.
 func (m *Mutator) Remove(fullHash uint64) (Touch, error) {
-	p := m.addr.Prepare(fullHash)
+	return m.removeProbe(m.addr.Prepare(fullHash))
+}
+
+func (m *Mutator) removeProbe(p ckf.Probe) (Touch, error) {
 	for _, b := range [2]uint64{uint64(p.BucketA), uint64(p.BucketB)} {
 		w := m.words[b]
 		if s := ckf.FirstSlot(w, p.Fingerprint); s >= 0 {
@@ -137,4 +145,10 @@ func (m *Mutator) Remove(fullHash uint64) (Touch, error) {
 func (m *Mutator) Contains(fullHash uint64) bool {
 	p := m.addr.Prepare(fullHash)
 	return ckf.Contains(m.words[p.BucketA], p.Fingerprint) || ckf.Contains(m.words[p.BucketB], p.Fingerprint)
+}
+
+// touch loads both candidate buckets of p so that their cache lines are in
+// flight before the dependent work that needs them; see State.warmSink.
+func (m *Mutator) touch(p ckf.Probe) uint64 {
+	return m.words[p.BucketA] ^ m.words[p.BucketB]
 }

@@ -84,10 +84,26 @@ type State struct {
 	memberList []Member
 	extScratch []uint64
 
+	// Warm-up scratch: the probe and expected full hash of each block of
+	// the chunk being applied, and the sink that consumes the warm-up loads
+	// (its value means nothing). See warmBatch.
+	warmProbes [warmBatch]ckf.Probe
+	warmHashes [warmBatch]uint64
+	warmSink   uint64
+
 	// failNextSnapshotAlloc is a test hook: the next BarrierSnapshot fails
 	// as if copying the lane could not allocate.
 	failNextSnapshotAlloc bool
 }
+
+// warmBatch is how many blocks one warm-up pass covers. Each block's work is
+// a chain of dependent cache misses (member table, owner table, lane
+// buckets), and block after block those misses would serialize. A first pass
+// that only loads every block's lines lets the CPU overlap the misses; the
+// second pass then does the real work on warm lines. Go has no prefetch
+// intrinsic, so plain loads whose results feed State.warmSink stand in for
+// one. The warm-up never changes state, so it cannot change behaviour.
+const warmBatch = 16
 
 // maxPreallocBlocks caps the owner-map preallocation so a huge
 // ExpectedBlocksPerDC does not reserve gigabytes up front.
@@ -154,15 +170,7 @@ func (s *State) ApplyEvent(ev *ckf.RouterEvent) EventOutcome {
 			out.FirstError = s.storeVerbatim(m, data.Stored.Blocks)
 		}
 	case ckf.EventRemoved:
-		for _, h := range data.Removed.BlockHashes {
-			unknown, err := s.remove(m, h)
-			if unknown {
-				out.UnknownRemovals++
-			}
-			if err != nil && out.FirstError == nil {
-				out.FirstError = err
-			}
-		}
+		out.UnknownRemovals, out.FirstError = s.removeBlocks(m, data.Removed.BlockHashes)
 	case ckf.EventCleared:
 		out.FirstError = s.removeMember(m)
 	}
@@ -178,9 +186,27 @@ func (s *State) ApplyEvent(ev *ckf.RouterEvent) EventOutcome {
 // hash; a failing block changes nothing and later blocks are still tried.
 func (s *State) storeVerbatim(m Member, blocks []ckf.StoredBlock) error {
 	var first error
-	for i := range blocks {
-		if err := s.storeOne(m, blocks[i].BlockHash, blocks[i].BlockHash); err != nil && first == nil {
-			first = err
+	ms := s.members[m]
+	for len(blocks) > 0 {
+		chunk := blocks[:min(len(blocks), warmBatch)]
+		blocks = blocks[len(chunk):]
+		probes := s.warmProbes[:len(chunk)]
+		sink := uint64(0)
+		for i := range chunk {
+			h := chunk[i].BlockHash
+			probes[i] = s.mut.addr.Prepare(h)
+			sink ^= s.owners.touch(h) ^ s.mut.touch(probes[i])
+			if ms != nil {
+				sink ^= ms.lineage.touch(h)
+			}
+		}
+		s.warmSink ^= sink
+		for i := range chunk {
+			h := chunk[i].BlockHash
+			var err error
+			if ms, err = s.storeEdge(m, ms, h, h, probes[i]); err != nil && first == nil {
+				first = err
+			}
 		}
 	}
 	return first
@@ -196,6 +222,8 @@ const (
 type eventBlock struct {
 	ext, canon uint64
 	kind       blockKind
+	// probe is canon's lane probe, computed by the warm-up pass.
+	probe ckf.Probe
 	// admit marks the first new edge of a canonical hash in the event: the
 	// deduplicated admission candidate.
 	admit bool
@@ -242,6 +270,10 @@ func (s *State) storeCanonical(m Member, d *ckf.StoreData) error {
 	blocks, cands := s.evBlocks[:0], s.evCands[:0]
 	defer func() { s.evBlocks, s.evCands = blocks[:0], cands[:0] }()
 
+	// Resolve every canonical hash and probe first: the chain depends on no
+	// table, so this pass can also warm each block's lineage entry, owner
+	// entry and lane buckets in one go (see warmBatch).
+	sink := uint64(0)
 	for i := range d.Blocks {
 		b := &d.Blocks[i]
 		c := b.TokensHash
@@ -249,13 +281,24 @@ func (s *State) storeCanonical(m Member, d *ckf.StoreData) error {
 			c = uint64(ckf.NextSequenceHash(ckf.SequenceHash(prev), ckf.LocalBlockHash(b.TokensHash)))
 		}
 		prev, hasPrev = c, true
+		p := s.mut.addr.Prepare(c)
+		blocks = append(blocks, eventBlock{ext: b.BlockHash, canon: c, probe: p})
+		sink ^= s.owners.touch(c) ^ s.mut.touch(p)
+		if ms != nil {
+			sink ^= ms.lineage.touch(b.BlockHash)
+		}
+	}
+	s.warmSink ^= sink
 
+	for i := range blocks {
+		b := &blocks[i]
+		c := b.canon
 		existing, seen := uint64(0), false
 		if ms != nil {
-			existing, seen = ms.lineage.get(b.BlockHash)
+			existing, seen = ms.lineage.get(b.ext)
 		}
 		if !seen {
-			if j := s.findExt(blocks, b.BlockHash, long); j >= 0 {
+			if j := s.findExt(blocks[:i], b.ext, long); j >= 0 {
 				existing, seen = blocks[j].canon, true
 			}
 		}
@@ -263,21 +306,21 @@ func (s *State) storeCanonical(m Member, d *ckf.StoreData) error {
 			if existing != c {
 				return ckf.ErrInvalidBlockSequence
 			}
-			blocks = append(blocks, eventBlock{ext: b.BlockHash, canon: c, kind: blockReoffer})
+			b.kind = blockReoffer
 			continue
 		}
 		if long {
-			s.evExt[b.BlockHash] = len(blocks)
+			s.evExt[b.ext] = i
 		}
+		b.kind = blockNew
 		if j := s.findCand(cands, c, long); j >= 0 {
 			cands[j].inc++
-			blocks = append(blocks, eventBlock{ext: b.BlockHash, canon: c, kind: blockNew})
 		} else {
 			if long {
 				s.evCanon[c] = len(cands)
 			}
+			b.admit = true
 			cands = append(cands, candidate{canon: c, inc: 1})
-			blocks = append(blocks, eventBlock{ext: b.BlockHash, canon: c, kind: blockNew, admit: true})
 		}
 	}
 	for _, cd := range cands {
@@ -302,7 +345,7 @@ func (s *State) storeCanonical(m Member, d *ckf.StoreData) error {
 		// Admitting while committing is equivalent to the spec's two passes:
 		// committing never touches the lane and validation is already done.
 		if b.admit && !o.Resident {
-			if touched, err := s.mut.Insert(b.canon); err == nil {
+			if touched, err := s.mut.insertProbe(b.probe, s.mut.maxKicks); err == nil {
 				s.markTouched(touched)
 				o.Resident = true
 			} else {
@@ -322,7 +365,7 @@ func (s *State) storeCanonical(m Member, d *ckf.StoreData) error {
 		if o.Resident {
 			continue
 		}
-		if touched, err := s.mut.InsertWithoutRelocation(b.canon); err == nil {
+		if touched, err := s.mut.insertProbe(b.probe, 0); err == nil {
 			s.markTouched(touched)
 			o.Resident = true
 			s.owners.put(b.canon, o.pack())
@@ -373,15 +416,84 @@ func (s *State) remove(m Member, ext uint64) (unknown bool, err error) {
 	if !ok {
 		return true, nil
 	}
+	_, unknown, err = s.removeEdge(m, ms, ext, h, s.mut.addr.Prepare(h))
+	return unknown, err
+}
+
+// removeBlocks applies a removed event's hashes in order (see remove),
+// counting the unknown ones and keeping the first error; an error does not
+// stop the later hashes.
+func (s *State) removeBlocks(m Member, exts []uint64) (unknown uint64, first error) {
+	ms := s.members[m]
+	verbatim := s.cfg.Mode == ckf.HashModeVerbatim
+	for len(exts) > 0 && ms != nil {
+		chunk := exts[:min(len(exts), warmBatch)]
+		exts = exts[len(chunk):]
+		probes, hashes := s.warmProbes[:len(chunk)], s.warmHashes[:len(chunk)]
+		// Warm-up (see warmBatch). In verbatim mode ext is the full hash, so
+		// every line can be requested at once; in canonical mode the full
+		// hash comes from the lineage entry, which is warmed first.
+		sink := uint64(0)
+		if verbatim {
+			for i, ext := range chunk {
+				hashes[i], probes[i] = ext, s.mut.addr.Prepare(ext)
+				sink ^= ms.lineage.touch(ext) ^ s.owners.touch(ext) ^ s.mut.touch(probes[i])
+			}
+		} else {
+			for _, ext := range chunk {
+				sink ^= ms.lineage.touch(ext)
+			}
+			for i, ext := range chunk {
+				h, _ := ms.lineage.get(ext)
+				hashes[i], probes[i] = h, s.mut.addr.Prepare(h)
+				sink ^= s.owners.touch(h) ^ s.mut.touch(probes[i])
+			}
+		}
+		s.warmSink ^= sink
+		for i, ext := range chunk {
+			if ms == nil {
+				unknown++
+				continue
+			}
+			var u bool
+			var err error
+			ms, u, err = s.removeEdge(m, ms, ext, hashes[i], probes[i])
+			if u {
+				unknown++
+			}
+			if err != nil && first == nil {
+				first = err
+			}
+		}
+	}
+	if ms == nil {
+		unknown += uint64(len(exts))
+	}
+	return unknown, first
+}
+
+// removeEdge is remove for m's known state ms; guess is the full hash ext
+// is expected to map to and p its probe (recomputed if the guess is wrong).
+// It returns m's state afterwards, nil once m owns nothing.
+func (s *State) removeEdge(m Member, ms *memberState, ext, guess uint64, p ckf.Probe) (_ *memberState, unknown bool, err error) {
+	h, ok := ms.lineage.get(ext)
+	if !ok {
+		return ms, true, nil
+	}
+	if h != guess {
+		// Within a removed event an edge can only disappear, never change,
+		// so this only guards that invariant.
+		p = s.mut.addr.Prepare(h)
+	}
 	o, ok := s.owner(h)
 	if !ok || o.Refcount == 0 {
-		return false, ckf.ErrIndexerInvariantViolation
+		return ms, false, ckf.ErrIndexerInvariantViolation
 	}
 	if o.Refcount == 1 {
 		if o.Resident {
-			t, err := s.mut.Remove(h)
+			t, err := s.mut.removeProbe(p)
 			if err != nil {
-				return false, err
+				return ms, false, err
 			}
 			s.tel.physicalTouches++
 			s.dirty.mark(t.Bucket, t.Original)
@@ -394,8 +506,9 @@ func (s *State) remove(m Member, ext uint64) (unknown bool, err error) {
 	ms.lineage.del(ext)
 	if ms.lineage.len() == 0 {
 		s.dropMember(m, ms)
+		return nil, false, nil
 	}
-	return false, nil
+	return ms, false, nil
 }
 
 // removeMember removes every edge of m, stopping at the first error.

@@ -41,6 +41,15 @@ func makeU64Table(size uint64) u64Table {
 // home is Fibonacci hashing: it spreads sequential and random keys alike.
 func (t *u64Table) home(k uint64) uint64 { return (k * 0x9E3779B97F4A7C15) >> t.shift }
 
+// touch loads k's home slot so that its cache line is in flight before a
+// dependent lookup needs it; the result is meaningless but must be consumed.
+func (t *u64Table) touch(k uint64) uint64 {
+	if i := t.home(k); i < uint64(len(t.slots)) {
+		return t.slots[i].key
+	}
+	return 0
+}
+
 func (t *u64Table) len() int {
 	if t.hasZero {
 		return t.n + 1
