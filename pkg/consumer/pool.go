@@ -1298,6 +1298,13 @@ func (p *Pool) installGuarded(c *laneControl, ing *LaneIngestor, epoch uint64, s
 	})
 }
 
+// crashLaneWorker queues an injected panic (opTestCrash) on lane's worker,
+// blocking while its queue is full. Only tests reach it: pool_export_test.go
+// and, under the ckftest build tag, CrashLaneWorkerForTest.
+func (p *Pool) crashLaneWorker(lane int) {
+	p.workers[p.lanes[lane].worker].queue <- command{op: opTestCrash}
+}
+
 // rejectStale answers a superseded command: control waiters observe
 // retirement, deltas are discarded (their permit is released by the caller).
 func rejectStale(cmd *command) {

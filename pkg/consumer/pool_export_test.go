@@ -31,11 +31,6 @@ func (p *Pool) pauseLaneWorker(t testing.TB, lane int) (resume func()) {
 	}
 }
 
-// crashLaneWorker queues an injected panic on lane's worker.
-func (p *Pool) crashLaneWorker(lane int) {
-	p.workers[p.lanes[lane].worker].queue <- command{op: opTestCrash}
-}
-
 // pauseNextSnapshotActivation holds lane's worker just before the next
 // snapshot activation guard takes the admission lock. entered fires when the
 // worker is held; release lets it continue.

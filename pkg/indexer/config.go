@@ -22,6 +22,10 @@ const (
 	// DefaultStatePollInterval is how often an active lane runner checks
 	// the pool's admission state, in case a fault notification was dropped.
 	DefaultStatePollInterval = 250 * time.Millisecond
+	// DefaultPoolRebuildMin and DefaultPoolRebuildMax bound the spacing of
+	// ingestion pool rebuilds after worker failures.
+	DefaultPoolRebuildMin = time.Second
+	DefaultPoolRebuildMax = 30 * time.Second
 )
 
 // Config configures a Service. Zero fields take the documented defaults;
@@ -52,6 +56,14 @@ type Config struct {
 	BootstrapBackoffMax time.Duration
 	// StatePollInterval: see DefaultStatePollInterval.
 	StatePollInterval time.Duration
+	// PoolRebuildMin and PoolRebuildMax space the ingestion pool rebuilds
+	// that follow worker failures: the first is immediate, each later one
+	// waits an interval that starts at PoolRebuildMin and doubles up to
+	// PoolRebuildMax while failures keep coming, and returns to
+	// PoolRebuildMin once a pool has lasted PoolRebuildMax (defaults 1s
+	// and 30s).
+	PoolRebuildMin time.Duration
+	PoolRebuildMax time.Duration
 	// Streams sizes the JetStream resources when this process creates them.
 	Streams jsx.Options
 	// LeaseOptions tune the lease coordinator (bucket name, storage).
@@ -75,6 +87,12 @@ func (c Config) withDefaults() Config {
 	if c.StatePollInterval == 0 {
 		c.StatePollInterval = DefaultStatePollInterval
 	}
+	if c.PoolRebuildMin == 0 {
+		c.PoolRebuildMin = DefaultPoolRebuildMin
+	}
+	if c.PoolRebuildMax == 0 {
+		c.PoolRebuildMax = max(DefaultPoolRebuildMax, c.PoolRebuildMin)
+	}
 	return c
 }
 
@@ -96,6 +114,9 @@ func (c Config) Validate() error {
 	}
 	if c.BootstrapBackoffMin < 0 || c.BootstrapBackoffMax < c.BootstrapBackoffMin {
 		return configError("bootstrap_backoff", "want 0 < min (%s) <= max (%s)", c.BootstrapBackoffMin, c.BootstrapBackoffMax)
+	}
+	if c.PoolRebuildMin < 0 || c.PoolRebuildMax < c.PoolRebuildMin {
+		return configError("pool_rebuild", "want 0 < min (%s) <= max (%s)", c.PoolRebuildMin, c.PoolRebuildMax)
 	}
 	if c.StatePollInterval < 0 {
 		return configError("state_poll_interval", "negative interval %s", c.StatePollInterval)

@@ -32,6 +32,10 @@ func TestConfigValidate(t *testing.T) {
 			c.BootstrapBackoffMin, c.BootstrapBackoffMax = time.Second, time.Millisecond
 		}, "bootstrap_backoff", nil},
 		{"negative poll", func(c *Config) { c.StatePollInterval = -1 }, "state_poll_interval", nil},
+		{"negative rebuild spacing", func(c *Config) { c.PoolRebuildMin = -time.Second }, "pool_rebuild", nil},
+		{"rebuild max below min", func(c *Config) {
+			c.PoolRebuildMin, c.PoolRebuildMax = time.Second, time.Millisecond
+		}, "pool_rebuild", nil},
 		{"bucket count not a power of two", func(c *Config) {
 			f := good
 			f.BucketCount = 1000

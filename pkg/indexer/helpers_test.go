@@ -186,7 +186,7 @@ func waitInstalled(t testing.TB, s *Service, lane int, epoch, seq uint64) {
 }
 
 func isReady(s *Service, lane int) bool {
-	p := s.pool.Load()
+	p := s.currentPool()
 	return p != nil && p.Indexer().ReadyLanes()&(1<<lane) != 0
 }
 

@@ -34,11 +34,15 @@ type laneRunner struct {
 	log  zerolog.Logger
 	m    *laneMetrics
 	// faults receives the pool faults of this lane (dispatcher → runner).
-	faults chan consumer.Fault
+	faults chan genFault
 
 	// Run goroutine only.
 	localEpoch uint64
 	cur        current
+	// gen is the pool generation of the last bootstrap attempt (nil when
+	// it failed before reaching the pool); an installed lane is consumed
+	// through it.
+	gen *poolGen
 
 	mu sync.Mutex // guards st
 	st laneStatus
@@ -60,6 +64,13 @@ type laneStatus struct {
 	lastFault string
 }
 
+// genFault is a pool fault and the generation whose pool reported it, so a
+// fault of a replaced pool never retires a lane installed in its successor.
+type genFault struct {
+	gen   *poolGen
+	fault consumer.Fault
+}
+
 // markerAt is a decoded snapshot marker and its stream sequence.
 type markerAt struct {
 	marker    wire.SnapshotMarker
@@ -68,7 +79,7 @@ type markerAt struct {
 
 func newLaneRunner(s *Service, lane int, dc string, pool ckf.PoolID, subj wire.LaneSubjects, log zerolog.Logger, m *laneMetrics) *laneRunner {
 	r := &laneRunner{svc: s, lane: lane, dc: dc, pool: pool, subj: subj, log: log, m: m,
-		faults: make(chan consumer.Fault, 8)}
+		faults: make(chan genFault, 8)}
 	r.setStatus(PhasePending, "")
 	return r
 }
@@ -118,9 +129,9 @@ func b2f(b bool) float64 {
 
 // deliverFault never blocks the dispatcher; a dropped fault is caught by
 // the runner's admission-state poll.
-func (r *laneRunner) deliverFault(f consumer.Fault) {
+func (r *laneRunner) deliverFault(g *poolGen, f consumer.Fault) {
 	select {
-	case r.faults <- f:
+	case r.faults <- genFault{gen: g, fault: f}:
 	default:
 	}
 }
@@ -144,6 +155,9 @@ func (r *laneRunner) run(ctx context.Context) {
 	var next *markerAt
 	var lastInstalled uint64
 	for ctx.Err() == nil {
+		if !r.awaitRebuild(ctx) {
+			return
+		}
 		r.setStatus(PhaseBootstrapping, "")
 		err := r.bootstrap(ctx, next)
 		next = nil
@@ -152,7 +166,7 @@ func (r *laneRunner) run(ctx context.Context) {
 				return
 			}
 			r.bootstrapFailed(ctx, err)
-			if !sleepCtx(ctx, bo.next()) {
+			if !r.pause(ctx, bo.next()) {
 				return
 			}
 			continue
@@ -181,10 +195,52 @@ func (r *laneRunner) run(ctx context.Context) {
 		if out.requestSnapshot {
 			r.requestSnapshot(ctx)
 		}
-		if !sleepCtx(ctx, bo.next()) {
+		if !r.pause(ctx, bo.next()) {
 			return
 		}
 	}
+}
+
+// awaitRebuild waits while the current pool generation cannot serve the
+// lane (poolGen.laneDown): bootstrapping into it would only fail. It
+// reports whether ctx is still live.
+func (r *laneRunner) awaitRebuild(ctx context.Context) bool {
+	for {
+		g := r.svc.gen.Load()
+		if g == nil || !g.laneDown(r.lane) {
+			return true
+		}
+		// The fault notification is best-effort: make sure the rebuild runs.
+		r.svc.poolFailed(g)
+		r.setStatus(PhaseBackoff, "")
+		select {
+		case <-ctx.Done():
+			return false
+		case <-g.replaced:
+		}
+	}
+}
+
+// pause waits d, or less when the generation of the last bootstrap attempt
+// is replaced meanwhile: a rebuilt pool is worth bootstrapping into at
+// once. It wakes early at most once per replacement (the next bootstrap
+// moves r.gen on), so a rebuild cannot make a lane spin. It reports
+// whether ctx is still live.
+func (r *laneRunner) pause(ctx context.Context, d time.Duration) bool {
+	g := r.gen
+	if g == nil {
+		return sleepCtx(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+	case <-g.replaced:
+		r.gen = nil
+	}
+	return true
 }
 
 // bootstrapFailed counts, logs and records a failed bootstrap and asks the
@@ -204,8 +260,12 @@ func (r *laneRunner) bootstrapFailed(ctx context.Context, err error) {
 	ev.Err(err).Str("fault", kind).Msg("lane bootstrap failed")
 	r.setStatus(PhaseBackoff, err.Error())
 	switch {
-	case errors.Is(err, ErrWrongFormat), errors.Is(err, ErrConsumer),
-		errors.Is(err, consumer.ErrPoolClosed), errors.Is(err, consumer.ErrWorkerFailed):
+	case errors.Is(err, consumer.ErrWorkerFailed):
+		// The pool must be rebuilt; the snapshot on the lane is fine.
+		if r.gen != nil {
+			r.svc.poolFailed(r.gen)
+		}
+	case errors.Is(err, ErrWrongFormat), errors.Is(err, ErrConsumer), errors.Is(err, consumer.ErrPoolClosed):
 		// A new snapshot of the same producer cannot help.
 	default:
 		r.requestSnapshot(ctx)
@@ -250,10 +310,13 @@ func (r *laneRunner) bootstrap(ctx context.Context, at *markerAt) error {
 		}
 	}
 	mk := &at.marker
-	pool, err := r.svc.ensurePool(mk.Identity.Format)
+	r.gen = nil
+	g, err := r.svc.ensurePool(mk.Identity.Format)
 	if err != nil {
 		return laneError(ErrLaneConfig, r.lane, err, "building the ingestion pool")
 	}
+	r.gen = g
+	pool := g.pool
 	format := pool.Indexer().Manifest().Format()
 	if mk.Identity.Format != format {
 		return laneError(ErrWrongFormat, r.lane, consumer.ErrWrongFormat,
@@ -351,6 +414,7 @@ func (r *laneRunner) consume(ctx context.Context) outcome {
 	defer cc.Stop()
 	defer cancel()
 
+	g := r.gen
 	poll := time.NewTicker(r.svc.cfg.StatePollInterval)
 	defer poll.Stop()
 	var healthy bool
@@ -365,17 +429,52 @@ func (r *laneRunner) consume(ctx context.Context) outcome {
 				out.healthy = healthy
 				return out
 			}
-		case f := <-r.faults:
-			if f.HasLease && f.Lease != r.cur.lease {
-				continue // a fault of an earlier assignment
+		case gf := <-r.faults:
+			f := gf.fault
+			if gf.gen != g || f.HasLease && f.Lease != r.cur.lease {
+				continue // a fault of an earlier pool or assignment
+			}
+			if f.Kind == consumer.FaultWorkerFailed {
+				// The stream still holds the marker and every delta after
+				// it: the rebuilt pool needs no fresh snapshot.
+				return outcome{fault: faultKind(f), detail: f.String(), healthy: healthy}
 			}
 			return outcome{fault: faultKind(f), detail: f.String(), requestSnapshot: true, healthy: healthy}
+		case <-g.replaced:
+			return outcome{fault: faultPoolRebuilt, detail: "the ingestion pool was rebuilt", healthy: healthy}
 		case <-poll.C:
-			if st, ok := r.svc.pool.Load().LaneState(r.lane); ok && st.State != consumer.AdmissionActive {
+			if g.laneDown(r.lane) {
+				r.svc.poolFailed(g)
+				return outcome{fault: consumer.FaultWorkerFailed.String(), detail: "the lane's ingestion worker failed", healthy: healthy}
+			}
+			if st, ok := g.pool.LaneState(r.lane); ok && st.State != consumer.AdmissionActive {
+				if g.failed.Load() {
+					// Retired by the rebuild's Close: nothing to ask the producer.
+					return outcome{fault: faultPoolRebuilt, detail: "the ingestion pool is being rebuilt", healthy: healthy}
+				}
 				return outcome{fault: "retired", detail: "admission state " + st.State.String(), requestSnapshot: true, healthy: healthy}
 			}
 		}
 	}
+}
+
+// faultPoolRebuilt is the fault kind of a lane retired by a pool rebuild.
+const faultPoolRebuilt = "pool_rebuilt"
+
+// poolRefused turns a SubmitDelta or CompleteDrain error into the lane's
+// outcome. A failed worker, a closed pool or a refusal while the pool is
+// being rebuilt (its Close retires every lane) is the pool's fault, not the
+// lane's: the stream can be replayed, so no snapshot is requested.
+func (r *laneRunner) poolRefused(err error) outcome {
+	out := outcome{fault: submitFaultKind(err), detail: err.Error(), requestSnapshot: true}
+	switch {
+	case errors.Is(err, consumer.ErrWorkerFailed):
+		r.svc.poolFailed(r.gen)
+		out.requestSnapshot = false
+	case errors.Is(err, consumer.ErrPoolClosed), r.gen.failed.Load():
+		out.requestSnapshot = false
+	}
+	return out
 }
 
 // faultKind is the metric kind of a pool fault.
@@ -484,7 +583,7 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 			attribute.Int64("sequence", int64(d.Sequence)),
 			attribute.Int("images", len(d.Images)),
 		))
-	err := r.svc.pool.Load().SubmitDelta(&cd)
+	err := r.gen.pool.SubmitDelta(&cd)
 	admitted := time.Now()
 	if err != nil {
 		span.RecordError(err)
@@ -492,7 +591,7 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 	}
 	span.End()
 	if err != nil {
-		return outcome{fault: submitFaultKind(err), detail: err.Error(), requestSnapshot: true}, true
+		return r.poolRefused(err), true
 	}
 	r.m.deltas.Inc()
 	r.m.images.Add(uint64(len(d.Images)))
@@ -562,9 +661,9 @@ func (r *laneRunner) handleDrain(dm *wire.DrainMarker) (outcome, bool) {
 	case trafficNewer:
 		return outcome{fault: "newer_epoch", detail: "drain marker of epoch " + strconv.FormatUint(dm.Lease.Epoch, 10) + " without its marker"}, true
 	}
-	res, err := r.svc.pool.Load().CompleteDrain(dm.ToCkf(r.cur.lease))
+	res, err := r.gen.pool.CompleteDrain(dm.ToCkf(r.cur.lease))
 	if err != nil {
-		return outcome{fault: submitFaultKind(err), detail: err.Error(), requestSnapshot: true}, true
+		return r.poolRefused(err), true
 	}
 	if res.Kind != consumer.OutcomeDrainAcknowledged {
 		// A drain that exposes a dropped final delta: the pool retired the

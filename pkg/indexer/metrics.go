@@ -42,6 +42,12 @@ const (
 	// worker's bucket stores by the queue wait (bounded by the pool's
 	// MaxDirtyToAppliedAge), and relay and indexer clocks may differ.
 	MetricEventToQueryable = "ckf_indexer_event_to_queryable_seconds"
+	// MetricWorkerFailures counts ingestion worker failures (recovered
+	// panics) reported by the pool.
+	MetricWorkerFailures = "ckf_indexer_worker_failures_total"
+	// MetricPoolRebuilds counts ingestion pools rebuilt after a worker
+	// failure.
+	MetricPoolRebuilds = "ckf_indexer_pool_rebuilds_total"
 )
 
 // Lane runner phases, reported by Lanes() and MetricLaneState.
@@ -74,6 +80,8 @@ type serviceMetrics struct {
 	deltas           *metrics.CounterVec
 	images           *metrics.CounterVec
 	latency          *metrics.HistogramVec
+	workerFailures   *metrics.Counter
+	poolRebuilds     *metrics.Counter
 }
 
 func newServiceMetrics(reg *metrics.Registry) *serviceMetrics {
@@ -91,6 +99,8 @@ func newServiceMetrics(reg *metrics.Registry) *serviceMetrics {
 		images:           reg.NewCounterVec(MetricImages, "Bucket images admitted to the ingestion pool.", "lane"),
 		latency: reg.NewHistogramVec(MetricEventToQueryable, "Oldest event of a delta to its admission (approximate).",
 			metrics.ExponentialBuckets(1e-4, 2, 20), "lane"),
+		workerFailures: reg.NewCounter(MetricWorkerFailures, "Ingestion worker failures reported by the pool."),
+		poolRebuilds:   reg.NewCounter(MetricPoolRebuilds, "Ingestion pools rebuilt after a worker failure."),
 	}
 }
 

@@ -60,8 +60,9 @@ type Service struct {
 	res   *jsx.Resources
 	coord *lease.Coordinator
 
-	// pool is published once built; queries load it without locking.
-	pool atomic.Pointer[consumer.Pool]
+	// gen is the current pool generation, published once the first pool is
+	// built and replaced by each rebuild; queries load it without locking.
+	gen atomic.Pointer[poolGen]
 	// names maps lanes to DC names for query answers (copy-on-write).
 	names atomic.Pointer[[ckf.LaneCount]string]
 
@@ -73,6 +74,8 @@ type Service struct {
 	runnersWG sync.WaitGroup
 	dispatch  sync.WaitGroup
 	stopFault chan struct{}
+	// limiter spaces pool rebuilds.
+	limiter rebuildLimiter
 
 	scratch sync.Pool // *consumer.QueryScratch
 }
@@ -119,6 +122,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		domainID:  domainID,
 		requester: "indexer-" + strconv.FormatUint(instance, 16),
 		stopFault: make(chan struct{}),
+		limiter:   rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
 	}
 	s.names.Store(&[ckf.LaneCount]string{})
 	s.scratch.New = func() any { return new(consumer.QueryScratch) }
@@ -207,8 +211,8 @@ func (s *Service) shutdown(cancel context.CancelFunc, svc micro.Service) {
 	}
 	close(s.stopFault)
 	s.dispatch.Wait()
-	if p := s.pool.Load(); p != nil {
-		_ = p.Close() // always nil
+	if g := s.gen.Load(); g != nil {
+		_ = g.pool.Close() // always nil
 	}
 	s.log.Info().Msg("indexer stopped")
 }
@@ -246,8 +250,15 @@ func (s *Service) startLaneLocked(lane int, e *lease.LaneEntry) {
 		err = &consumer.BuildError{Kind: consumer.ErrMixedIndexerDomain, Lane: lane, Expected: s.domainID, Actual: e.Pool.Domain}
 	}
 	if err == nil {
-		if p := s.pool.Load(); p != nil {
-			err = p.ConfigureLane(lane, e.Pool)
+		if g := s.gen.Load(); g != nil {
+			err = g.pool.ConfigureLane(lane, e.Pool)
+			if errors.Is(err, consumer.ErrWorkerFailed) || errors.Is(err, consumer.ErrPoolClosed) {
+				// The pool is failing (or its rebuild is being retried):
+				// configure the shared indexer only; the rebuilt pool
+				// claims every configured lane.
+				s.poolFailedLocked(g)
+				err = g.pool.Indexer().ConfigureLane(lane, e.Pool)
+			}
 		}
 	}
 	r := newLaneRunner(s, lane, e.DcName, e.Pool, subj, log, lm)
@@ -271,16 +282,16 @@ func (s *Service) startLaneLocked(lane int, e *lease.LaneEntry) {
 	}()
 }
 
-// ensurePool returns the pool, building it on first use with format (or
-// Config.Format) and every lane started so far.
-func (s *Service) ensurePool(format ckf.FormatIdentity) (*consumer.Pool, error) {
-	if p := s.pool.Load(); p != nil {
-		return p, nil
+// ensurePool returns the current pool generation, building the first one
+// with format (or Config.Format) and every lane started so far.
+func (s *Service) ensurePool(format ckf.FormatIdentity) (*poolGen, error) {
+	if g := s.gen.Load(); g != nil {
+		return g, nil
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if p := s.pool.Load(); p != nil {
-		return p, nil
+	if g := s.gen.Load(); g != nil {
+		return g, nil
 	}
 	if s.closing {
 		return nil, &consumer.IngestionError{Kind: consumer.ErrPoolClosed, Lane: -1}
@@ -307,55 +318,70 @@ func (s *Service) ensurePool(format ckf.FormatIdentity) (*consumer.Pool, error) 
 	if err != nil {
 		return nil, err
 	}
-	s.pool.Store(p)
+	g := newPoolGen(p)
+	s.gen.Store(g)
 	s.log.Info().Uint64("bucket_count", format.BucketCount).Uint64("seed", format.Seed).
 		Msg("ingestion pool built")
 	s.dispatch.Add(1)
-	go s.dispatchFaults(p)
-	return p, nil
+	go s.dispatchFaults(g)
+	return g, nil
 }
 
-// dispatchFaults routes pool faults to lane runners until shutdown.
-func (s *Service) dispatchFaults(p *consumer.Pool) {
+// dispatchFaults routes g's faults to lane runners until g is replaced or
+// the service stops.
+func (s *Service) dispatchFaults(g *poolGen) {
 	defer s.dispatch.Done()
 	for {
 		select {
 		case <-s.stopFault:
 			return
-		case f := <-p.Faults():
-			s.routeFault(p, f)
+		case <-g.replaced:
+			return
+		case f := <-g.pool.Faults():
+			s.routeFault(g, f)
 		}
 	}
 }
 
-func (s *Service) routeFault(p *consumer.Pool, f consumer.Fault) {
+func (s *Service) routeFault(g *poolGen, f consumer.Fault) {
 	s.mu.Lock()
 	runners := s.runners
 	s.mu.Unlock()
 	if f.Kind == consumer.FaultWorkerFailed {
-		s.log.Error().Int("worker", f.Worker).Msg("ingestion worker failed; its lanes stay down")
+		s.m.workerFailures.Inc()
+		s.log.Error().Int("worker", f.Worker).Msg("ingestion worker failed; rebuilding the ingestion pool")
 		for lane, r := range runners {
-			if w, ok := p.WorkerForLane(lane); ok && w == f.Worker && r != nil {
-				r.deliverFault(f)
+			if w, ok := g.pool.WorkerForLane(lane); ok && w == f.Worker && r != nil {
+				r.deliverFault(g, f)
 			}
 		}
+		s.poolFailed(g)
 		return
 	}
 	if f.Lane >= 0 && f.Lane < ckf.LaneCount && runners[f.Lane] != nil {
-		runners[f.Lane].deliverFault(f)
+		runners[f.Lane].deliverFault(g, f)
 	}
 }
 
 // Ready reports whether some lane is active.
 func (s *Service) Ready() bool {
-	p := s.pool.Load()
+	p := s.currentPool()
 	return p != nil && p.Indexer().ReadyLanes() != 0
+}
+
+// currentPool returns the current generation's pool, or nil before the
+// first is built. Every generation shares one indexer.
+func (s *Service) currentPool() *consumer.Pool {
+	if g := s.gen.Load(); g != nil {
+		return g.pool
+	}
+	return nil
 }
 
 // Match answers q over the lanes ready when the query starts. It returns
 // api.ErrUnavailable when no lane is ready.
 func (s *Service) Match(q api.Query) (api.MatchResponse, error) {
-	p := s.pool.Load()
+	p := s.currentPool()
 	if p == nil {
 		return api.MatchResponse{}, api.ErrUnavailable
 	}
