@@ -33,6 +33,13 @@ func TestTwoDCsAnswerTheExactDepthPerDC(t *testing.T) {
 	for i, r := range []*relayProc{ra, rb} {
 		waitFor(t, "relay applied every event", func() bool { return r.Status().UniqueBlocks == w.rp.Blocks(i) })
 	}
+	// The indexer started before the relays' first markers: waiting for
+	// them is not a fault.
+	for _, l := range ix.Lanes() {
+		if l.LastFault != "" || l.State != "active" {
+			t.Fatalf("lane %+v", l)
+		}
+	}
 	checked := len(w.steps) * 2
 	if over*50 > checked {
 		t.Fatalf("%d of %d lane answers exceed the exact depth", over, checked)

@@ -258,7 +258,12 @@ func (r *laneRunner) bootstrapFailed(ctx context.Context, err error) {
 		ev = r.log.Info()
 	}
 	ev.Err(err).Str("fault", kind).Msg("lane bootstrap failed")
-	r.setStatus(PhaseBackoff, err.Error())
+	if errors.Is(err, ErrNoSnapshot) {
+		// A lane registered before its relay's first marker: waiting, not a fault.
+		r.setStatus(PhaseBackoff, "")
+	} else {
+		r.setStatus(PhaseBackoff, err.Error())
+	}
 	switch {
 	case errors.Is(err, consumer.ErrWorkerFailed):
 		// The pool must be rebuilt; the snapshot on the lane is fine.
