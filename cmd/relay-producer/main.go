@@ -50,6 +50,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.StringVar(&o.mode, "mode", "canonical", "hash mode: canonical (resolve engine parent chains) or verbatim (1.4.0: block_hash as-is)")
 	fs.DurationVar(&o.cfg.PublishInterval, "publish-interval", o.cfg.PublishInterval, "longest wait before applied events are published")
 	fs.DurationVar(&o.cfg.SnapshotInterval, "snapshot-interval", o.cfg.SnapshotInterval, "period of barrier snapshots")
+	fs.DurationVar(&o.cfg.CheckpointInterval, "checkpoint-interval", o.cfg.CheckpointInterval, "period of exact-state checkpoints to the object store (a restart replays only the input after the latest); 0 disables")
 	fs.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat-interval", o.cfg.HeartbeatInterval, "period of drain markers / heartbeats")
 	fs.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", o.cfg.LeaseTTL, "producer lease time-to-live")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "health and metrics listen address (empty disables)")

@@ -15,13 +15,23 @@ func env(m map[string]string) func(string) string { return func(k string) string
 func TestParseFlagsAndEnvironment(t *testing.T) {
 	var out bytes.Buffer
 	o, err := parse([]string{"--dc", "a", "--expected-blocks", "4096", "--publish-interval", "3ms"},
-		env(map[string]string{"CKFRELAY_DOMAIN": "prod", "CKFRELAY_MODE": "verbatim", "CKFRELAY_EXPECTED_BLOCKS": "99"}), &out)
+		env(map[string]string{"CKFRELAY_DOMAIN": "prod", "CKFRELAY_MODE": "verbatim", "CKFRELAY_EXPECTED_BLOCKS": "99",
+			"CKFRELAY_CHECKPOINT_INTERVAL": "45s"}), &out)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.cfg.Domain != "prod" || o.cfg.DC != "a" || o.cfg.CKF.ExpectedBlocksPerDC != 4096 ||
-		o.cfg.PublishInterval != 3*time.Millisecond || o.cfg.CKF.Mode != ckf.HashModeVerbatim {
+		o.cfg.PublishInterval != 3*time.Millisecond || o.cfg.CKF.Mode != ckf.HashModeVerbatim ||
+		o.cfg.CheckpointInterval != 45*time.Second {
 		t.Fatalf("%+v", o.cfg)
+	}
+	o, err = parse([]string{"--dc", "a", "--checkpoint-interval", "0"}, env(nil), &out)
+	if err != nil || o.cfg.CheckpointInterval != 0 {
+		t.Fatalf("checkpoints not disabled: %v %+v", err, o)
+	}
+	o, err = parse([]string{"--dc", "a"}, env(nil), &out)
+	if err != nil || o.cfg.CheckpointInterval != time.Minute {
+		t.Fatalf("default checkpoint interval: %v %+v", err, o)
 	}
 }
 
@@ -37,6 +47,7 @@ func TestBadConfigExitsWithUsageError(t *testing.T) {
 		{[]string{"--dc", "a", "--expected-blocks", "0"}, nil, "expected_blocks"},
 		{[]string{"--dc", "a"}, map[string]string{"CKFRELAY_PUBLISH_INTERVAL": "soon"}, "CKFRELAY_PUBLISH_INTERVAL"},
 		{[]string{"--dc", "a", "--log-level", "loud"}, nil, "log-level"},
+		{[]string{"--dc", "a", "--checkpoint-interval", "-1s"}, nil, "checkpoint interval"},
 		{[]string{"--dc", "a", "extra"}, nil, "unexpected argument"},
 	} {
 		var out bytes.Buffer

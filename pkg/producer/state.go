@@ -112,21 +112,38 @@ const maxPreallocBlocks = 1 << 22
 // NewState validates cfg and builds an empty state whose relocation RNG
 // starts at ckf.LaneRNGSeed(cfg.Seed, 0).
 func NewState(cfg ckf.Config) (*State, error) {
-	if err := cfg.Validate(); err != nil {
+	format, addr, err := stateFormat(cfg)
+	if err != nil {
 		return nil, err
+	}
+	words := make([]uint64, format.BucketCount)
+	owners := newU64Table(int(min(cfg.ExpectedBlocksPerDC, maxPreallocBlocks)))
+	return newStateFrom(cfg, format, addr, words, ckf.LaneRNGSeed(cfg.Seed, 0), owners)
+}
+
+// stateFormat validates cfg and derives its format and addressing.
+func stateFormat(cfg ckf.Config) (ckf.FormatIdentity, ckf.Addressing, error) {
+	if err := cfg.Validate(); err != nil {
+		return ckf.FormatIdentity{}, ckf.Addressing{}, err
 	}
 	format, err := cfg.Format()
 	if err != nil {
-		return nil, err
+		return ckf.FormatIdentity{}, ckf.Addressing{}, err
 	}
 	addr, err := ckf.NewAddressing(format.BucketCount, cfg.Seed)
 	if err != nil {
-		return nil, err
+		return ckf.FormatIdentity{}, ckf.Addressing{}, err
 	}
 	if format.BucketCount > math.MaxInt/8 {
-		return nil, &ckf.BuildError{Kind: ckf.ErrCapacityOverflow}
+		return ckf.FormatIdentity{}, ckf.Addressing{}, &ckf.BuildError{Kind: ckf.ErrCapacityOverflow}
 	}
-	mut, err := newMutator(make([]uint64, format.BucketCount), addr, cfg.MaxKicks, ckf.LaneRNGSeed(cfg.Seed, 0))
+	return format, addr, nil
+}
+
+// newStateFrom assembles a state with no members around a lane, its RNG
+// state and an owner table (NewState and RestoreState fill them).
+func newStateFrom(cfg ckf.Config, format ckf.FormatIdentity, addr ckf.Addressing, words []uint64, rng uint64, owners u64Table) (*State, error) {
+	mut, err := newMutator(words, addr, cfg.MaxKicks, rng)
 	if err != nil {
 		return nil, err
 	}
@@ -135,7 +152,7 @@ func NewState(cfg ckf.Config) (*State, error) {
 		format:  format,
 		mut:     mut,
 		members: make(map[Member]*memberState),
-		owners:  newU64Table(int(min(cfg.ExpectedBlocksPerDC, maxPreallocBlocks))),
+		owners:  owners,
 		dirty:   newDirtyWindow(format.BucketCount),
 	}, nil
 }
@@ -549,6 +566,11 @@ func (s *State) newMember(m Member) *memberState {
 	if n := len(s.freeMember); n > 0 {
 		ms = s.freeMember[n-1]
 		s.freeMember = s.freeMember[:n-1]
+		if ms.lineage.slots == nil {
+			// A restored pool entry carries only its capacity (see
+			// RestoreState); allocate it on first use.
+			ms.lineage = makeU64Table(ms.lineage.mask + 1)
+		}
 	} else {
 		ms = &memberState{lineage: newU64Table(0)}
 	}

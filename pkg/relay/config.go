@@ -44,6 +44,12 @@ type Config struct {
 	// SnapshotInterval publishes a fresh barrier snapshot periodically so
 	// a new consumer never replays much.
 	SnapshotInterval time.Duration
+	// CheckpointInterval paces checkpoints of the exact pool state (with
+	// the input sequence they cover) to the snapshot Object Store while
+	// publishing, plus one on a graceful stop; a restart restores the
+	// latest and replays only the input after it. 0 disables them (a
+	// restart then replays the whole input subject).
+	CheckpointInterval time.Duration
 	// HeartbeatInterval paces drain markers (when the sequence moved) and
 	// heartbeats (when it did not).
 	HeartbeatInterval time.Duration
@@ -66,17 +72,18 @@ func DefaultConfig(domain, dc string) Config {
 	host, _ := os.Hostname()
 	c := ckf.NewConfig(1 << 20)
 	return Config{
-		Domain:            domain,
-		DC:                dc,
-		Instance:          fmt.Sprintf("%s-%d-%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano()%1e6, 36)),
-		CKF:               c,
-		PublishInterval:   10 * time.Millisecond,
-		FlushEvents:       4096,
-		SnapshotInterval:  5 * time.Minute,
-		HeartbeatInterval: time.Second,
-		LeaseTTL:          10 * time.Second,
-		MaxDeltaImages:    64 << 10,
-		Logger:            zerolog.Nop(),
+		Domain:             domain,
+		DC:                 dc,
+		Instance:           fmt.Sprintf("%s-%d-%s", host, os.Getpid(), strconv.FormatInt(time.Now().UnixNano()%1e6, 36)),
+		CKF:                c,
+		PublishInterval:    10 * time.Millisecond,
+		FlushEvents:        4096,
+		SnapshotInterval:   5 * time.Minute,
+		CheckpointInterval: time.Minute,
+		HeartbeatInterval:  time.Second,
+		LeaseTTL:           10 * time.Second,
+		MaxDeltaImages:     64 << 10,
+		Logger:             zerolog.Nop(),
 	}
 }
 
@@ -112,6 +119,8 @@ func (c *Config) Validate() error {
 		return bad("flush events must be positive")
 	case c.SnapshotInterval <= 0:
 		return bad("snapshot interval must be positive")
+	case c.CheckpointInterval < 0:
+		return bad("checkpoint interval must not be negative (0 disables checkpoints)")
 	case c.HeartbeatInterval <= 0:
 		return bad("heartbeat interval must be positive")
 	case c.LeaseTTL < 3*time.Millisecond:

@@ -21,6 +21,9 @@ type relayMetrics struct {
 	uniqueBlocks    *metrics.Gauge
 	occupiedSlots   *metrics.Gauge
 	publishSeconds  *metrics.Histogram
+
+	checkpoints       *metrics.CounterVec
+	checkpointSeconds *metrics.Histogram
 }
 
 func newRelayMetrics(reg *metrics.Registry) *relayMetrics {
@@ -45,5 +48,8 @@ func newRelayMetrics(reg *metrics.Registry) *relayMetrics {
 		uniqueBlocks:    reg.NewGauge("ckf_relay_unique_blocks", "Distinct blocks the pool tracks."),
 		occupiedSlots:   reg.NewGauge("ckf_relay_occupied_slots", "Occupied CKF slots."),
 		publishSeconds:  reg.NewHistogram("ckf_relay_publish_seconds", "Time to publish one delta (JetStream ack included).", metrics.ExponentialBuckets(1e-5, 2, 18)),
+		checkpoints: reg.NewCounterVec("ckf_relay_checkpoints_total",
+			"State checkpoints by outcome: written, write_error (stores); restored, absent, rejected_format, rejected_corrupt, rejected_stream, load_error (loads at rebuild).", "outcome"),
+		checkpointSeconds: reg.NewHistogram("ckf_relay_checkpoint_seconds", "Time to encode and store one state checkpoint (the actor pauses meanwhile).", metrics.ExponentialBuckets(1e-3, 2, 16)),
 	}
 }

@@ -135,8 +135,9 @@ func (r *Relay) setState(s State) {
 }
 
 // Run registers the pool's lane, then loops: acquire the producer lease
-// (standby while another relay holds it), rebuild the exact state from the
-// input stream, publish a barrier snapshot under the new epoch and serve
+// (standby while another relay holds it), rebuild the exact state (restore
+// the pool's checkpoint if usable, then replay the input stream after it),
+// publish a barrier snapshot under the new epoch and serve
 // until the lease is lost or ctx ends. It returns nil when ctx ends.
 func (r *Relay) Run(ctx context.Context) error {
 	defer r.setState(StateStopped)
@@ -225,6 +226,9 @@ type epochRun struct {
 	oldestEvent time.Time
 	applySpan   trace.SpanContext
 	inputSeq    uint64 // stream sequence of the last input message seen
+
+	inputStream   inputStream // the input stream incarnation inputSeq refers to
+	checkpointSeq uint64      // input sequence of the newest stored (or restored) checkpoint
 }
 
 // Enqueue is producer.Sink: it publishes one delta synchronously so the
@@ -297,8 +301,8 @@ func (e *epochRun) publish(ctx context.Context, kind wire.MessageKind, msg *nats
 
 // serve publishes under one lease epoch until the lease is lost, the
 // stream becomes uncertain, or ctx ends.
-func (r *Relay) serve(ctx context.Context, coord *lease.Coordinator, res *jsx.Resources, lane int, l *lease.Lease) error {
-	ctx, cancel := context.WithCancel(ctx)
+func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx.Resources, lane int, l *lease.Lease) error {
+	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	log := r.log.With().Uint64("epoch", l.Epoch()).Logger()
 	go func() {
@@ -313,21 +317,42 @@ func (r *Relay) serve(ctx context.Context, coord *lease.Coordinator, res *jsx.Re
 
 	cfg := r.cfg.CKF
 	cfg.PublishEveryNEvents = 1 << 62 // the relay cuts batches itself
-	state, err := producer.NewState(cfg)
+
+	// Rebuild: restore the checkpoint if there is a usable one, then apply
+	// every stored event of this pool after it (all of them without one)
+	// before publishing.
+	r.setState(StateRebuilding)
+	stream, err := r.inputStreamInfo(ctx, res.Events)
 	if err != nil {
 		return err
+	}
+	var state *producer.State
+	var restoredSeq uint64
+	restored := false
+	if r.cfg.CheckpointInterval > 0 {
+		state, restoredSeq, restored = r.loadCheckpoint(ctx, res.Snapshots, cfg, stream)
+	}
+	if !restored {
+		if state, err = producer.NewState(cfg); err != nil {
+			return err
+		}
 	}
 	format := state.Format()
 	e := &epochRun{
 		r: r, ctx: ctx, lease: l, lane: lane, epoch: l.Epoch(), state: state, snaps: res.Snapshots,
-		identity: ckf.ProducerIdentity{Pool: r.pool, ProducerIncarnation: l.Epoch(), LayoutGeneration: 1, Format: format},
-		wlease:   wire.WireLease{Epoch: l.Epoch(), Instance: r.cfg.Instance},
+		identity:    ckf.ProducerIdentity{Pool: r.pool, ProducerIncarnation: l.Epoch(), LayoutGeneration: 1, Format: format},
+		wlease:      wire.WireLease{Epoch: l.Epoch(), Instance: r.cfg.Instance},
+		inputSeq:    restoredSeq,
+		inputStream: stream, checkpointSeq: restoredSeq,
 	}
 	e.pub = producer.NewPublisher(e.identity, 0, e)
+	r.update(func(s *Status) { s.InputSeq = restoredSeq })
 
-	// Rebuild: apply every stored event of this pool before publishing.
-	r.setState(StateRebuilding)
-	in, err := r.openInput(ctx, res.Events, l.Epoch())
+	startSeq := uint64(0)
+	if restored {
+		startSeq = restoredSeq + 1
+	}
+	in, err := r.openInput(ctx, res.Events, l.Epoch(), startSeq)
 	if err != nil {
 		return err
 	}
@@ -337,6 +362,7 @@ func (r *Relay) serve(ctx context.Context, coord *lease.Coordinator, res *jsx.Re
 		return err
 	}
 	rebuildStart := time.Now()
+	replayed := 0
 	for e.inputSeq < target {
 		select {
 		case <-ctx.Done():
@@ -347,10 +373,12 @@ func (r *Relay) serve(ctx context.Context, coord *lease.Coordinator, res *jsx.Re
 			return err
 		case msg := <-in.msgs:
 			e.applyMessage(msg)
+			replayed++
 		}
 	}
 	e.state.Flush() // nothing was published yet: the snapshot covers it
-	log.Info().Uint64("input_sequence", e.inputSeq).Dur("took", time.Since(rebuildStart)).
+	log.Info().Uint64("input_sequence", e.inputSeq).Bool("from_checkpoint", restored).Uint64("checkpoint_sequence", restoredSeq).
+		Int("messages_replayed", replayed).Dur("took", time.Since(rebuildStart)).
 		Int("unique_blocks", e.state.Stats().UniqueBlocks).Msg("exact state rebuilt from the input stream")
 
 	if e.lastLane, err = jsx.LastLaneSequence(ctx, res.Lanes, r.subj.Filter); err != nil {
@@ -370,6 +398,22 @@ func (r *Relay) serve(ctx context.Context, coord *lease.Coordinator, res *jsx.Re
 	defer snapTick.Stop()
 	hb := time.NewTicker(r.cfg.HeartbeatInterval)
 	defer hb.Stop()
+	var cpTick <-chan time.Time
+	if r.cfg.CheckpointInterval > 0 {
+		t := time.NewTicker(r.cfg.CheckpointInterval)
+		defer t.Stop()
+		cpTick = t.C
+		defer func() {
+			// Graceful stop (whichever case noticed it first: the lease
+			// and the input end with the context too): a last checkpoint,
+			// best effort, so the next start replays little.
+			if parent.Err() != nil {
+				sctx, cancel := context.WithTimeout(context.WithoutCancel(parent), 30*time.Second)
+				e.checkpoint(sctx, "stop")
+				cancel()
+			}
+		}()
+	}
 	pending := 0
 	for {
 		select {
@@ -399,6 +443,8 @@ func (r *Relay) serve(ctx context.Context, coord *lease.Coordinator, res *jsx.Re
 					return err
 				}
 			}
+		case <-cpTick:
+			e.checkpoint(ctx, "periodic")
 		case <-snapReqs:
 			if err := e.snapshot("request"); err != nil {
 				return err
@@ -668,11 +714,13 @@ type input struct {
 	done   chan struct{}
 }
 
-// openInput creates this epoch's durable consumer from the start of the
-// input stream. The name carries the epoch so a relay that lost its lease
-// can never pull (and so steal) messages from its successor's consumer;
-// older epochs' consumers are deleted and expire when idle anyway.
-func (r *Relay) openInput(ctx context.Context, events jetstream.Stream, epoch uint64) (*input, error) {
+// openInput creates this epoch's durable consumer from input stream
+// sequence startSeq (just after a restored checkpoint), or from the start
+// of the stream when startSeq is 0. The name carries the epoch so a relay
+// that lost its lease can never pull (and so steal) messages from its
+// successor's consumer; older epochs' consumers are deleted and expire
+// when idle anyway.
+func (r *Relay) openInput(ctx context.Context, events jetstream.Stream, epoch, startSeq uint64) (*input, error) {
 	filter, err := wire.WorkerEventsFilter(r.cfg.Domain, r.cfg.DC)
 	if err != nil {
 		return nil, err
@@ -684,14 +732,18 @@ func (r *Relay) openInput(ctx context.Context, events jetstream.Stream, epoch ui
 			_ = events.DeleteConsumer(ctx, n)
 		}
 	}
-	cons, err := events.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+	cc := jetstream.ConsumerConfig{
 		Durable:           prefix + strconv.FormatUint(epoch, 10),
 		Description:       "ckfrelay relay input (rebuild + live)",
 		FilterSubject:     filter,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		AckPolicy:         jetstream.AckNonePolicy,
 		InactiveThreshold: time.Minute,
-	})
+	}
+	if startSeq > 0 {
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, startSeq
+	}
+	cons, err := events.CreateOrUpdateConsumer(ctx, cc)
 	if err != nil {
 		return nil, fmt.Errorf("relay: input consumer: %w", err)
 	}

@@ -1,0 +1,206 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/producer"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+// A checkpoint is one object per pool in the snapshot bucket
+// (wire.SnapshotBucket), named CheckpointObjectName and overwritten each
+// time. Its body is exactly producer.State.Checkpoint's encoding (which
+// carries its own format, mode and checksum); the object's metadata says
+// what it covers, so a relay can judge it before fetching the body:
+//
+//	ckf-input-sequence        KVEVENTS stream sequence of the last input message applied
+//	ckf-input-stream-created  KVEVENTS creation time (RFC 3339): a recreated stream restarts its sequences
+//	ckf-format                CheckpointFormatTag of the state's format and hash mode
+//
+// The object store writes the metadata only after the body, in one object
+// revision, so the two always belong together.
+const (
+	MetaInputSequence      = "ckf-input-sequence"
+	MetaInputStreamCreated = "ckf-input-stream-created"
+	MetaFormat             = "ckf-format"
+)
+
+// CheckpointObjectName names a pool's checkpoint object. Snapshot bodies
+// live under "snap/", so the relay's snapshot pruning never touches it.
+func CheckpointObjectName(domain, dc string) (string, error) {
+	if err := wire.ValidateToken("domain", domain); err != nil {
+		return "", err
+	}
+	if err := wire.ValidateToken("dc", dc); err != nil {
+		return "", err
+	}
+	return "ckpt/" + domain + "/" + dc, nil
+}
+
+// CheckpointFormatTag renders the fields a checkpoint must share with the
+// restoring relay's configuration.
+func CheckpointFormatTag(f ckf.FormatIdentity, mode ckf.HashMode) string {
+	return fmt.Sprintf("v%d/fp%d/slots%d/buckets%d/seed%016x/%s", f.FormatVersion, f.FingerprintBits, f.SlotsPerBucket, f.BucketCount, f.Seed, mode)
+}
+
+// Checkpoint outcomes (label of ckf_relay_checkpoints_total).
+const (
+	cpWritten         = "written"
+	cpWriteError      = "write_error"
+	cpRestored        = "restored"
+	cpAbsent          = "absent"
+	cpRejectedFormat  = "rejected_format"
+	cpRejectedCorrupt = "rejected_corrupt"
+	cpRejectedStream  = "rejected_stream"
+	cpLoadError       = "load_error"
+)
+
+// inputStream identifies the input stream incarnation a checkpoint's
+// sequence refers to.
+type inputStream struct {
+	created time.Time
+	lastSeq uint64
+}
+
+func (r *Relay) inputStreamInfo(ctx context.Context, events jetstream.Stream) (inputStream, error) {
+	info, err := events.Info(ctx)
+	if err != nil {
+		return inputStream{}, fmt.Errorf("relay: input stream info: %w", err)
+	}
+	return inputStream{created: info.Created, lastSeq: info.State.LastSeq}, nil
+}
+
+// loadCheckpoint restores the pool's checkpoint if there is a usable one
+// for cfg and the current input stream. Anything else (absent, another
+// format or mode, corrupt, another stream, fetch failure) is counted and
+// logged and yields ok=false: the caller replays the whole input.
+func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore, cfg ckf.Config, stream inputStream) (state *producer.State, inputSeq uint64, ok bool) {
+	name, err := CheckpointObjectName(r.cfg.Domain, r.cfg.DC)
+	if err != nil {
+		return nil, 0, false
+	}
+	log := r.log.With().Str("object", name).Logger()
+	reject := func(outcome string, err error, msg string) (*producer.State, uint64, bool) {
+		r.m.checkpoints.With(outcome).Inc()
+		log.Warn().Err(err).Str("outcome", outcome).Msg(msg + "; replaying the whole input stream")
+		return nil, 0, false
+	}
+	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	info, err := snaps.GetInfo(lctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		r.m.checkpoints.With(cpAbsent).Inc()
+		log.Info().Msg("no checkpoint; replaying the whole input stream")
+		return nil, 0, false
+	}
+	if err != nil {
+		return reject(cpLoadError, err, "checkpoint info unavailable")
+	}
+	format, err := cfg.Format()
+	if err != nil {
+		return nil, 0, false
+	}
+	if got, want := info.Metadata[MetaFormat], CheckpointFormatTag(format, cfg.Mode); got != want {
+		return reject(cpRejectedFormat, fmt.Errorf("checkpoint format %q, this relay %q", got, want), "checkpoint of another format")
+	}
+	seq, err := strconv.ParseUint(info.Metadata[MetaInputSequence], 10, 64)
+	if err != nil {
+		return reject(cpRejectedCorrupt, fmt.Errorf("input sequence: %w", err), "checkpoint metadata unreadable")
+	}
+	created, err := time.Parse(time.RFC3339Nano, info.Metadata[MetaInputStreamCreated])
+	if err != nil {
+		return reject(cpRejectedCorrupt, fmt.Errorf("input stream creation time: %w", err), "checkpoint metadata unreadable")
+	}
+	if !created.Equal(stream.created) || seq > stream.lastSeq {
+		return reject(cpRejectedStream, fmt.Errorf("checkpoint covers sequence %d of the stream created %s; the stream was created %s and ends at %d",
+			seq, created.Format(time.RFC3339Nano), stream.created.Format(time.RFC3339Nano), stream.lastSeq), "checkpoint of another input stream")
+	}
+	start := time.Now()
+	obj, err := snaps.Get(lctx, name)
+	if err != nil {
+		return reject(cpLoadError, err, "checkpoint fetch failed")
+	}
+	defer obj.Close()
+	state, err = producer.RestoreState(obj, cfg)
+	switch {
+	case errors.Is(err, producer.ErrCheckpointFormat):
+		return reject(cpRejectedFormat, err, "checkpoint of another format")
+	case errors.Is(err, producer.ErrCheckpoint), errors.Is(err, jetstream.ErrDigestMismatch):
+		return reject(cpRejectedCorrupt, err, "checkpoint is corrupt")
+	case err != nil:
+		return reject(cpLoadError, err, "checkpoint fetch failed")
+	}
+	r.m.checkpoints.With(cpRestored).Inc()
+	log.Info().Uint64("input_sequence", seq).Uint64("bytes", info.Size).Dur("took", time.Since(start)).
+		Int("unique_blocks", state.Stats().UniqueBlocks).Msg("exact state restored from the checkpoint")
+	return state, seq, true
+}
+
+// checkpoint stores the state with the input sequence it covers. It runs
+// on the actor between two input messages, so the state is exactly the
+// input up to e.inputSeq. The encoding streams through a pipe into the
+// object store (no second in-memory copy of the state); the actor waits
+// for the store meanwhile. A failure is counted and logged and never ends
+// the epoch: the previous checkpoint stays valid.
+func (e *epochRun) checkpoint(ctx context.Context, trigger string) {
+	if e.inputSeq == e.checkpointSeq {
+		return // nothing applied since the last one
+	}
+	r := e.r
+	name, err := CheckpointObjectName(r.cfg.Domain, r.cfg.DC)
+	if err != nil {
+		return
+	}
+	start := time.Now()
+	meta := jetstream.ObjectMeta{
+		Name:        name,
+		Description: "ckfrelay exact pool state checkpoint",
+		Metadata: map[string]string{
+			MetaInputSequence:      strconv.FormatUint(e.inputSeq, 10),
+			MetaInputStreamCreated: e.inputStream.created.Format(time.RFC3339Nano),
+			MetaFormat:             CheckpointFormatTag(e.state.Format(), e.state.Mode()),
+		},
+	}
+	pr, pw := io.Pipe()
+	stored := make(chan error, 1)
+	go func() {
+		_, err := e.snaps.Put(ctx, meta, pr)
+		// Unblock the encoder if the store gave up early.
+		pr.CloseWithError(errors.Join(err, io.ErrClosedPipe))
+		stored <- err
+	}()
+	cw := &countingWriter{w: pw}
+	encErr := e.state.Checkpoint(cw)
+	pw.CloseWithError(encErr) // nil: the store sees EOF
+	err = errors.Join(<-stored, encErr)
+	took := time.Since(start)
+	r.m.checkpointSeconds.Observe(took.Seconds())
+	if err != nil {
+		r.m.checkpoints.With(cpWriteError).Inc()
+		r.log.Warn().Err(err).Str("trigger", trigger).Uint64("input_sequence", e.inputSeq).Msg("checkpoint not stored")
+		return
+	}
+	e.checkpointSeq = e.inputSeq
+	r.m.checkpoints.With(cpWritten).Inc()
+	r.log.Info().Str("trigger", trigger).Uint64("input_sequence", e.inputSeq).Int64("bytes", cw.n).Dur("took", took).
+		Str("object", name).Msg("checkpoint stored")
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}

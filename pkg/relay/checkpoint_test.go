@@ -1,0 +1,169 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/pkg/metrics"
+	"github.com/ckfrelay/ckfrelay/pkg/relay"
+	"github.com/ckfrelay/ckfrelay/pkg/replay"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+	"github.com/ckfrelay/ckfrelay/testenv"
+)
+
+func hasMetric(reg *metrics.Registry, line string) bool {
+	var out fmtBuf
+	reg.WritePrometheus(&out)
+	return out.contains(line)
+}
+
+func checkpointCount(outcome string, n int) string {
+	return fmt.Sprintf(`ckf_relay_checkpoints_total{outcome=%q} %d`, outcome, n)
+}
+
+// checkpointedFirstHalf runs a relay with cfg over the first half of steps
+// until it has applied all of it and stored a checkpoint, then stops it
+// (which stores a final checkpoint) and returns the checkpoint's info.
+func checkpointedFirstHalf(t *testing.T, srv *testenv.Server, cfg relay.Config, steps []replay.Step) *jetstream.ObjectInfo {
+	t.Helper()
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	reg := metrics.NewRegistry()
+	cfg.Metrics = reg
+	cfg.CheckpointInterval = 20 * time.Millisecond
+	r, stop := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	publishEvents(t, js, "a", steps)
+	ctx := context.Background()
+	events, err := js.Stream(ctx, jsx.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := events.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := info.State.LastSeq
+	waitFor(t, "first half applied", func() bool { return r.Status().InputSeq == last })
+	// The counter appears with its first increment; an unchanged state is
+	// never checkpointed, so this one covers applied input.
+	waitFor(t, "checkpoint written", func() bool { return hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) })
+	stop()
+	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := relay.CheckpointObjectName(domain, "a")
+	oi, err := obj.GetInfo(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := strconv.ParseUint(oi.Metadata[relay.MetaInputSequence], 10, 64); err != nil || seq != last {
+		t.Fatalf("checkpoint after stop covers %q, want %d (%v)", oi.Metadata[relay.MetaInputSequence], last, err)
+	}
+	return oi
+}
+
+// laneConverges waits until the lane, published by r under its current
+// epoch, equals want.
+func laneConverges(t *testing.T, js jetstream.JetStream, r *relay.Relay, want []uint64) {
+	t.Helper()
+	waitFor(t, "lane converged", func() bool {
+		words, marker, _ := laneImage(t, js, "a")
+		return marker.Lease.Epoch == r.Status().Epoch && slices.Equal(words, want)
+	})
+}
+
+func TestRelayRestoresItsCheckpointAndReplaysOnlyWhatFollows(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	steps := traceEvents(t, 300)
+	cfg := testConfig("a")
+	oi := checkpointedFirstHalf(t, srv, cfg, steps[:150])
+	cpSeq, _ := strconv.ParseUint(oi.Metadata[relay.MetaInputSequence], 10, 64)
+
+	// Delete every input message the checkpoint covers: only a restore
+	// can still know their effect.
+	ctx := context.Background()
+	events, err := js.Stream(ctx, jsx.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := events.Purge(ctx, jetstream.WithPurgeSequence(cpSeq+1)); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := events.Info(ctx); err != nil || info.State.Msgs != 0 || info.State.FirstSeq != cpSeq+1 {
+		t.Fatalf("after purge: %+v %v", info.State, err)
+	}
+	publishEvents(t, js, "a", steps[150:])
+
+	reg := metrics.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	if !hasMetric(reg, checkpointCount("restored", 1)) {
+		t.Fatal("checkpoint not restored")
+	}
+	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+}
+
+func TestACheckpointOfAnotherFormatIsIgnored(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	steps := traceEvents(t, 300)
+	small := testConfig("a")
+	small.CKF = ckf.NewConfig(1 << 12)
+	checkpointedFirstHalf(t, srv, small, steps[:150])
+	publishEvents(t, js, "a", steps[150:])
+
+	cfg := testConfig("a")
+	reg := metrics.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	if !hasMetric(reg, checkpointCount("rejected_format", 1)) || hasMetric(reg, `outcome="restored"`) {
+		t.Fatal("a checkpoint of another format was not rejected")
+	}
+	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+}
+
+func TestACorruptCheckpointIsIgnoredAndCounted(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	steps := traceEvents(t, 300)
+	cfg := testConfig("a")
+	oi := checkpointedFirstHalf(t, srv, cfg, steps[:150])
+
+	// Same name and metadata, one byte of the body changed.
+	ctx := context.Background()
+	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := obj.GetBytes(ctx, oi.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body[len(body)/2] ^= 0x5A
+	if _, err := obj.Put(ctx, jetstream.ObjectMeta{Name: oi.Name, Metadata: oi.Metadata}, bytes.NewReader(body)); err != nil {
+		t.Fatal(err)
+	}
+	publishEvents(t, js, "a", steps[150:])
+
+	reg := metrics.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	if !hasMetric(reg, checkpointCount("rejected_corrupt", 1)) || hasMetric(reg, `outcome="restored"`) {
+		t.Fatal("a corrupt checkpoint was not rejected")
+	}
+	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+}
