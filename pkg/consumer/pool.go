@@ -767,15 +767,11 @@ func (p *Pool) ensureWorker(worker int) error {
 // ErrLaneRetired, ErrPoolClosed.
 func (p *Pool) Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) error {
 	lane := int(lease.PhysicalLane)
-	c, err := p.route(lane)
+	c, err := p.lockLane(lane)
 	if err != nil {
 		return err
 	}
-	c.transition.Lock()
 	defer c.transition.Unlock()
-	if err := p.ensureWorker(c.worker); err != nil {
-		return err
-	}
 	c.mu.Lock()
 	if c.fenced.Load() {
 		c.mu.Unlock()
@@ -828,15 +824,11 @@ func (p *Pool) Assign(identity ckf.ProducerIdentity, lease ckf.LaneLease) error 
 // rejected snapshot on an inactive lane keeps the lease retryable.
 func (p *Pool) InstallSnapshot(s *ckf.Snapshot) (IngestOutcome, error) {
 	lane := int(s.Lease.PhysicalLane)
-	c, err := p.route(lane)
+	c, err := p.lockLane(lane)
 	if err != nil {
 		return IngestOutcome{}, err
 	}
-	c.transition.Lock()
 	defer c.transition.Unlock()
-	if err := p.ensureWorker(c.worker); err != nil {
-		return IngestOutcome{}, err
-	}
 	c.mu.Lock()
 	switch c.adm.state {
 	case AdmissionAwaitingSnapshot, AdmissionActive:
@@ -854,13 +846,9 @@ func (p *Pool) InstallSnapshot(s *ckf.Snapshot) (IngestOutcome, error) {
 	epoch := c.adm.epoch
 	c.mu.Unlock()
 
-	req := &controlRequest{snapshot: s, reply: make(chan controlReply, 1)}
-	reply, err := p.roundTrip(c, epoch, command{op: opSnapshot, lane: uint8(lane), epoch: epoch, ctl: req})
+	reply, err := p.control(c, lane, epoch, opSnapshot, &controlRequest{snapshot: s, reply: make(chan controlReply, 1)})
 	if err != nil {
 		return IngestOutcome{}, err
-	}
-	if reply.stale {
-		return IngestOutcome{}, &IngestionError{Kind: ErrLaneRetired, Lane: lane}
 	}
 	out := reply.outcome
 	c.mu.Lock()
@@ -982,15 +970,11 @@ func (p *Pool) SubmitDelta(d *ckf.Delta) error {
 // ErrLaneRetired).
 func (p *Pool) CompleteDrain(marker ckf.DrainMarker) (IngestOutcome, error) {
 	lane := int(marker.Lease.PhysicalLane)
-	c, err := p.route(lane)
+	c, err := p.lockLane(lane)
 	if err != nil {
 		return IngestOutcome{}, err
 	}
-	c.transition.Lock()
 	defer c.transition.Unlock()
-	if err := p.ensureWorker(c.worker); err != nil {
-		return IngestOutcome{}, err
-	}
 	c.mu.Lock()
 	if c.adm.state != AdmissionActive || !c.leaseMatchesLocked(marker.Lease) {
 		c.mu.Unlock()
@@ -999,15 +983,40 @@ func (p *Pool) CompleteDrain(marker ckf.DrainMarker) (IngestOutcome, error) {
 	epoch := c.adm.epoch
 	c.mu.Unlock()
 
-	req := &controlRequest{marker: marker, reply: make(chan controlReply, 1)}
-	reply, err := p.roundTrip(c, epoch, command{op: opDrain, lane: uint8(lane), epoch: epoch, ctl: req})
+	reply, err := p.control(c, lane, epoch, opDrain, &controlRequest{marker: marker, reply: make(chan controlReply, 1)})
 	if err != nil {
 		return IngestOutcome{}, err
 	}
-	if reply.stale {
-		return IngestOutcome{}, &IngestionError{Kind: ErrLaneRetired, Lane: lane}
-	}
 	return reply.outcome, nil
+}
+
+// lockLane routes lane, takes its transition lock and checks its worker. On
+// success the caller holds c.transition and must unlock it.
+func (p *Pool) lockLane(lane int) (*laneControl, error) {
+	c, err := p.route(lane)
+	if err != nil {
+		return nil, err
+	}
+	c.transition.Lock()
+	if err := p.ensureWorker(c.worker); err != nil {
+		c.transition.Unlock()
+		return nil, err
+	}
+	return c, nil
+}
+
+// control runs a snapshot or drain round trip under the admission epoch it
+// was admitted at; a command the worker rejected as stale means the lane was
+// retired meanwhile.
+func (p *Pool) control(c *laneControl, lane int, epoch uint64, op commandOp, req *controlRequest) (controlReply, error) {
+	reply, err := p.roundTrip(c, epoch, command{op: op, lane: uint8(lane), epoch: epoch, ctl: req})
+	if err != nil {
+		return controlReply{}, err
+	}
+	if reply.stale {
+		return controlReply{}, &IngestionError{Kind: ErrLaneRetired, Lane: lane}
+	}
+	return reply, nil
 }
 
 // roundTrip sends a control command and awaits its reply, each bounded by
