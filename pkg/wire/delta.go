@@ -99,9 +99,7 @@ func AppendDelta(dst []byte, d *Delta) ([]byte, error) {
 	// Fixed part: header ≤ 3, identity ≤ 98, lease ≤ 13+MaxInstanceBytes,
 	// sequences ≤ 18, bin header ≤ 5.
 	dst = slices.Grow(dst, 264+n*ImageBytes)
-	dst = appendHeader(dst, KindDelta, deltaFields)
-	dst = appendIdentity(dst, &d.Identity)
-	dst = appendLease(dst, &d.Lease)
+	dst = appendPreamble(dst, KindDelta, deltaFields, &d.Identity, &d.Lease)
 	dst = appendUint(dst, d.BaseSequence)
 	dst = appendUint(dst, d.Sequence)
 	dst = appendBinLen(dst, n*ImageBytes)
@@ -136,13 +134,7 @@ func DecodeDelta(b []byte) (Delta, error) {
 // unspecified.
 func DecodeDeltaInto(b []byte, d *Delta) error {
 	r := reader{b: b}
-	if err := r.header(KindDelta, deltaFields); err != nil {
-		return err
-	}
-	if err := r.identity(&d.Identity); err != nil {
-		return err
-	}
-	if err := r.lease(&d.Lease); err != nil {
+	if err := r.preamble(KindDelta, deltaFields, &d.Identity, &d.Lease); err != nil {
 		return err
 	}
 	var err error

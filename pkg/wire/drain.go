@@ -31,9 +31,7 @@ func AppendDrainMarker(dst []byte, m *DrainMarker) ([]byte, error) {
 	if err := checkLease(&m.Lease); err != nil {
 		return dst, asEncodeError(err)
 	}
-	dst = appendHeader(dst, KindDrainMarker, drainFields)
-	dst = appendIdentity(dst, &m.Identity)
-	dst = appendLease(dst, &m.Lease)
+	dst = appendPreamble(dst, KindDrainMarker, drainFields, &m.Identity, &m.Lease)
 	return appendUint(dst, m.ExpectedSequence), nil
 }
 
@@ -48,13 +46,7 @@ func DecodeDrainMarker(b []byte) (DrainMarker, error) {
 // a *DecodeError and m's contents are unspecified.
 func DecodeDrainMarkerInto(b []byte, m *DrainMarker) error {
 	r := reader{b: b}
-	if err := r.header(KindDrainMarker, drainFields); err != nil {
-		return err
-	}
-	if err := r.identity(&m.Identity); err != nil {
-		return err
-	}
-	if err := r.lease(&m.Lease); err != nil {
+	if err := r.preamble(KindDrainMarker, drainFields, &m.Identity, &m.Lease); err != nil {
 		return err
 	}
 	var err error

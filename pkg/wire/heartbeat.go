@@ -44,9 +44,7 @@ func AppendHeartbeat(dst []byte, h *Heartbeat) ([]byte, error) {
 	if err := checkHeartbeat(h); err != nil {
 		return dst, asEncodeError(err)
 	}
-	dst = appendHeader(dst, KindHeartbeat, heartbeatFields)
-	dst = appendIdentity(dst, &h.Identity)
-	dst = appendLease(dst, &h.Lease)
+	dst = appendPreamble(dst, KindHeartbeat, heartbeatFields, &h.Identity, &h.Lease)
 	dst = appendUint(dst, h.Sequence)
 	dst = appendStr(dst, h.RelayInstance)
 	return appendUint(dst, uint64(h.Time.UnixNano())), nil
@@ -63,13 +61,7 @@ func DecodeHeartbeat(b []byte) (Heartbeat, error) {
 // *DecodeError and h's contents are unspecified.
 func DecodeHeartbeatInto(b []byte, h *Heartbeat) error {
 	r := reader{b: b}
-	if err := r.header(KindHeartbeat, heartbeatFields); err != nil {
-		return err
-	}
-	if err := r.identity(&h.Identity); err != nil {
-		return err
-	}
-	if err := r.lease(&h.Lease); err != nil {
+	if err := r.preamble(KindHeartbeat, heartbeatFields, &h.Identity, &h.Lease); err != nil {
 		return err
 	}
 	var err error

@@ -1,6 +1,10 @@
 package wire
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+)
 
 // MessageKind is the second element of every message.
 type MessageKind uint8
@@ -116,4 +120,23 @@ func PeekKind(b []byte) (MessageKind, error) {
 		return 0, decodeErr(ErrKind, "kind", "unknown kind %d", k)
 	}
 	return MessageKind(k), nil
+}
+
+// appendPreamble writes what every message starts with: the header, the
+// producer identity and the wire lease.
+func appendPreamble(dst []byte, k MessageKind, fields int, id *ckf.ProducerIdentity, l *WireLease) []byte {
+	dst = appendHeader(dst, k, fields)
+	dst = appendIdentity(dst, id)
+	return appendLease(dst, l)
+}
+
+// preamble reads what appendPreamble wrote.
+func (r *reader) preamble(k MessageKind, fields uint64, id *ckf.ProducerIdentity, l *WireLease) error {
+	if err := r.header(k, fields); err != nil {
+		return err
+	}
+	if err := r.identity(id); err != nil {
+		return err
+	}
+	return r.lease(l)
 }

@@ -124,9 +124,7 @@ func AppendSnapshotMarker(dst []byte, m *SnapshotMarker) ([]byte, error) {
 	if err := checkSnapshotMarker(m); err != nil {
 		return dst, asEncodeError(err)
 	}
-	dst = appendHeader(dst, KindSnapshotMarker, snapshotFields)
-	dst = appendIdentity(dst, &m.Identity)
-	dst = appendLease(dst, &m.Lease)
+	dst = appendPreamble(dst, KindSnapshotMarker, snapshotFields, &m.Identity, &m.Lease)
 	dst = appendUint(dst, m.Sequence)
 	dst = appendUint(dst, m.BucketCount)
 	dst = appendStr(dst, m.ObjectBucket)
@@ -146,13 +144,7 @@ func DecodeSnapshotMarker(b []byte) (SnapshotMarker, error) {
 // returns a *DecodeError and m's contents are unspecified.
 func DecodeSnapshotMarkerInto(b []byte, m *SnapshotMarker) error {
 	r := reader{b: b}
-	if err := r.header(KindSnapshotMarker, snapshotFields); err != nil {
-		return err
-	}
-	if err := r.identity(&m.Identity); err != nil {
-		return err
-	}
-	if err := r.lease(&m.Lease); err != nil {
+	if err := r.preamble(KindSnapshotMarker, snapshotFields, &m.Identity, &m.Lease); err != nil {
 		return err
 	}
 	var err error
