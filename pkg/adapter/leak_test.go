@@ -1,0 +1,10 @@
+package adapter
+
+import (
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+// TestMain fails the package when a test leaves goroutines behind.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
