@@ -86,3 +86,7 @@ func (st Stats) String() string {
 		st.UnknownRemovals, st.CapacityFailures, st.PhysicalTouches, st.DistinctTouchedBuckets, st.EmittedImages, st.NetRevertedBuckets,
 		st.Publications, st.PendingEvents, st.DirtyBuckets)
 }
+
+// UniqueBlocks is the number of tracked full hashes, in O(1): Stats scans
+// the lane and the tables, this does not.
+func (s *State) UniqueBlocks() int { return s.owners.len() }

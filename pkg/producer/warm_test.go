@@ -137,3 +137,22 @@ func compareStates(a, b *State) error {
 	}
 	return nil
 }
+
+func TestUniqueBlocksMatchesStats(t *testing.T) {
+	for _, mode := range []ckf.HashMode{ckf.HashModeVerbatim, ckf.HashModeCanonical} {
+		cfg := ckf.NewConfig(256)
+		cfg.Mode = mode
+		s, err := NewState(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range uint64(40) {
+			ev := ckf.RouterEvent{WorkerID: i % 3, Event: ckf.KvCacheEvent{Data: ckf.EventData{Kind: ckf.EventStored,
+				Stored: ckf.StoreData{Blocks: []ckf.StoredBlock{{BlockHash: i + 1, TokensHash: i + 1}}}}}}
+			s.ApplyEvent(&ev)
+			if s.UniqueBlocks() != s.Stats().UniqueBlocks || s.UniqueBlocks() != int(i+1) {
+				t.Fatalf("%s: unique %d, stats %d, want %d", mode, s.UniqueBlocks(), s.Stats().UniqueBlocks, i+1)
+			}
+		}
+	}
+}

@@ -140,7 +140,7 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 	}
 	r.m.checkpoints.With(cpRestored).Inc()
 	log.Info().Uint64("input_sequence", seq).Uint64("bytes", info.Size).Dur("took", time.Since(start)).
-		Int("unique_blocks", state.Stats().UniqueBlocks).Msg("exact state restored from the checkpoint")
+		Int("unique_blocks", state.UniqueBlocks()).Msg("exact state restored from the checkpoint")
 	return state, seq, true
 }
 

@@ -379,7 +379,7 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx
 	e.state.Flush() // nothing was published yet: the snapshot covers it
 	log.Info().Uint64("input_sequence", e.inputSeq).Bool("from_checkpoint", restored).Uint64("checkpoint_sequence", restoredSeq).
 		Int("messages_replayed", replayed).Dur("took", time.Since(rebuildStart)).
-		Int("unique_blocks", e.state.Stats().UniqueBlocks).Msg("exact state rebuilt from the input stream")
+		Int("unique_blocks", e.state.UniqueBlocks()).Msg("exact state rebuilt from the input stream")
 
 	if e.lastLane, err = jsx.LastLaneSequence(ctx, res.Lanes, r.subj.Filter); err != nil {
 		return err
@@ -561,15 +561,16 @@ func (e *epochRun) publishBatch(batch producer.Batch) error {
 	return nil
 }
 
+// publishedStats runs after every publication, so it only reads O(1)
+// counters; occupancy (a lane scan) is refreshed by the heartbeat.
 func (e *epochRun) publishedStats() {
 	seq := e.pub.LastSequence()
+	unique := e.state.UniqueBlocks()
 	e.r.m.sequence.Set(float64(seq))
-	st := e.state.Stats()
-	e.r.m.uniqueBlocks.Set(float64(st.UniqueBlocks))
-	e.r.m.occupiedSlots.Set(float64(st.OccupiedSlots))
+	e.r.m.uniqueBlocks.Set(float64(unique))
 	e.r.update(func(s *Status) {
 		s.Sequence = seq
-		s.UniqueBlocks = st.UniqueBlocks
+		s.UniqueBlocks = unique
 		s.Events = e.r.m.events.Value()
 	})
 }
@@ -671,6 +672,7 @@ func (e *epochRun) heartbeat() error {
 	if err := e.flush(); err != nil {
 		return err
 	}
+	e.r.m.occupiedSlots.Set(float64(e.state.Stats().OccupiedSlots))
 	seq := e.pub.LastSequence()
 	if seq != e.lastDrain {
 		dm, ok := e.pub.ExactDrainMarker()
