@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -122,6 +123,10 @@ func jsonError(err error) error {
 	}
 	if errors.Is(err, io.EOF) {
 		return &RequestError{Reason: "empty request body"}
+	}
+	// encoding/json has no typed error for DisallowUnknownFields.
+	if name, ok := strings.CutPrefix(err.Error(), `json: unknown field "`); ok {
+		return &RequestError{Field: strings.TrimSuffix(name, `"`), Reason: "unknown field"}
 	}
 	return &RequestError{Reason: "malformed JSON: " + err.Error()}
 }

@@ -91,7 +91,7 @@ func TestBadMatchRequestsNameTheField(t *testing.T) {
 		{`{"local_hashes":[1],"sequence_hashes":[2]}`, "tokens|local_hashes|sequence_hashes"},
 		{`{}`, "tokens|local_hashes|sequence_hashes"},
 		{`{"tokens":[4294967296],"block_size":1}`, "tokens"},
-		{`{"bogus":1}`, ""},
+		{`{"bogus":1}`, "bogus"},
 		{`not json`, ""},
 		{``, ""},
 		{`{"local_hashes":[1]} {}`, ""},
