@@ -234,9 +234,6 @@ type epochRun struct {
 // Enqueue is producer.Sink: it publishes one delta synchronously so the
 // publisher's sequence only advances once JetStream stored it.
 func (e *epochRun) Enqueue(d ckf.Delta) error {
-	if !e.lease.Held() {
-		return ErrLeaseLost
-	}
 	wd := wire.NewDelta(d, e.wlease)
 	buf, err := wire.AppendDelta(e.buf[:0], &wd)
 	if err != nil {
@@ -274,6 +271,11 @@ func (e *epochRun) Enqueue(d ckf.Delta) error {
 // publish stores msg on the lane, expecting the lane's last sequence so a
 // relay that lost the lane cannot interleave.
 func (e *epochRun) publish(ctx context.Context, kind wire.MessageKind, msg *nats.Msg, msgID string) error {
+	// A lapsed or lost lease stops every lane message at once, before the
+	// keepalive notices; the lane fence below catches a successor's writes.
+	if !e.lease.Held() {
+		return ErrLeaseLost
+	}
 	if hook := e.r.beforePublish; hook != nil {
 		if err := hook(kind); err != nil {
 			return err

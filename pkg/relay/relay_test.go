@@ -440,3 +440,38 @@ func TestRepeatedSnapshotRequestsKeepTheNewestBody(t *testing.T) {
 		t.Fatalf("marker %+v", marker)
 	}
 }
+
+func TestALostLeaseStopsPublishingUnderItsEpoch(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	cfg := testConfig("a")
+	reg := metrics.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	epoch1 := r.Status().Epoch
+	// An operator (or a competing coordinator) removes the lease: the next
+	// renewal's compare-and-set fails and the relay must stop publishing
+	// under that epoch, then come back under a fresh one.
+	kv, err := js.KeyValue(context.Background(), wire.LeaseBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kv.Delete(context.Background(), "lease."+domain+".a"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "new epoch", func() bool {
+		st := r.Status()
+		return st.State == relay.StateActive && st.Epoch > epoch1
+	})
+	var out fmtBuf
+	reg.WritePrometheus(&out)
+	if !out.contains(`ckf_relay_fences_total{reason="lease_lost"}`) {
+		t.Fatalf("lease loss not counted:\n%s", out)
+	}
+	// Nothing under the old epoch was published after the new epoch's marker.
+	words, marker, _ := laneImage(t, js, "a")
+	if marker.Lease.Epoch <= epoch1 || len(words) == 0 {
+		t.Fatalf("marker %+v", marker)
+	}
+}
