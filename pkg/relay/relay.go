@@ -229,6 +229,11 @@ type epochRun struct {
 
 	inputStream   inputStream // the input stream incarnation inputSeq refers to
 	checkpointSeq uint64      // input sequence of the newest stored (or restored) checkpoint
+
+	// events is applyMessage's decode buffer, reused message after message:
+	// no event (or slice inside one) is kept past the message it came in;
+	// producer.State.ApplyEvent copies what it needs.
+	events []ckf.RouterEvent
 }
 
 // Enqueue is producer.Sink: it publishes one delta synchronously so the
@@ -476,7 +481,8 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("bad event subject")
 		return 0
 	}
-	evs, err := ckf.DecodeRouterEvents(msg.Data())
+	evs, err := ckf.DecodeRouterEventsInto(e.events, msg.Data())
+	e.events = evs
 	if err != nil {
 		r.m.badEvents.With("malformed").Inc()
 		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("malformed router event")
