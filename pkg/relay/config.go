@@ -41,6 +41,11 @@ type Config struct {
 	PublishInterval time.Duration
 	// FlushEvents cuts a delta early after this many events.
 	FlushEvents int
+	// FlushWhenIdle cuts a delta whenever the input queue is momentarily
+	// empty instead of waiting for PublishInterval: an event is published
+	// as soon as the relay has nothing else queued, while under load the
+	// events that arrive during a publish form the next batch.
+	FlushWhenIdle bool
 	// SnapshotInterval publishes a fresh barrier snapshot periodically so
 	// a new consumer never replays much.
 	SnapshotInterval time.Duration
@@ -78,6 +83,7 @@ func DefaultConfig(domain, dc string) Config {
 		CKF:                c,
 		PublishInterval:    10 * time.Millisecond,
 		FlushEvents:        4096,
+		FlushWhenIdle:      true,
 		SnapshotInterval:   5 * time.Minute,
 		CheckpointInterval: time.Minute,
 		HeartbeatInterval:  time.Second,

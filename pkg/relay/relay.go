@@ -433,7 +433,11 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx
 			return err
 		case msg := <-in.msgs:
 			pending += e.applyMessage(msg)
-			if pending >= r.cfg.FlushEvents {
+			// Smart batching: cut as soon as the input is momentarily
+			// drained (lowest latency when idle; under load messages queue
+			// up while a publish is in flight, so batches grow by
+			// themselves), and at the latest after FlushEvents events.
+			if pending >= r.cfg.FlushEvents || (r.cfg.FlushWhenIdle && len(in.msgs) == 0) {
 				pending = 0
 				if err := e.flush(); err != nil {
 					return err

@@ -475,3 +475,25 @@ func TestALostLeaseStopsPublishingUnderItsEpoch(t *testing.T) {
 		t.Fatalf("marker %+v", marker)
 	}
 }
+
+func TestAnIdleRelayPublishesAnEventWithoutWaitingForItsTimer(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	cfg := testConfig("a")
+	// Only the idle cut can publish within the test's lifetime.
+	cfg.PublishInterval, cfg.HeartbeatInterval = time.Hour, time.Hour
+	r, _ := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	steps := traceEvents(t, 3)
+	publishEvents(t, js, "a", steps)
+	want := reference(t, cfg.CKF, steps).Words()
+	waitFor(t, "published without the timer", func() bool {
+		words, _, _ := laneImage(t, js, "a")
+		for i := range want {
+			if words[i] != want[i] {
+				return false
+			}
+		}
+		return true
+	})
+}
