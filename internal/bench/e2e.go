@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
+	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
@@ -688,8 +689,8 @@ func (e *Env) Latency(ctx context.Context, samples int, gap time.Duration) (Late
 		if _, err := e.pubJS.Publish(ctx, subj, remove); err != nil {
 			return Latency{}, fmt.Errorf("bench: publish probe removal: %w", err)
 		}
-		if err := sleepCtx(ctx, gap); err != nil {
-			return Latency{}, err
+		if !ctxwait.Sleep(ctx, gap) {
+			return Latency{}, ctx.Err()
 		}
 	}
 	return summarize(out), nil
@@ -760,23 +761,9 @@ func (e *Env) RawLatency(ctx context.Context, samples int, gap time.Duration) (L
 		case <-ctx.Done():
 			return Latency{}, ctx.Err()
 		}
-		if err := sleepCtx(ctx, gap); err != nil {
-			return Latency{}, err
+		if !ctxwait.Sleep(ctx, gap) {
+			return Latency{}, ctx.Err()
 		}
 	}
 	return summarize(out), nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
@@ -229,7 +230,7 @@ func (r *laneRunner) awaitRebuild(ctx context.Context) bool {
 func (r *laneRunner) pause(ctx context.Context, d time.Duration) bool {
 	g := r.gen
 	if g == nil {
-		return sleepCtx(ctx, d)
+		return ctxwait.Sleep(ctx, d)
 	}
 	t := time.NewTimer(d)
 	defer t.Stop()

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
@@ -173,7 +174,7 @@ func (s *Service) Run(ctx context.Context) error {
 		ch, err := coord.WatchLaneMap(rctx, s.cfg.Domain)
 		if err != nil {
 			s.log.Warn().Err(err).Msg("lane map watch failed; retrying")
-			if !sleepCtx(rctx, bo.next()) {
+			if !ctxwait.Sleep(rctx, bo.next()) {
 				break
 			}
 			continue
@@ -184,7 +185,7 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		if rctx.Err() == nil {
 			s.log.Warn().Msg("lane map watch ended; watching again")
-			sleepCtx(rctx, bo.next())
+			ctxwait.Sleep(rctx, bo.next())
 		}
 	}
 	return nil
@@ -443,15 +444,3 @@ func (b *backoff) next() time.Duration {
 }
 
 func (b *backoff) reset() { b.cur = 0 }
-
-// sleepCtx waits d or until ctx ends; it reports whether ctx is still live.
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
-}

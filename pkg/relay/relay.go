@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
@@ -171,7 +172,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			} else {
 				r.log.Warn().Err(err).Msg("lease acquire failed")
 			}
-			if !sleepCtx(ctx, wait) {
+			if !ctxwait.Sleep(ctx, wait) {
 				break
 			}
 			continue
@@ -185,22 +186,11 @@ func (r *Relay) Run(ctx context.Context) error {
 			break
 		}
 		r.log.Warn().Err(err).Uint64("epoch", l.Epoch()).Msg("stopped publishing under this epoch")
-		if !sleepCtx(ctx, 50*time.Millisecond) {
+		if !ctxwait.Sleep(ctx, 50*time.Millisecond) {
 			break
 		}
 	}
 	return nil
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
-	}
 }
 
 // epochRun is the state of publishing under one producer lease epoch.
