@@ -52,6 +52,9 @@ func (q Query) Blocks() int { return len(q.Locals) + len(q.Seqs) }
 type matchRequest struct {
 	Tokens         *[]uint32 `json:"tokens"`
 	BlockSize      *int      `json:"block_size"`
+	LoraName       *string   `json:"lora_name"`
+	CacheNamespace *string   `json:"cache_namespace"`
+	Eagle          *bool     `json:"eagle"`
 	LocalHashes    *[]uint64 `json:"local_hashes"`
 	SequenceHashes *[]uint64 `json:"sequence_hashes"`
 }
@@ -92,9 +95,18 @@ func DecodeMatchRequest(body []byte) (Query, error) {
 		if len(*req.Tokens)/bs > MaxBlocks {
 			return Query{}, &RequestError{Field: "tokens", Reason: fmt.Sprintf("more than %d blocks", MaxBlocks)}
 		}
-		return Query{Locals: ckf.LocalBlockHashes(make([]ckf.LocalBlockHash, 0, len(*req.Tokens)/bs), *req.Tokens, bs)}, nil
+		var o ckf.BlockOptions
+		o.Seed = ckf.SaltedSeed(deref(req.LoraName), deref(req.CacheNamespace))
+		o.Eagle = req.Eagle != nil && *req.Eagle
+		return Query{Locals: ckf.LocalBlockHashesWith(make([]ckf.LocalBlockHash, 0, len(*req.Tokens)/bs), *req.Tokens, bs, o)}, nil
 	case req.BlockSize != nil:
 		return Query{}, &RequestError{Field: "block_size", Reason: "only valid with tokens"}
+	case req.LoraName != nil:
+		return Query{}, &RequestError{Field: "lora_name", Reason: "only valid with tokens"}
+	case req.CacheNamespace != nil:
+		return Query{}, &RequestError{Field: "cache_namespace", Reason: "only valid with tokens"}
+	case req.Eagle != nil:
+		return Query{}, &RequestError{Field: "eagle", Reason: "only valid with tokens"}
 	case req.LocalHashes != nil:
 		if len(*req.LocalHashes) > MaxBlocks {
 			return Query{}, &RequestError{Field: "local_hashes", Reason: fmt.Sprintf("more than %d blocks", MaxBlocks)}
@@ -114,6 +126,13 @@ func DecodeMatchRequest(body []byte) (Query, error) {
 		}
 		return Query{Seqs: out}, nil
 	}
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
 }
 
 func jsonError(err error) error {

@@ -92,6 +92,10 @@ func TestBadMatchRequestsNameTheField(t *testing.T) {
 		{`{}`, "tokens|local_hashes|sequence_hashes"},
 		{`{"tokens":[4294967296],"block_size":1}`, "tokens"},
 		{`{"bogus":1}`, "bogus"},
+		{`{"local_hashes":[1],"lora_name":"a"}`, "lora_name"},
+		{`{"sequence_hashes":[1],"cache_namespace":"n"}`, "cache_namespace"},
+		{`{"local_hashes":[1],"eagle":true}`, "eagle"},
+		{`{"tokens":[1],"block_size":1,"eagle":"yes"}`, "eagle"},
 		{`not json`, ""},
 		{``, ""},
 		{`{"local_hashes":[1]} {}`, ""},
@@ -149,4 +153,21 @@ func FuzzDecodeMatchRequest(f *testing.F) {
 			t.Fatal("block limit not enforced")
 		}
 	})
+}
+
+func TestTokensWithSaltsAndEagleWindows(t *testing.T) {
+	b := &recordingBackend{ready: true}
+	rec, _ := serve(t, b, "POST", "/v1/match", `{"tokens":[0,1,2,3],"block_size":4,"lora_name":"adapter-a"}`)
+	if rec.Code != 200 || len(b.last.Locals) != 1 || b.last.Locals[0] != 0x5C7F6547F18918BF {
+		t.Fatalf("lora: %d %#x", rec.Code, b.last.Locals)
+	}
+	rec, _ = serve(t, b, "POST", "/v1/match", `{"tokens":[0,1,2,3,4,5],"block_size":2,"eagle":true}`)
+	want := ckf.LocalBlockHashesWith(nil, []uint32{0, 1, 2, 3, 4, 5}, 2, ckf.BlockOptions{Eagle: true})
+	if rec.Code != 200 || len(b.last.Locals) != 2 || b.last.Locals[0] != want[0] || b.last.Locals[1] != want[1] {
+		t.Fatalf("eagle: %d %#x", rec.Code, b.last.Locals)
+	}
+	rec, _ = serve(t, b, "POST", "/v1/match", `{"tokens":[0,1,2,3],"block_size":4,"lora_name":"","cache_namespace":""}`)
+	if rec.Code != 200 || b.last.Locals[0] != 0x7EE2CBEDC694AB46 {
+		t.Fatalf("empty salts: %d %#x", rec.Code, b.last.Locals)
+	}
 }

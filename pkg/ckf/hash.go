@@ -57,3 +57,52 @@ func SequenceHashes(dst []SequenceHash, locals []LocalBlockHash) []SequenceHash 
 	}
 	return dst
 }
+
+// SaltedSeed is the token-hash seed of a request with a LoRA adapter name
+// and/or a cache namespace (newer upstream; spec §2.1): 1337 plus
+// XXH3(lora_name, 0) plus XXH3(cache_namespace, 1), wrapping, each term
+// only when its string is non-empty. With neither it is XXH3Seed.
+func SaltedSeed(loraName, cacheNamespace string) uint64 {
+	seed := XXH3Seed
+	if loraName != "" {
+		seed += xxh3.HashSeed([]byte(loraName), 0)
+	}
+	if cacheNamespace != "" {
+		seed += xxh3.HashSeed([]byte(cacheNamespace), 1)
+	}
+	return seed
+}
+
+// BlockOptions select the hashing variants of spec §2.1.
+type BlockOptions struct {
+	// Seed is the token-hash seed; 0 means XXH3Seed (see SaltedSeed).
+	Seed uint64
+	// Eagle hashes windows of BlockSize+1 tokens with stride BlockSize, so
+	// n tokens give (n-1)/BlockSize blocks.
+	Eagle bool
+}
+
+// LocalBlockHashesWith is LocalBlockHashes with a custom seed and the Eagle
+// window variant.
+func LocalBlockHashesWith(dst []LocalBlockHash, tokens []uint32, blockSize int, o BlockOptions) []LocalBlockHash {
+	if blockSize <= 0 {
+		return dst
+	}
+	seed := o.Seed
+	if seed == 0 {
+		seed = XXH3Seed
+	}
+	window := blockSize
+	if o.Eagle {
+		window++
+	}
+	buf := make([]byte, 0, 4*window)
+	for start := 0; start+window <= len(tokens); start += blockSize {
+		buf = buf[:0]
+		for _, t := range tokens[start : start+window] {
+			buf = binary.LittleEndian.AppendUint32(buf, t)
+		}
+		dst = append(dst, LocalBlockHash(xxh3.HashSeed(buf, seed)))
+	}
+	return dst
+}

@@ -263,3 +263,34 @@ func TestDecodeRouterEvents(t *testing.T) {
 		}
 	}
 }
+
+func TestSaltsAndEagleWindows(t *testing.T) {
+	if got := SaltedSeed("adapter-a", ""); got != 0x7AB77913E9C918D6 {
+		t.Fatalf("lora seed %#x", got)
+	}
+	if SaltedSeed("", "") != XXH3Seed {
+		t.Fatal("empty salts changed the seed")
+	}
+	if SaltedSeed("", "ns") == XXH3Seed || SaltedSeed("a", "ns") == SaltedSeed("a", "") {
+		t.Fatal("cache namespace does not salt")
+	}
+	got := LocalBlockHashesWith(nil, []uint32{0, 1, 2, 3}, 4, BlockOptions{Seed: SaltedSeed("adapter-a", "")})
+	if len(got) != 1 || got[0] != 0x5C7F6547F18918BF {
+		t.Fatalf("salted local hash %#x", got)
+	}
+	base := LocalBlockHashesWith(nil, []uint32{0, 1, 2, 3}, 4, BlockOptions{})
+	if base[0] != 0x7EE2CBEDC694AB46 || base[0] != LocalBlockHashes(nil, []uint32{0, 1, 2, 3}, 4)[0] {
+		t.Fatalf("unsalted %#x", base)
+	}
+	// Eagle: tokens 0..5, block size 2 → windows [0,1,2] and [2,3,4].
+	toks := []uint32{0, 1, 2, 3, 4, 5}
+	eagle := LocalBlockHashesWith(nil, toks, 2, BlockOptions{Eagle: true})
+	w1 := LocalBlockHashesWith(nil, []uint32{0, 1, 2}, 3, BlockOptions{})
+	w2 := LocalBlockHashesWith(nil, []uint32{2, 3, 4}, 3, BlockOptions{})
+	if len(eagle) != 2 || eagle[0] != w1[0] || eagle[1] != w2[0] {
+		t.Fatalf("eagle windows %#x, want %#x %#x", eagle, w1, w2)
+	}
+	if n := len(LocalBlockHashesWith(nil, make([]uint32, 7), 2, BlockOptions{Eagle: true})); n != 3 {
+		t.Fatalf("eagle count %d, want (7-1)/2 = 3", n)
+	}
+}
