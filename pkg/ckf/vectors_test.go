@@ -294,3 +294,33 @@ func TestSaltsAndEagleWindows(t *testing.T) {
 		t.Fatalf("eagle count %d, want (7-1)/2 = 3", n)
 	}
 }
+
+func TestValidatesConfigAndWorkerMapping(t *testing.T) {
+	for _, c := range [][2]uint64{{1, 2}, {16, 8}} {
+		c0 := NewConfig(c[0])
+		if f, err := c0.Format(); err != nil || f.BucketCount != c[1] {
+			t.Fatalf("format(%d) = %+v, %v", c[0], f, err)
+		}
+	}
+	if err := NewConfig(0).Validate(); !errors.Is(err, ErrExpectedCapacityZero) {
+		t.Fatalf("zero capacity: %v", err)
+	}
+	// Lane-to-worker mapping is stable and within range.
+	for lane := range uint8(LaneCount) {
+		w := StickyWorker(17, lane, 4)
+		if w < 0 || w >= 4 || w != StickyWorker(17, lane, 4) {
+			t.Fatalf("lane %d → worker %d", lane, w)
+		}
+	}
+}
+
+func TestValidatesPublishCadenceAndDefaultsToImmediatePublication(t *testing.T) {
+	c := NewConfig(64)
+	if c.PublishEveryNEvents != 1 {
+		t.Fatalf("default cadence %d, want 1 (publish after every event)", c.PublishEveryNEvents)
+	}
+	c.PublishEveryNEvents = 0
+	if err := c.Validate(); !errors.Is(err, ErrInvalidPublishEveryNEvents) {
+		t.Fatalf("cadence 0: %v", err)
+	}
+}
