@@ -64,8 +64,9 @@ type Service struct {
 	// gen is the current pool generation, published once the first pool is
 	// built and replaced by each rebuild; queries load it without locking.
 	gen atomic.Pointer[poolGen]
-	// names maps lanes to DC names for query answers (copy-on-write).
-	names atomic.Pointer[[ckf.LaneCount]string]
+	// labels maps lanes to the DC name and pool id string of query
+	// answers (copy-on-write), formatted once per lane, not per query.
+	labels atomic.Pointer[[ckf.LaneCount]laneLabel]
 
 	mu      sync.Mutex // guards the fields below
 	runners [ckf.LaneCount]*laneRunner
@@ -125,7 +126,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		stopFault: make(chan struct{}),
 		limiter:   rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
 	}
-	s.names.Store(&[ckf.LaneCount]string{})
+	s.labels.Store(&[ckf.LaneCount]laneLabel{})
 	s.scratch.New = func() any { return new(consumer.QueryScratch) }
 	return s, nil
 }
@@ -264,9 +265,9 @@ func (s *Service) startLaneLocked(lane int, e *lease.LaneEntry) {
 	}
 	r := newLaneRunner(s, lane, e.DcName, e.Pool, subj, log, lm)
 	s.runners[lane] = r
-	names := *s.names.Load()
-	names[lane] = e.DcName
-	s.names.Store(&names)
+	labels := *s.labels.Load()
+	labels[lane] = laneLabel{dc: e.DcName, pool: e.Pool.String()}
+	s.labels.Store(&labels)
 	if err != nil {
 		// The lane stays refused: a lane is never re-pointed, so retrying
 		// the same configuration cannot succeed.
@@ -401,17 +402,21 @@ func (s *Service) Match(q api.Query) (api.MatchResponse, error) {
 	if err != nil {
 		return api.MatchResponse{}, fmt.Errorf("indexer: match: %w", err)
 	}
-	names := s.names.Load()
+	labels := s.labels.Load()
 	resp := api.MatchResponse{ReadyLanes: res.CapturedReadyLanes, Blocks: q.Blocks(), Lanes: []api.LaneDepth{}}
 	for _, l := range res.Lanes {
 		if !l.Present {
 			continue
 		}
-		resp.Lanes = append(resp.Lanes, api.LaneDepth{Lane: int(l.Lane), DC: names[l.Lane], Pool: l.Pool.String(), Depth: l.Depth})
+		lbl := labels[l.Lane]
+		resp.Lanes = append(resp.Lanes, api.LaneDepth{Lane: int(l.Lane), DC: lbl.dc, Pool: lbl.pool, Depth: l.Depth})
 	}
 	resp.SetBest()
 	return resp, nil
 }
+
+// laneLabel is how a lane is named in query answers.
+type laneLabel struct{ dc, pool string }
 
 // Lanes reports every lane of the lane map this service follows.
 func (s *Service) Lanes() []api.LaneStatus {
