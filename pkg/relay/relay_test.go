@@ -340,21 +340,13 @@ func TestAZombiePublishIsRefusedAndTheRelayRecoversUnderANewEpoch(t *testing.T) 
 		st := r.Status()
 		return st.State == relay.StateActive && st.Epoch > epoch1
 	})
-	var out fmtBuf
-	reg.WritePrometheus(&out)
-	if !out.contains(`ckf_relay_fences_total{reason="lane_taken"} 1`) {
+	if out, ok := metricsContain(reg, `ckf_relay_fences_total{reason="lane_taken"} 1`); !ok {
 		t.Fatalf("fence not counted:\n%s", out)
 	}
 }
 
 func TestBadInputIsCountedAndNeverStopsTheRelay(t *testing.T) {
-	srv := testenv.StartServer(t)
-	nc, js := srv.Connect(t), srv.JetStream(t)
-	cfg := testConfig("a")
-	reg := metrics.NewRegistry()
-	cfg.Metrics = reg
-	r, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	r, js, reg := activeRelay(t, testConfig("a"))
 	ctx := context.Background()
 	for _, m := range []struct{ subj, body string }{
 		{"kvevents.test.a.7", `{"worker_id":7`},
@@ -411,13 +403,7 @@ func (f *fmtBuf) String() string              { return string(f.b) }
 func (f *fmtBuf) contains(s string) bool      { return strings.Contains(string(f.b), s) }
 
 func TestRepeatedSnapshotRequestsKeepTheNewestBody(t *testing.T) {
-	srv := testenv.StartServer(t)
-	nc, js := srv.Connect(t), srv.JetStream(t)
-	cfg := testConfig("a")
-	reg := metrics.NewRegistry()
-	cfg.Metrics = reg
-	r, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	_, js, reg := activeRelay(t, testConfig("a"))
 	coord, err := lease.New(context.Background(), js)
 	if err != nil {
 		t.Fatal(err)
@@ -442,13 +428,7 @@ func TestRepeatedSnapshotRequestsKeepTheNewestBody(t *testing.T) {
 }
 
 func TestALostLeaseStopsPublishingUnderItsEpoch(t *testing.T) {
-	srv := testenv.StartServer(t)
-	nc, js := srv.Connect(t), srv.JetStream(t)
-	cfg := testConfig("a")
-	reg := metrics.NewRegistry()
-	cfg.Metrics = reg
-	r, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	r, js, reg := activeRelay(t, testConfig("a"))
 	epoch1 := r.Status().Epoch
 	// An operator (or a competing coordinator) removes the lease: the next
 	// renewal's compare-and-set fails and the relay must stop publishing
@@ -464,9 +444,7 @@ func TestALostLeaseStopsPublishingUnderItsEpoch(t *testing.T) {
 		st := r.Status()
 		return st.State == relay.StateActive && st.Epoch > epoch1
 	})
-	var out fmtBuf
-	reg.WritePrometheus(&out)
-	if !out.contains(`ckf_relay_fences_total{reason="lease_lost"}`) {
+	if out, ok := metricsContain(reg, `ckf_relay_fences_total{reason="lease_lost"}`); !ok {
 		t.Fatalf("lease loss not counted:\n%s", out)
 	}
 	// Nothing under the old epoch was published after the new epoch's marker.
@@ -496,4 +474,25 @@ func TestAnIdleRelayPublishesAnEventWithoutWaitingForItsTimer(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// activeRelay starts a server and a relay with its own metrics registry and
+// waits until the relay publishes.
+func activeRelay(t *testing.T, cfg relay.Config) (*relay.Relay, jetstream.JetStream, *metrics.Registry) {
+	t.Helper()
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	reg := metrics.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	return r, js, reg
+}
+
+// metricsContain reports whether the exposition of reg contains want, and
+// returns the exposition for failure messages.
+func metricsContain(reg *metrics.Registry, want string) (string, bool) {
+	var out fmtBuf
+	reg.WritePrometheus(&out)
+	return out.String(), out.contains(want)
 }
