@@ -70,6 +70,7 @@ type options struct {
 	queue          int
 	maxApplyLag    time.Duration
 	controlTimeout time.Duration
+	fetchTimeout   time.Duration
 }
 
 // errUsage marks a bad command line or environment (exit code 2).
@@ -91,6 +92,8 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	fs.DurationVar(&o.maxApplyLag, "max-apply-lag", defaultMaxApplyLag,
 		fmt.Sprintf("retire a lane whose oldest admitted delta is not applied within this age; the seed's %s (still the library default) retires lanes spuriously on a loaded host", ckf.DefaultMaxDirtyToAppliedAge))
 	fs.DurationVar(&o.controlTimeout, "control-timeout", ckf.DefaultControlTimeout, "bound on each ingestion pool control operation (assign, snapshot install, drain)")
+	fs.DurationVar(&o.fetchTimeout, "snapshot-fetch-timeout", indexer.DefaultSnapshotFetchTimeout,
+		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", indexer.SnapshotFetchBytesPerSecond>>20, indexer.DefaultSnapshotFetchAttempts-1))
 
 	if err := cli.Parse(fs, args, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -126,6 +129,8 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		return options{}, bad("max-apply-lag", "want a positive duration")
 	case o.controlTimeout <= 0:
 		return options{}, bad("control-timeout", "want a positive duration")
+	case o.fetchTimeout <= 0:
+		return options{}, bad("snapshot-fetch-timeout", "want a positive duration")
 	case o.httpAddr == "":
 		return options{}, fmt.Errorf("%w: --http-addr is required", errUsage)
 	}
@@ -170,6 +175,8 @@ func (o options) config(log zerolog.Logger, reg *metrics.Registry, tp trace.Trac
 		Logger:  log,
 		Metrics: reg,
 		Tracer:  tp,
+
+		SnapshotFetchTimeout: o.fetchTimeout,
 	}
 	if o.expectedBlocks > 0 {
 		f, err := ckf.NewConfig(o.expectedBlocks).Format()

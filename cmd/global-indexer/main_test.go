@@ -21,6 +21,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -36,6 +37,7 @@ func defaultOptions() options {
 		domain: "default", httpAddr: "127.0.0.1:8080",
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
+		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
 	}
 }
 
@@ -52,15 +54,16 @@ func TestParseFlagsDefaultsEnvAndPrecedence(t *testing.T) {
 	}
 
 	env := envOf(map[string]string{
-		"CKFRELAY_NATS_URL":        "nats://example:4222",
-		"CKFRELAY_JS_DOMAIN":       "hub",
-		"CKFRELAY_DOMAIN":          "prod",
-		"CKFRELAY_EXPECTED_BLOCKS": "1000",
-		"CKFRELAY_LOG_LEVEL":       "debug",
-		"CKFRELAY_WORKERS":         "2",
-		"CKFRELAY_MAX_APPLY_LAG":   "250ms",
-		"CKFRELAY_CONTROL_TIMEOUT": "3s",
-		"CKFRELAY_OTLP_ENDPOINT":   "collector:4318",
+		"CKFRELAY_NATS_URL":               "nats://example:4222",
+		"CKFRELAY_JS_DOMAIN":              "hub",
+		"CKFRELAY_DOMAIN":                 "prod",
+		"CKFRELAY_EXPECTED_BLOCKS":        "1000",
+		"CKFRELAY_LOG_LEVEL":              "debug",
+		"CKFRELAY_WORKERS":                "2",
+		"CKFRELAY_MAX_APPLY_LAG":          "250ms",
+		"CKFRELAY_CONTROL_TIMEOUT":        "3s",
+		"CKFRELAY_SNAPSHOT_FETCH_TIMEOUT": "45s",
+		"CKFRELAY_OTLP_ENDPOINT":          "collector:4318",
 	})
 	o, err = parseFlags([]string{"--domain", "staging", "--queue=16", "--log-format", "json", "--max-apply-lag", "40ms"}, env, io.Discard)
 	if err != nil {
@@ -70,7 +73,7 @@ func TestParseFlagsDefaultsEnvAndPrecedence(t *testing.T) {
 	want.common.NatsURL, want.common.JSDomain, want.common.LogLevel, want.common.LogFormat = "nats://example:4222", "hub", "debug", "json"
 	want.common.OTLPEndpoint = "collector:4318"
 	want.domain, want.expectedBlocks, want.workers, want.queue = "staging", 1000, 2, 16
-	want.maxApplyLag, want.controlTimeout = 40*time.Millisecond, 3*time.Second
+	want.maxApplyLag, want.controlTimeout, want.fetchTimeout = 40*time.Millisecond, 3*time.Second, 45*time.Second
 	if o != want {
 		t.Fatalf("parsed %+v, want %+v (flags must win over the environment)", o, want)
 	}
@@ -85,6 +88,9 @@ func TestParseFlagsDefaultsEnvAndPrecedence(t *testing.T) {
 	}
 	if p := cfg.Pool; p.WorkerCount != 2 || p.QueueCapacity != 16 || p.MaxDirtyToAppliedAge != 40*time.Millisecond || p.ControlTimeout != 3*time.Second {
 		t.Fatalf("pool config %+v", p)
+	}
+	if cfg.SnapshotFetchTimeout != 45*time.Second {
+		t.Fatalf("snapshot fetch timeout %s, want 45s", cfg.SnapshotFetchTimeout)
 	}
 	if cfg.Tracer != tp {
 		t.Fatalf("tracer %v, want the one from cli.Common.Tracer", cfg.Tracer)
@@ -138,7 +144,7 @@ func TestHelpDocumentsFlags(t *testing.T) {
 	}
 	for _, want := range []string{"-nats-url", "-js-domain", "-nats-port", "-store-dir", "-log-level", "-log-format",
 		"-otlp-endpoint", "-trace-stdout", "-domain", "-http-addr", "-expected-blocks", "-workers", "-queue",
-		"-max-apply-lag", "spuriously", "-control-timeout"} {
+		"-max-apply-lag", "spuriously", "-control-timeout", "-snapshot-fetch-timeout"} {
 		if !strings.Contains(help.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, help.String())
 		}
@@ -174,6 +180,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"bad env max apply lag", nil, map[string]string{"CKFRELAY_MAX_APPLY_LAG": "100"}, "CKFRELAY_MAX_APPLY_LAG"},
 		{"zero env max apply lag", nil, map[string]string{"CKFRELAY_MAX_APPLY_LAG": "0s"}, "(from CKFRELAY_MAX_APPLY_LAG)"},
 		{"zero control timeout", []string{"--control-timeout", "0s"}, nil, "--control-timeout"},
+		{"zero snapshot fetch timeout", []string{"--snapshot-fetch-timeout", "0s"}, nil, "--snapshot-fetch-timeout"},
 		{"bad env control timeout", nil, map[string]string{"CKFRELAY_CONTROL_TIMEOUT": "never"}, "CKFRELAY_CONTROL_TIMEOUT"},
 		{"js domain embedded", []string{"--js-domain", "hub"}, nil, "--js-domain"},
 		{"js domain env embedded", nil, map[string]string{"CKFRELAY_JS_DOMAIN": "hub"}, "CKFRELAY_JS_DOMAIN"},

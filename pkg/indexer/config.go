@@ -26,6 +26,17 @@ const (
 	// ingestion pool rebuilds after worker failures.
 	DefaultPoolRebuildMin = time.Second
 	DefaultPoolRebuildMax = 30 * time.Second
+	// DefaultSnapshotFetchTimeout is the base deadline of one attempt to
+	// read a snapshot body from the Object Store; each attempt also gets
+	// SnapshotFetchBytesPerSecond's share of the body size on top.
+	DefaultSnapshotFetchTimeout = 10 * time.Second
+	// DefaultSnapshotFetchAttempts is how many times a bootstrap tries a
+	// snapshot body read that timed out before it records a lane fault.
+	DefaultSnapshotFetchAttempts = 3
+	// SnapshotFetchBytesPerSecond is the slowest body transfer rate a fetch
+	// deadline allows for (4 MiB/s: a 32 MiB lane of 4M buckets gets 8s
+	// more than the base).
+	SnapshotFetchBytesPerSecond = 4 << 20
 )
 
 // Config configures a Service. Zero fields take the documented defaults;
@@ -64,6 +75,14 @@ type Config struct {
 	// and 30s).
 	PoolRebuildMin time.Duration
 	PoolRebuildMax time.Duration
+	// SnapshotFetchTimeout and SnapshotFetchAttempts bound the reads of a
+	// snapshot body during a bootstrap: an attempt that times out (a slow
+	// or stalled Object Store transfer) is retried on the same marker, and
+	// only the last failure becomes a lane fault (defaults 10s and 3).
+	// Without a deadline of its own, nats.go would give every read of the
+	// body 5s, and one stall would cost the whole bootstrap.
+	SnapshotFetchTimeout  time.Duration
+	SnapshotFetchAttempts int
 	// Streams sizes the JetStream resources when this process creates them.
 	Streams jsx.Options
 	// LeaseOptions tune the lease coordinator (bucket name, storage).
@@ -93,6 +112,12 @@ func (c Config) withDefaults() Config {
 	if c.PoolRebuildMax == 0 {
 		c.PoolRebuildMax = max(DefaultPoolRebuildMax, c.PoolRebuildMin)
 	}
+	if c.SnapshotFetchTimeout == 0 {
+		c.SnapshotFetchTimeout = DefaultSnapshotFetchTimeout
+	}
+	if c.SnapshotFetchAttempts == 0 {
+		c.SnapshotFetchAttempts = DefaultSnapshotFetchAttempts
+	}
 	return c
 }
 
@@ -117,6 +142,12 @@ func (c Config) Validate() error {
 	}
 	if c.PoolRebuildMin < 0 || c.PoolRebuildMax < c.PoolRebuildMin {
 		return configError("pool_rebuild", "want 0 < min (%s) <= max (%s)", c.PoolRebuildMin, c.PoolRebuildMax)
+	}
+	if c.SnapshotFetchTimeout < 0 {
+		return configError("snapshot_fetch_timeout", "negative timeout %s", c.SnapshotFetchTimeout)
+	}
+	if c.SnapshotFetchAttempts < 0 {
+		return configError("snapshot_fetch_attempts", "negative count %d", c.SnapshotFetchAttempts)
 	}
 	if c.StatePollInterval < 0 {
 		return configError("state_poll_interval", "negative interval %s", c.StatePollInterval)

@@ -60,11 +60,16 @@ type runningService struct {
 	once   sync.Once
 }
 
-func startService(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg Config) *runningService {
+// startService runs a Service; setup functions see it before Run (to set
+// test hooks).
+func startService(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg Config, setup ...func(*Service)) *runningService {
 	t.Helper()
 	s, err := New(nc, js, cfg)
 	if err != nil {
 		t.Fatalf("New: %v", err)
+	}
+	for _, f := range setup {
+		f(s)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	rs := &runningService{Service: s, cancel: cancel, done: make(chan error, 1)}

@@ -3,6 +3,8 @@ package indexer
 import (
 	"context"
 	"errors"
+	"net"
+	"os"
 	"strconv"
 	"sync"
 	"time"
@@ -366,7 +368,7 @@ func (r *laneRunner) fetchSnapshot(ctx context.Context, mk *wire.SnapshotMarker,
 			return nil, laneError(ErrSnapshotFetch, r.lane, err, "object store %s", mk.ObjectBucket)
 		}
 	}
-	body, err := store.GetBytes(ctx, mk.ObjectName)
+	body, err := r.readBody(ctx, store, mk)
 	if err != nil {
 		return nil, laneError(ErrSnapshotFetch, r.lane, err, "object %s/%s", mk.ObjectBucket, mk.ObjectName)
 	}
@@ -380,6 +382,32 @@ func (r *laneRunner) fetchSnapshot(ctx context.Context, mk *wire.SnapshotMarker,
 		return nil, laneError(ErrSnapshotInvalid, r.lane, err, "object %s", mk.ObjectName)
 	}
 	return words, nil
+}
+
+// readBody reads the marker's body object, retrying an attempt that timed
+// out: a stalled chunk transfer is a property of that read, not of the
+// snapshot, and the next read of the same object usually goes through.
+// Every attempt has its own deadline, scaled by the size the marker declares.
+func (r *laneRunner) readBody(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker) ([]byte, error) {
+	cfg := r.svc.cfg
+	timeout := cfg.SnapshotFetchTimeout + time.Duration(mk.Size)*time.Second/SnapshotFetchBytesPerSecond
+	for attempt := 1; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, timeout)
+		body, err := r.svc.getObject(actx, store, mk.ObjectName)
+		cancel()
+		if err == nil || ctx.Err() != nil || attempt >= cfg.SnapshotFetchAttempts || !isTimeout(err) {
+			return body, err
+		}
+		r.m.fetchRetried()
+		r.log.Warn().Err(err).Int("attempt", attempt).Str("object", mk.ObjectName).Msg("snapshot read timed out; retrying")
+	}
+}
+
+// isTimeout reports whether err is a read or request deadline passing.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // countMalformed counts a refused message by its wire error kind.

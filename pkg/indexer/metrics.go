@@ -32,6 +32,9 @@ const (
 	MetricBootstraps = "ckf_indexer_bootstraps_total"
 	// MetricSnapshotRequests counts snapshot requests sent to the producer {lane}.
 	MetricSnapshotRequests = "ckf_indexer_snapshot_requests_total"
+	// MetricSnapshotFetchRetries counts snapshot body reads retried after a
+	// timeout {lane}.
+	MetricSnapshotFetchRetries = "ckf_indexer_snapshot_fetch_retries_total"
 	// MetricDeltas counts deltas admitted to the pool {lane}.
 	MetricDeltas = "ckf_indexer_deltas_total"
 	// MetricImages counts bucket images admitted to the pool {lane}.
@@ -77,6 +80,7 @@ type serviceMetrics struct {
 	superseded       *metrics.CounterVec
 	bootstraps       *metrics.CounterVec
 	snapshotRequests *metrics.CounterVec
+	fetchRetries     *metrics.CounterVec
 	deltas           *metrics.CounterVec
 	images           *metrics.CounterVec
 	latency          *metrics.HistogramVec
@@ -95,6 +99,7 @@ func newServiceMetrics(reg *metrics.Registry) *serviceMetrics {
 		superseded:       reg.NewCounterVec(MetricSuperseded, "Messages of a superseded producer epoch dropped.", "lane", "kind"),
 		bootstraps:       reg.NewCounterVec(MetricBootstraps, "Lane bootstrap attempts by outcome.", "lane", "outcome"),
 		snapshotRequests: reg.NewCounterVec(MetricSnapshotRequests, "Snapshot requests sent to the producer.", "lane"),
+		fetchRetries:     reg.NewCounterVec(MetricSnapshotFetchRetries, "Snapshot body reads retried after a timeout.", "lane"),
 		deltas:           reg.NewCounterVec(MetricDeltas, "Deltas admitted to the ingestion pool.", "lane"),
 		images:           reg.NewCounterVec(MetricImages, "Bucket images admitted to the ingestion pool.", "lane"),
 		latency: reg.NewHistogramVec(MetricEventToQueryable, "Oldest event of a delta to its admission (approximate).",
@@ -146,6 +151,8 @@ func (lm *laneMetrics) bootstrap(outcome string) {
 	lm.m.bootstraps.With(lm.lane, outcome).Inc()
 }
 func (lm *laneMetrics) snapshotRequested() { lm.m.snapshotRequests.With(lm.lane).Inc() }
+
+func (lm *laneMetrics) fetchRetried() { lm.m.fetchRetries.With(lm.lane).Inc() }
 
 // wireKindLabel turns a wire decode error kind into a metric label
 // ("trailing bytes" → "trailing_bytes").

@@ -80,6 +80,10 @@ type Service struct {
 	limiter rebuildLimiter
 
 	scratch sync.Pool // *consumer.QueryScratch
+
+	// getObject reads a snapshot body; tests replace it (before Run) to
+	// inject Object Store failures.
+	getObject func(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error)
 }
 
 // New validates cfg and builds a service on nc and js (which must be bound
@@ -125,6 +129,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		requester: "indexer-" + strconv.FormatUint(instance, 16),
 		stopFault: make(chan struct{}),
 		limiter:   rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
+		getObject: func(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error) {
+			return store.GetBytes(ctx, name)
+		},
 	}
 	s.labels.Store(&[ckf.LaneCount]laneLabel{})
 	s.scratch.New = func() any { return new(consumer.QueryScratch) }
