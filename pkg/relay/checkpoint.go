@@ -66,8 +66,19 @@ const (
 // inputStream identifies the input stream incarnation a checkpoint's
 // sequence refers to.
 type inputStream struct {
-	created time.Time
-	lastSeq uint64
+	created  time.Time
+	firstSeq uint64 // first sequence still stored (lastSeq+1 when empty)
+	lastSeq  uint64
+	maxAge   time.Duration
+}
+
+// dropped is how many sequences from `from` on the stream no longer holds:
+// a rebuild that must replay from `from` cannot see their events.
+func (s inputStream) dropped(from uint64) uint64 {
+	if s.firstSeq > from {
+		return s.firstSeq - from
+	}
+	return 0
 }
 
 func (r *Relay) inputStreamInfo(ctx context.Context, events jetstream.Stream) (inputStream, error) {
@@ -75,7 +86,11 @@ func (r *Relay) inputStreamInfo(ctx context.Context, events jetstream.Stream) (i
 	if err != nil {
 		return inputStream{}, fmt.Errorf("relay: input stream info: %w", err)
 	}
-	return inputStream{created: info.Created, lastSeq: info.State.LastSeq}, nil
+	st := inputStream{created: info.Created, firstSeq: info.State.FirstSeq, lastSeq: info.State.LastSeq, maxAge: info.Config.MaxAge}
+	if st.firstSeq == 0 && st.lastSeq > 0 { // defensive: an empty stream reports last+1
+		st.firstSeq = st.lastSeq + 1
+	}
+	return st, nil
 }
 
 // loadCheckpoint restores the pool's checkpoint if there is a usable one

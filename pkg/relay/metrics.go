@@ -24,6 +24,7 @@ type relayMetrics struct {
 
 	checkpoints       *metrics.CounterVec
 	checkpointSeconds *metrics.Histogram
+	inputGap          *metrics.Counter
 }
 
 func newRelayMetrics(reg *metrics.Registry) *relayMetrics {
@@ -50,6 +51,8 @@ func newRelayMetrics(reg *metrics.Registry) *relayMetrics {
 		publishSeconds:  reg.NewHistogram("ckf_relay_publish_seconds", "Time to publish one delta (JetStream ack included).", metrics.ExponentialBuckets(1e-5, 2, 18)),
 		checkpoints: reg.NewCounterVec("ckf_relay_checkpoints_total",
 			"State checkpoints by outcome: written, write_error (stores); restored, absent, rejected_format, rejected_corrupt, rejected_stream, load_error (loads at rebuild).", "outcome"),
+		inputGap: reg.NewCounter("ckf_relay_input_gap_messages_total",
+			"Input stream sequences a rebuild needed but retention (or a purge) had already dropped; events of this DC among them are missing from the exact state."),
 		checkpointSeconds: reg.NewHistogram("ckf_relay_checkpoint_seconds", "Time to encode and store one state checkpoint (the actor pauses meanwhile).", metrics.ExponentialBuckets(1e-3, 2, 16)),
 	}
 }

@@ -52,6 +52,9 @@ type Status struct {
 	InputSeq     uint64 `json:"input_sequence"`
 	Events       uint64 `json:"events"`
 	UniqueBlocks int    `json:"unique_blocks"`
+	// InputGap is how many input stream sequences the last rebuild needed
+	// but the stream no longer held (see ckf_relay_input_gap_messages_total).
+	InputGap uint64 `json:"input_gap"`
 }
 
 // errZombie means JetStream refused a publish because another writer moved
@@ -323,6 +326,7 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx
 	if err != nil {
 		return err
 	}
+	r.warnRetention(stream)
 	var state *producer.State
 	var restoredSeq uint64
 	restored := false
@@ -349,6 +353,7 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx
 	if restored {
 		startSeq = restoredSeq + 1
 	}
+	r.checkInputRetention(stream, max(startSeq, 1))
 	in, err := r.openInput(ctx, res.Events, l.Epoch(), startSeq)
 	if err != nil {
 		return err
@@ -455,6 +460,37 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx
 				return err
 			}
 		}
+	}
+}
+
+// checkInputRetention reports input a rebuild from `from` needs but the
+// stream no longer holds. The relay goes on: the missing events cannot be
+// recovered here, and a partial exact state (blocks stored by the dropped
+// events are unknown until a worker re-sends or clears them) serves the
+// router better than none. The operator sees it in the log, the status and
+// ckf_relay_input_gap_messages_total; the cure is an input retention well
+// above the checkpoint interval.
+func (r *Relay) checkInputRetention(stream inputStream, from uint64) {
+	gap := stream.dropped(from)
+	r.update(func(s *Status) { s.InputGap = gap })
+	if gap == 0 {
+		return
+	}
+	r.m.inputGap.Add(gap)
+	r.log.Error().Uint64("from_sequence", from).Uint64("first_stored_sequence", stream.firstSeq).Uint64("missing", gap).
+		Dur("input_max_age", stream.maxAge).Dur("checkpoint_interval", r.cfg.CheckpointInterval).
+		Msg("the input stream no longer holds sequences this rebuild needs: events of this DC among them are missing from the exact state")
+}
+
+// warnRetention flags an input retention that can drop events before a
+// checkpoint covers them.
+func (r *Relay) warnRetention(stream inputStream) {
+	if stream.maxAge == 0 {
+		return
+	}
+	if r.cfg.CheckpointInterval == 0 || 2*r.cfg.CheckpointInterval > stream.maxAge {
+		r.log.Warn().Dur("input_max_age", stream.maxAge).Dur("checkpoint_interval", r.cfg.CheckpointInterval).
+			Msg("input retention is less than twice the checkpoint interval: a restart may find events already dropped")
 	}
 }
 
