@@ -464,18 +464,17 @@ func (r *laneRunner) consume(ctx context.Context) outcome {
 				return out
 			}
 		case gf := <-r.faults:
-			f := gf.fault
-			if gf.gen != g || f.HasLease && f.Lease != r.cur.lease {
-				continue // a fault of an earlier pool or assignment
+			if out, ok := r.faultOutcome(g, gf); ok {
+				out.healthy = healthy
+				return out
 			}
-			if f.Kind == consumer.FaultWorkerFailed {
-				// The stream still holds the marker and every delta after
-				// it: the rebuilt pool needs no fresh snapshot.
-				return outcome{fault: faultKind(f), detail: f.String(), healthy: healthy}
-			}
-			return outcome{fault: faultKind(f), detail: f.String(), requestSnapshot: true, healthy: healthy}
 		case <-g.replaced:
-			return outcome{fault: faultPoolRebuilt, detail: "the ingestion pool was rebuilt", healthy: healthy}
+			// The dispatcher hands the failed worker's fault to its lanes
+			// before it asks for the rebuild: when both are ready, the
+			// fault says why, the rebuild only what followed.
+			out := r.pendingFault(g)
+			out.healthy = healthy
+			return out
 		case <-poll.C:
 			if g.laneDown(r.lane) {
 				r.svc.poolFailed(g)
@@ -492,6 +491,36 @@ func (r *laneRunner) consume(ctx context.Context) outcome {
 	}
 }
 
+// faultOutcome turns a pool fault into the lane's outcome; ok is false
+// for a fault of an earlier pool or assignment.
+func (r *laneRunner) faultOutcome(g *poolGen, gf genFault) (outcome, bool) {
+	f := gf.fault
+	if gf.gen != g || f.HasLease && f.Lease != r.cur.lease {
+		return outcome{}, false
+	}
+	if f.Kind == consumer.FaultWorkerFailed {
+		// The stream still holds the marker and every delta after it: the
+		// rebuilt pool needs no fresh snapshot.
+		return outcome{fault: faultKind(f), detail: f.String()}, true
+	}
+	return outcome{fault: faultKind(f), detail: f.String(), requestSnapshot: true}, true
+}
+
+// pendingFault is the outcome of a lane whose pool g was replaced: the
+// first fault of g still queued for the lane, or pool_rebuilt.
+func (r *laneRunner) pendingFault(g *poolGen) outcome {
+	for {
+		select {
+		case gf := <-r.faults:
+			if out, ok := r.faultOutcome(g, gf); ok {
+				return out
+			}
+		default:
+			return outcome{fault: faultPoolRebuilt, detail: "the ingestion pool was rebuilt"}
+		}
+	}
+}
+
 // faultPoolRebuilt is the fault kind of a lane retired by a pool rebuild.
 const faultPoolRebuilt = "pool_rebuilt"
 
@@ -503,6 +532,10 @@ func (r *laneRunner) poolRefused(err error) outcome {
 	out := outcome{fault: submitFaultKind(err), detail: err.Error(), requestSnapshot: true}
 	switch {
 	case errors.Is(err, consumer.ErrWorkerFailed):
+		// One kind however the lane learnt of it (fault channel, state
+		// poll or this refusal), so operators count worker failures per
+		// lane in one series.
+		out.fault = consumer.FaultWorkerFailed.String()
 		r.svc.poolFailed(r.gen)
 		out.requestSnapshot = false
 	case errors.Is(err, consumer.ErrPoolClosed), r.gen.failed.Load():
