@@ -649,8 +649,10 @@ func (e *epochRun) snapshot(trigger string) error {
 	}
 	octx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
 	defer cancel()
-	if _, err := e.snaps.Put(octx, jetstream.ObjectMeta{Name: name}, bytes.NewReader(body)); err != nil {
-		return fmt.Errorf("relay: put snapshot object: %w", err)
+	if !e.bodyStored(octx, name, len(body)) {
+		if _, err := e.snaps.Put(octx, jetstream.ObjectMeta{Name: name}, bytes.NewReader(body)); err != nil {
+			return fmt.Errorf("relay: put snapshot object: %w", err)
+		}
 	}
 	marker := wire.NewSnapshotMarker(snap, e.wlease, wire.SnapshotBucket, name, body)
 	mb, err := wire.AppendSnapshotMarker(nil, &marker)
@@ -672,7 +674,7 @@ func (e *epochRun) snapshot(trigger string) error {
 		e.pruneEarlierEpochs(octx, name)
 	}
 	if slices.Contains(e.objects, name) {
-		// A repeated snapshot at an unchanged sequence rewrote the same
+		// A repeated snapshot at an unchanged sequence reused the same
 		// object; it is still the newest and must be kept.
 		return nil
 	}
@@ -682,6 +684,18 @@ func (e *epochRun) snapshot(trigger string) error {
 		e.objects = e.objects[1:]
 	}
 	return nil
+}
+
+// bodyStored reports whether this epoch already stored the body of name
+// (a repeated snapshot at an unchanged sequence encodes the same bytes).
+// Writing it again would replace the object's chunks under a consumer that
+// is reading the current ones, stalling that read until its deadline.
+func (e *epochRun) bodyStored(ctx context.Context, name string, size int) bool {
+	if !slices.Contains(e.objects, name) {
+		return false
+	}
+	info, err := e.snaps.GetInfo(ctx, name)
+	return err == nil && !info.Deleted && info.Size == uint64(size)
 }
 
 // pruneEarlierEpochs deletes this pool's snapshot bodies left by earlier

@@ -408,6 +408,8 @@ func TestRepeatedSnapshotRequestsKeepTheNewestBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	_, first, _ := laneImage(t, js, "a")
+	firstInfo := snapshotInfo(t, js, first.ObjectName)
 	for i := 1; i <= 4; i++ {
 		if err := coord.RequestSnapshot(context.Background(), domain, "a", "test"); err != nil {
 			t.Fatal(err)
@@ -419,12 +421,29 @@ func TestRepeatedSnapshotRequestsKeepTheNewestBody(t *testing.T) {
 			return out.contains(want)
 		})
 	}
-	// The sequence never moved, so every request rewrote one object: the
-	// newest marker must still name a body that exists.
+	// The sequence never moved: every request named the same body, which
+	// was stored once (a rewrite would purge the chunks a consumer may be
+	// reading) and still exists.
 	words, marker, _ := laneImage(t, js, "a")
-	if len(words) == 0 || marker.Sequence != 0 {
-		t.Fatalf("marker %+v", marker)
+	if len(words) == 0 || marker.Sequence != 0 || marker.ObjectName != first.ObjectName {
+		t.Fatalf("marker %+v, first %+v", marker, first)
 	}
+	if info := snapshotInfo(t, js, marker.ObjectName); info.NUID != firstInfo.NUID {
+		t.Fatalf("snapshot body rewritten: object id %s, was %s", info.NUID, firstInfo.NUID)
+	}
+}
+
+func snapshotInfo(t *testing.T, js jetstream.JetStream, name string) *jetstream.ObjectInfo {
+	t.Helper()
+	obj, err := js.ObjectStore(context.Background(), wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := obj.GetInfo(context.Background(), name)
+	if err != nil {
+		t.Fatalf("snapshot body %s: %v", name, err)
+	}
+	return info
 }
 
 func TestALostLeaseStopsPublishingUnderItsEpoch(t *testing.T) {
