@@ -56,7 +56,7 @@ func (r *running) stop(t testing.TB) {
 				t.Errorf("run: %v", err)
 			}
 		case <-time.After(15 * time.Second):
-			t.Error("did not stop within 15s")
+			t.Errorf("did not stop within 15s; goroutines:\n%s", testenv.Goroutines())
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -180,5 +181,11 @@ func TestConnectOptionsApply(t *testing.T) {
 	nc := s.Connect(t, nats.Name("probe"))
 	if nc.Opts.Name != "probe" {
 		t.Fatalf("name = %q", nc.Opts.Name)
+	}
+}
+
+func TestGoroutinesListsTheCaller(t *testing.T) {
+	if s := Goroutines(); !strings.Contains(s, "TestGoroutinesListsTheCaller") {
+		t.Fatalf("stacks lack the calling test:\n%s", s)
 	}
 }

@@ -270,7 +270,7 @@ func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 			select {
 			case code = <-done:
 			case <-time.After(20 * time.Second):
-				t.Fatal("run did not return after cancel")
+				t.Fatalf("run did not return after cancel; goroutines:\n%s", testenv.Goroutines())
 			}
 		}
 		return code

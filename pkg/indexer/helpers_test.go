@@ -89,7 +89,7 @@ func (rs *runningService) stop(t testing.TB) {
 				t.Errorf("Run: %v", err)
 			}
 		case <-time.After(waitTotal):
-			t.Fatal("Run did not return after cancel")
+			t.Fatalf("Run did not return after cancel; goroutines:\n%s", testenv.Goroutines())
 		}
 	})
 }

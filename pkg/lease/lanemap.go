@@ -347,10 +347,30 @@ func sendLatest[T any](ch chan T, v T) {
 	ch <- v
 }
 
-// stopWatcher stops w and drains its channel until nats.go closes it, so the
-// subscription's delivery goroutine is never left blocked on a full channel.
+// watcherDrainQuiet bounds stopWatcher: once no update has arrived for this
+// long after Stop, the delivery goroutine is not blocked on the channel.
+const watcherDrainQuiet = 200 * time.Millisecond
+
+// stopWatcher stops w and drains its channel, so the subscription's delivery
+// goroutine is never left blocked on a full channel. It returns when nats.go
+// closes the channel or after watcherDrainQuiet without an update: nats.go
+// closes it from a handler KeyValue.Watch installs only after subscribing,
+// and a watch context that ends in between closes the subscription before
+// that handler exists, so the channel is never closed (an indexer shutdown
+// hung on it under load; TestWatchesEndWhenTheirContextEndsAtAnyMoment).
 func stopWatcher(w jetstream.KeyWatcher) {
 	_ = w.Stop()
-	for range w.Updates() {
+	quiet := time.NewTimer(watcherDrainQuiet)
+	defer quiet.Stop()
+	for {
+		select {
+		case _, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			quiet.Reset(watcherDrainQuiet)
+		case <-quiet.C:
+			return
+		}
 	}
 }

@@ -58,7 +58,7 @@ func startRelay(t *testing.T, nc *nats.Conn, js jetstream.JetStream, cfg relay.C
 					t.Errorf("relay run: %v", err)
 				}
 			case <-time.After(10 * time.Second):
-				t.Error("relay did not stop")
+				t.Errorf("relay did not stop; goroutines:\n%s", testenv.Goroutines())
 			}
 		})
 	}
