@@ -254,17 +254,17 @@ func (r *laneRunner) bootstrapFailed(ctx context.Context, err error) {
 	if errors.As(err, &ie) {
 		kind = ie.Kind.String()
 	}
-	r.m.bootstrap("failed")
-	r.m.fault(kind)
-	ev := r.log.Warn()
 	if errors.Is(err, ErrNoSnapshot) {
-		ev = r.log.Info()
-	}
-	ev.Err(err).Str("fault", kind).Msg("lane bootstrap failed")
-	if errors.Is(err, ErrNoSnapshot) {
-		// A lane registered before its relay's first marker: waiting, not a fault.
+		// A lane registered before its relay's first marker: waiting, not
+		// a fault (no fault count, no last fault), so a fresh start stays
+		// out of fault alerts.
+		r.m.bootstrap("waiting")
+		r.log.Info().Err(err).Msg("lane waiting for its first snapshot marker")
 		r.setStatus(PhaseBackoff, "")
 	} else {
+		r.m.bootstrap("failed")
+		r.m.fault(kind)
+		r.log.Warn().Err(err).Str("fault", kind).Msg("lane bootstrap failed")
 		r.setStatus(PhaseBackoff, err.Error())
 	}
 	switch {

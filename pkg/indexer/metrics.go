@@ -28,7 +28,8 @@ const (
 	// MetricSuperseded counts messages of a superseded wire epoch dropped
 	// before the pool {lane, kind}.
 	MetricSuperseded = "ckf_indexer_superseded_total"
-	// MetricBootstraps counts bootstrap attempts {lane, outcome=installed|failed}.
+	// MetricBootstraps counts bootstrap attempts {lane,
+	// outcome=installed|failed|waiting}; waiting: no snapshot marker yet.
 	MetricBootstraps = "ckf_indexer_bootstraps_total"
 	// MetricSnapshotRequests counts snapshot requests sent to the producer {lane}.
 	MetricSnapshotRequests = "ckf_indexer_snapshot_requests_total"

@@ -450,3 +450,34 @@ func TestUnavailableWithoutLanes(t *testing.T) {
 		t.Fatalf("second Run = %v, want ErrAlreadyRunning", err)
 	}
 }
+
+// A lane registered before its relay published anything is waiting, not
+// faulty: no fault counted or reported, then installed once the first
+// marker appears.
+func TestALaneWaitingForItsFirstMarkerIsNotAFault(t *testing.T) {
+	e := newEnv(t)
+	r := newFakeRelay(t, e.js, testDomain, "dc-a", testBlocks)
+	r.register()
+	s := startService(t, e.nc, e.js, testConfig(t))
+	lane := strconv.Itoa(r.lane)
+	testenv.Eventually(t, waitTotal, waitInterval, func() error {
+		if got := s.m.bootstraps.With(lane, "waiting").Value(); got < 2 {
+			return fmt.Errorf("waiting bootstraps %d, want a few", got)
+		}
+		return nil
+	})
+	if st, _ := statusOf(s.Service, r.lane); st.LastFault != "" || st.State == PhaseActive {
+		t.Fatalf("lane %+v while no marker exists", st)
+	}
+	r.takeEpoch() // the first snapshot marker
+	waitInstalled(t, s.Service, r.lane, r.epoch(), r.pub.LastSequence())
+	if got := s.m.faults.With(lane, "no_snapshot").Value(); got != 0 {
+		t.Fatalf("no_snapshot faults = %d, want 0", got)
+	}
+	if got := s.m.bootstraps.With(lane, "failed").Value(); got != 0 {
+		t.Fatalf("failed bootstraps = %d, want 0", got)
+	}
+	if st, _ := statusOf(s.Service, r.lane); st.LastFault != "" {
+		t.Fatalf("last fault %q after a clean start", st.LastFault)
+	}
+}
