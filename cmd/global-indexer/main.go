@@ -115,6 +115,9 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	if err := logFlagsError(o.common); err != nil {
 		return options{}, bad(err.name, "%s", err.want)
 	}
+	if err := o.common.ValidateConnection(); err != nil {
+		return options{}, fmt.Errorf("%w: %w", errUsage, err)
+	}
 	embedded := o.common.NatsURL == ""
 	switch {
 	case embedded && (o.common.NatsPort < -1 || o.common.NatsPort == 0 || o.common.NatsPort > 65535):
@@ -234,6 +237,7 @@ func serve(ctx context.Context, o options, log zerolog.Logger) error {
 	defer conn.Close()
 
 	reg := metrics.NewRegistry()
+	conn.Stats.RegisterMetrics(reg)
 	cfg, err := o.config(log, reg, tp)
 	if err != nil {
 		return err

@@ -60,6 +60,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	if o.cfg.DC == "" {
 		return nil, errors.New("--dc is required")
 	}
+	if err := o.common.ValidateConnection(); err != nil {
+		return nil, err
+	}
 	mode, err := ckf.ParseHashMode(o.mode)
 	if err != nil {
 		return nil, err
@@ -104,6 +107,7 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	}
 	defer conn.Close()
 	reg := metrics.NewRegistry()
+	conn.Stats.RegisterMetrics(reg)
 	o.cfg.Logger, o.cfg.Tracer, o.cfg.Metrics = log, tp, reg
 	r, err := relay.New(conn.NC, conn.JS, o.cfg)
 	if err != nil {

@@ -23,10 +23,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/eventpub"
 	"github.com/ckfrelay/ckfrelay/pkg/replay"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -39,6 +41,7 @@ func main() {
 
 type options struct {
 	natsURL     string
+	security    cli.Security
 	domain      string
 	dcs         string
 	traceFile   string
@@ -58,6 +61,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs := flag.NewFlagSet("trace-replayer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.natsURL, "nats-url", nats.DefaultURL, "NATS server URL")
+	o.security.Register(fs)
 	fs.StringVar(&o.domain, "domain", "default", "indexer domain")
 	fs.StringVar(&o.dcs, "dcs", "dc-a,dc-b", "comma-separated DC names (each needs a relay-producer)")
 	fs.StringVar(&o.traceFile, "trace", "", "trace JSONL (optionally gzip) file; empty uses the embedded Mooncake trace")
@@ -86,6 +90,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	if err := wire.ValidateToken("domain", o.domain); err != nil {
 		return nil, err
 	}
+	if err := o.security.Validate(); err != nil {
+		return nil, err
+	}
 	if o.speed < 0 || o.queryEvery < 0 || o.status <= 0 || o.maxRequests < 0 {
 		return nil, errors.New("speed, query-every and max-requests must be ≥ 0 and status-interval > 0")
 	}
@@ -101,7 +108,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "trace-replayer: %v\n", err)
 		return 2
 	}
-	if err := replayTrace(ctx, o, stdout); err != nil {
+	if err := replayTrace(ctx, o, stdout, stderr); err != nil {
 		fmt.Fprintf(stderr, "trace-replayer: %v\n", err)
 		return 1
 	}
@@ -153,7 +160,7 @@ func percentile(d []time.Duration, q float64) time.Duration {
 	return c[min(len(c)-1, int(q*float64(len(c))))].Round(time.Microsecond)
 }
 
-func replayTrace(ctx context.Context, o *options, stdout io.Writer) error {
+func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) error {
 	reqs, err := loadTrace(o)
 	if err != nil {
 		return err
@@ -161,12 +168,19 @@ func replayTrace(ctx context.Context, o *options, stdout io.Writer) error {
 	if o.maxRequests > 0 && o.maxRequests < len(reqs) {
 		reqs = reqs[:o.maxRequests]
 	}
-	nc, err := nats.Connect(o.natsURL, nats.Name("trace-replayer"))
+	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+	nc, _, err := cli.Dial(o.natsURL, "trace-replayer", o.security, log)
 	if err != nil {
-		return fmt.Errorf("connect %s: %w", o.natsURL, err)
+		return err
 	}
 	defer nc.Close()
 	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	// Acknowledged, de-duplicated publishing: an event sent while the
+	// stream is unreachable is retried, not lost (pkg/eventpub).
+	pub, err := eventpub.New(js, eventpub.Config{})
 	if err != nil {
 		return err
 	}
@@ -182,7 +196,7 @@ func replayTrace(ctx context.Context, o *options, stdout io.Writer) error {
 			// Each pass replays the trace in a fresh hash space.
 			rp.SetHashSpace(pass * cfg.Duplication)
 		}
-		if err := onePass(ctx, o, js, client, rp, stdout); err != nil {
+		if err := onePass(ctx, o, pub, client, rp, stdout); err != nil {
 			return err
 		}
 		if !o.repeat || ctx.Err() != nil {
@@ -191,11 +205,10 @@ func replayTrace(ctx context.Context, o *options, stdout io.Writer) error {
 	}
 }
 
-func onePass(ctx context.Context, o *options, js jetstream.JetStream, client *http.Client, rp *replay.Replayer, stdout io.Writer) error {
+func onePass(ctx context.Context, o *options, pub *eventpub.Publisher, client *http.Client, rp *replay.Replayer, stdout io.Writer) error {
 	st := &stats{start: time.Now()}
 	nextStatus := time.Now().Add(o.status)
 	total := rp.Len()
-	var pending []jetstream.PubAckFuture
 	var t0 int64 = -1
 	for {
 		if ctx.Err() != nil {
@@ -227,35 +240,19 @@ func onePass(ctx context.Context, o *options, js jetstream.JetStream, client *ht
 			query(ctx, client, o, step, st)
 		}
 		if len(step.Events) > 0 {
-			b, err := json.Marshal(step.Events)
-			if err != nil {
-				return err
-			}
-			subj, err := wire.WorkerEventsSubject(o.domain, o.rcfg.DCs[step.DC], step.Worker)
-			if err != nil {
-				return err
-			}
-			f, err := js.PublishAsync(subj, b)
-			if err != nil {
+			if err := pub.PublishEvents(ctx, o.domain, o.rcfg.DCs[step.DC], step.Worker, step.Events); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
 				return fmt.Errorf("publish events: %w", err)
 			}
-			pending = append(pending, f)
 			st.events += len(step.Events)
-		}
-		if len(pending) >= 256 {
-			if err := waitAcks(ctx, pending); err != nil {
-				return err
-			}
-			pending = pending[:0]
 		}
 		st.requests++
 		if time.Now().After(nextStatus) {
 			printStatus(stdout, st.line(total), false)
 			nextStatus = time.Now().Add(o.status)
 		}
-	}
-	if err := waitAcks(ctx, pending); err != nil {
-		return err
 	}
 	printStatus(stdout, st.line(total), true)
 	if o.verify && o.indexerURL != "" {
@@ -289,21 +286,6 @@ func exampleQuery(w io.Writer, url string, locals []ckf.LocalBlockHash) {
 	}
 	fmt.Fprintf(w, "query it yourself:\n  curl -s %s/v1/lanes\n  curl -s -X POST %s/v1/match -d '{\"local_hashes\":[%s]}'\n",
 		url, url, strings.Join(hs, ","))
-}
-
-func waitAcks(ctx context.Context, fs []jetstream.PubAckFuture) error {
-	for _, f := range fs {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("publish events: %w", err)
-		case <-ctx.Done():
-			return nil
-		case <-time.After(10 * time.Second):
-			return errors.New("publish events: no JetStream ack within 10s")
-		}
-	}
-	return nil
 }
 
 func match(ctx context.Context, client *http.Client, url string, locals []ckf.LocalBlockHash) (api.MatchResponse, int, time.Duration, error) {
