@@ -74,6 +74,10 @@ type Common struct {
 	LogFormat    string
 	OTLPEndpoint string
 	TraceStdout  bool
+	// JSReplicas is the replica count of every stream, KV and Object Store
+	// bucket the binary creates (1..5; production runs 3 on a clustered
+	// JetStream).
+	JSReplicas int
 }
 
 // Register adds the common flags to fs.
@@ -86,6 +90,15 @@ func (c *Common) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogFormat, "log-format", "console", "log format: console or json")
 	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP trace collector host:port; empty disables export")
 	fs.BoolVar(&c.TraceStdout, "trace-stdout", false, "write OpenTelemetry spans to stderr")
+	fs.IntVar(&c.JSReplicas, "js-replicas", 1, "replicas of every stream, KV and Object Store bucket created (1..5; production: 3 on a clustered JetStream); existing ones keep theirs")
+}
+
+// ValidateReplicas reports a --js-replicas outside 1..5.
+func (c *Common) ValidateReplicas() error {
+	if c.JSReplicas < 1 || c.JSReplicas > 5 {
+		return fmt.Errorf("invalid --js-replicas %d (want 1..5)", c.JSReplicas)
+	}
+	return nil
 }
 
 // Logger builds the zerolog logger the flags ask for.
@@ -171,12 +184,16 @@ func (c *Common) Connect(name string, log zerolog.Logger) (*Conn, error) {
 		conn.cleanup = append(conn.cleanup, func() { srv.Shutdown(); srv.WaitForShutdown() })
 		log.Info().Str("url", conn.URL).Str("store_dir", dir).Msg("embedded nats-server started (JetStream on); other processes may join it with --nats-url")
 	}
+	// RetryOnFailedConnect: a server that is not up yet (any start order in
+	// a deployment) is retried in the background instead of failing here.
 	nc, err := nats.Connect(conn.URL, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
+		nats.RetryOnFailedConnect(true),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
 			if err != nil {
 				log.Warn().Err(err).Msg("nats disconnected")
 			}
 		}),
+		nats.ConnectHandler(func(nc *nats.Conn) { log.Info().Str("url", nc.ConnectedUrl()).Msg("nats connected") }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info().Str("url", nc.ConnectedUrl()).Msg("nats reconnected") }))
 	if err != nil {
 		conn.Close()
