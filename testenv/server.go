@@ -8,6 +8,7 @@
 package testenv
 
 import (
+	"net"
 	"os"
 	"sync"
 	"testing"
@@ -55,6 +56,34 @@ func WithLeafRemote(url string) Option {
 // permissions, TLS); the options above fill what it leaves unset.
 func WithConfigFile(path string) Option {
 	return func(o *natsembed.EmbeddedOptions) { o.ConfigFile = path }
+}
+
+// WithLeafDeny keeps subjects from crossing the server's leaf remotes in
+// either direction.
+func WithLeafDeny(subjects ...string) Option {
+	return func(o *natsembed.EmbeddedOptions) { o.LeafDeny = append(o.LeafDeny, subjects...) }
+}
+
+// WithPort listens for clients on a fixed port (default: random), e.g. to
+// start a server late at an address clients already dial.
+func WithPort(port int) Option {
+	return func(o *natsembed.EmbeddedOptions) { o.Port = port }
+}
+
+// WithLeafNodePort opens the leaf-node listener on a fixed port.
+func WithLeafNodePort(port int) Option {
+	return func(o *natsembed.EmbeddedOptions) { o.LeafNodePort = port }
+}
+
+// FreePort returns a 127.0.0.1 TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // Server is one embedded nats-server. Methods are safe for concurrent use;

@@ -30,6 +30,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
+	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 )
 
@@ -124,6 +125,8 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		return options{}, bad("nats-port", "want 1..65535, or -1 for a free port")
 	case embedded && o.common.JSDomain != "":
 		return options{}, bad("js-domain", "needs --nats-url: the embedded nats-server has no JetStream domain")
+	case o.common.JSReplicas < 1 || o.common.JSReplicas > 5:
+		return options{}, bad("js-replicas", "want 1..5")
 	case o.workers < 1:
 		return options{}, bad("workers", "want at least 1")
 	case o.queue < 1:
@@ -181,6 +184,8 @@ func (o options) config(log zerolog.Logger, reg *metrics.Registry, tp trace.Trac
 
 		SnapshotFetchTimeout: o.fetchTimeout,
 	}
+	cfg.Streams.Replicas = o.common.JSReplicas
+	cfg.LeaseOptions = append(cfg.LeaseOptions, lease.WithReplicas(o.common.JSReplicas))
 	if o.expectedBlocks > 0 {
 		f, err := ckf.NewConfig(o.expectedBlocks).Format()
 		if err != nil {

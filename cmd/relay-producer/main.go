@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
@@ -31,10 +32,11 @@ func main() {
 }
 
 type options struct {
-	common   cli.Common
-	httpAddr string
-	mode     string
-	cfg      relay.Config
+	common        cli.Common
+	httpAddr      string
+	mode          string
+	inputJSDomain string
+	cfg           relay.Config
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
@@ -53,6 +55,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.DurationVar(&o.cfg.CheckpointInterval, "checkpoint-interval", o.cfg.CheckpointInterval, "period of exact-state checkpoints to the object store (a restart replays only the input after the latest); 0 disables")
 	fs.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat-interval", o.cfg.HeartbeatInterval, "period of drain markers / heartbeats")
 	fs.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", o.cfg.LeaseTTL, "producer lease time-to-live")
+	fs.StringVar(&o.inputJSDomain, "input-js-domain", "", "JetStream domain of the input stream KVEVENTS (the DC's own, so workers publish locally and a WAN cut loses nothing); empty: the same as --js-domain")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "health and metrics listen address (empty disables)")
 	if err := cli.Parse(fs, args, getenv); err != nil {
 		return nil, err
@@ -68,6 +71,10 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 		return nil, err
 	}
 	o.cfg.CKF.Mode = mode
+	if err := o.common.ValidateReplicas(); err != nil {
+		return nil, err
+	}
+	o.cfg.Streams.Replicas = o.common.JSReplicas
 	if err := o.cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -109,6 +116,11 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	reg := metrics.NewRegistry()
 	conn.Stats.RegisterMetrics(reg)
 	o.cfg.Logger, o.cfg.Tracer, o.cfg.Metrics = log, tp, reg
+	if o.inputJSDomain != "" {
+		if o.cfg.InputJS, err = jetstream.NewWithDomain(conn.NC, o.inputJSDomain); err != nil {
+			return fmt.Errorf("--input-js-domain %q: %w", o.inputJSDomain, err)
+		}
+	}
 	r, err := relay.New(conn.NC, conn.JS, o.cfg)
 	if err != nil {
 		return err
@@ -128,6 +140,7 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		log.Info().Str("addr", "http://"+ln.Addr().String()).Msg("health, status and metrics")
 	}
 	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).
-		Str("mode", o.cfg.CKF.Mode.String()).Msg("relay-producer starting")
+		Str("mode", o.cfg.CKF.Mode.String()).Str("js_domain", o.common.JSDomain).Str("input_js_domain", o.inputJSDomain).
+		Int("js_replicas", o.common.JSReplicas).Msg("relay-producer starting")
 	return r.Run(ctx)
 }

@@ -17,18 +17,23 @@ import (
 	"os"
 	"os/signal"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/eventpub"
+	"github.com/ckfrelay/ckfrelay/pkg/indexer"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/replay"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -42,6 +47,9 @@ func main() {
 type options struct {
 	natsURL     string
 	security    cli.Security
+	dcNatsURLs  string
+	hashSpace   int
+	queryVia    string
 	domain      string
 	dcs         string
 	traceFile   string
@@ -62,6 +70,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.natsURL, "nats-url", nats.DefaultURL, "NATS server URL")
 	o.security.Register(fs)
+	fs.StringVar(&o.dcNatsURLs, "dc-nats-urls", "", "per-DC NATS servers the DC's workers publish to, dc=url,... (e.g. dc-a=nats://nats-dc-a:4222); other DCs use --nats-url")
+	fs.IntVar(&o.hashSpace, "hash-space", 0, "first hash space of the replay (runs with distinct values store distinct blocks)")
+	fs.StringVar(&o.queryVia, "query-via", "http", "how verification queries reach the indexer: http (--indexer-url) or nats (request on ckfq.<domain>.match through --nats-url, served by every indexer replica's queue group)")
 	fs.StringVar(&o.domain, "domain", "default", "indexer domain")
 	fs.StringVar(&o.dcs, "dcs", "dc-a,dc-b", "comma-separated DC names (each needs a relay-producer)")
 	fs.StringVar(&o.traceFile, "trace", "", "trace JSONL (optionally gzip) file; empty uses the embedded Mooncake trace")
@@ -93,7 +104,13 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	if err := o.security.Validate(); err != nil {
 		return nil, err
 	}
-	if o.speed < 0 || o.queryEvery < 0 || o.status <= 0 || o.maxRequests < 0 {
+	if _, err := dcURLs(o); err != nil {
+		return nil, err
+	}
+	if o.queryVia != "http" && o.queryVia != "nats" {
+		return nil, fmt.Errorf("--query-via %q: want http or nats", o.queryVia)
+	}
+	if o.speed < 0 || o.queryEvery < 0 || o.status <= 0 || o.maxRequests < 0 || o.hashSpace < 0 {
 		return nil, errors.New("speed, query-every and max-requests must be ≥ 0 and status-interval > 0")
 	}
 	return o, o.rcfg.Validate()
@@ -116,6 +133,87 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 130 // interrupted: the replay did not finish
 	}
 	return 0
+}
+
+// dcURLs maps every DC to the NATS URL its workers publish to.
+func dcURLs(o *options) (map[string]string, error) {
+	m := make(map[string]string, len(o.rcfg.DCs))
+	for _, dc := range o.rcfg.DCs {
+		m[dc] = o.natsURL
+	}
+	if o.dcNatsURLs == "" {
+		return m, nil
+	}
+	for _, kv := range strings.Split(o.dcNatsURLs, ",") {
+		dc, url, ok := strings.Cut(kv, "=")
+		if _, known := m[dc]; !ok || !known || url == "" {
+			return nil, fmt.Errorf("--dc-nats-urls: %q is not dc=url for a DC of --dcs", kv)
+		}
+		m[dc] = url
+	}
+	return m, nil
+}
+
+// connect dials url with the --nats-* credentials, retrying in the
+// background while the server is not up yet (any start order converges).
+func connect(url string, o *options, log zerolog.Logger) (*nats.Conn, error) {
+	nc, _, err := cli.Dial(url, "trace-replayer", o.security, log)
+	return nc, err
+}
+
+// publishers connects to each DC's NATS server and ensures its input
+// stream (retrying with backoff until that DC's JetStream answers), so the
+// workers' events are stored in their own DC with JetStream acks.
+func publishers(ctx context.Context, o *options, log zerolog.Logger) (map[string]*eventpub.Publisher, func(), error) {
+	urls, err := dcURLs(o)
+	if err != nil {
+		return nil, nil, err
+	}
+	var conns []*nats.Conn
+	closeAll := func() {
+		for _, nc := range conns {
+			nc.Close()
+		}
+	}
+	byURL := map[string]*eventpub.Publisher{}
+	out := map[string]*eventpub.Publisher{}
+	for _, dc := range o.rcfg.DCs {
+		url := urls[dc]
+		if p, ok := byURL[url]; ok {
+			out[dc] = p
+			continue
+		}
+		nc, err := connect(url, o, log)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		conns = append(conns, nc)
+		js, err := jetstream.New(nc)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		pol := retry.Policy{OnRetry: func(n int, err error, wait time.Duration) {
+			fmt.Fprintf(os.Stderr, "trace-replayer: input stream at %s not ready (attempt %d: %v); retrying in %s\n", url, n, err, wait)
+		}}
+		if err := pol.Do(ctx, func(ctx context.Context) error {
+			_, err := jsx.EnsureEvents(ctx, js, jsx.Options{})
+			return err
+		}); err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		// Acknowledged, de-duplicated publishing: an event sent while the
+		// stream is unreachable is retried, not lost (pkg/eventpub).
+		p, err := eventpub.New(js, eventpub.Config{})
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		byURL[url], out[dc] = p, p
+	}
+	return out, closeAll, nil
 }
 
 func loadTrace(o *options) ([]replay.Request, error) {
@@ -169,22 +267,22 @@ func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 		reqs = reqs[:o.maxRequests]
 	}
 	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
-	nc, _, err := cli.Dial(o.natsURL, "trace-replayer", o.security, log)
+	pubs, closePubs, err := publishers(ctx, o, log)
 	if err != nil {
 		return err
 	}
-	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		return err
+	defer closePubs()
+	q := &querier{client: &http.Client{Timeout: 5 * time.Second}, url: o.indexerURL}
+	if o.queryVia == "nats" {
+		nc, err := connect(o.natsURL, o, log)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		q.nc, q.subject = nc, indexer.MatchSubject(o.domain)
+	} else if o.indexerURL == "" {
+		q = nil
 	}
-	// Acknowledged, de-duplicated publishing: an event sent while the
-	// stream is unreachable is retried, not lost (pkg/eventpub).
-	pub, err := eventpub.New(js, eventpub.Config{})
-	if err != nil {
-		return err
-	}
-	client := &http.Client{Timeout: 5 * time.Second}
 	for pass := 0; ; pass++ {
 		cfg := o.rcfg
 		cfg.Seed += uint64(pass)
@@ -192,11 +290,9 @@ func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 		if err != nil {
 			return err
 		}
-		if pass > 0 {
-			// Each pass replays the trace in a fresh hash space.
-			rp.SetHashSpace(pass * cfg.Duplication)
-		}
-		if err := onePass(ctx, o, pub, client, rp, stdout); err != nil {
+		// Each pass replays the trace in a fresh hash space.
+		rp.SetHashSpace(o.hashSpace + pass*cfg.Duplication)
+		if err := onePass(ctx, o, pubs, q, rp, stdout); err != nil {
 			return err
 		}
 		if !o.repeat || ctx.Err() != nil {
@@ -205,7 +301,7 @@ func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 	}
 }
 
-func onePass(ctx context.Context, o *options, pub *eventpub.Publisher, client *http.Client, rp *replay.Replayer, stdout io.Writer) error {
+func onePass(ctx context.Context, o *options, pubs map[string]*eventpub.Publisher, q *querier, rp *replay.Replayer, stdout io.Writer) error {
 	st := &stats{start: time.Now()}
 	nextStatus := time.Now().Add(o.status)
 	total := rp.Len()
@@ -236,11 +332,12 @@ func onePass(ctx context.Context, o *options, pub *eventpub.Publisher, client *h
 			exampleQuery(stdout, o.indexerURL, step.Locals)
 		}
 		// A router asks where the prefix lives before the request is served.
-		if o.indexerURL != "" && o.queryEvery > 0 && step.Index%o.queryEvery == 0 {
-			query(ctx, client, o, step, st)
+		if q != nil && o.queryEvery > 0 && step.Index%o.queryEvery == 0 {
+			query(ctx, q, o, step, st)
 		}
 		if len(step.Events) > 0 {
-			if err := pub.PublishEvents(ctx, o.domain, o.rcfg.DCs[step.DC], step.Worker, step.Events); err != nil {
+			dc := o.rcfg.DCs[step.DC]
+			if err := pubs[dc].PublishEvents(ctx, o.domain, dc, step.Worker, step.Events); err != nil {
 				if ctx.Err() != nil {
 					return nil
 				}
@@ -255,8 +352,8 @@ func onePass(ctx context.Context, o *options, pub *eventpub.Publisher, client *h
 		}
 	}
 	printStatus(stdout, st.line(total), true)
-	if o.verify && o.indexerURL != "" {
-		return verify(ctx, o, client, rp, stdout)
+	if o.verify && q != nil {
+		return verify(ctx, o, q, rp, stdout)
 	}
 	return nil
 }
@@ -288,19 +385,31 @@ func exampleQuery(w io.Writer, url string, locals []ckf.LocalBlockHash) {
 		url, url, strings.Join(hs, ","))
 }
 
-func match(ctx context.Context, client *http.Client, url string, locals []ckf.LocalBlockHash) (api.MatchResponse, int, time.Duration, error) {
+// querier asks the indexer over HTTP, or over NATS when nc is set (the
+// request is then served by any replica of the queue group).
+type querier struct {
+	client  *http.Client
+	url     string
+	nc      *nats.Conn
+	subject string
+}
+
+func (q *querier) match(ctx context.Context, locals []ckf.LocalBlockHash) (api.MatchResponse, int, time.Duration, error) {
 	hs := make([]uint64, len(locals))
 	for i, h := range locals {
 		hs[i] = uint64(h)
 	}
 	body, _ := json.Marshal(map[string]any{"local_hashes": hs})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/match", bytes.NewReader(body))
+	if q.nc != nil {
+		return q.matchNATS(ctx, body)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, q.url+"/v1/match", bytes.NewReader(body))
 	if err != nil {
 		return api.MatchResponse{}, 0, 0, err
 	}
 	req.Header.Set("Content-Type", "application/json")
 	start := time.Now()
-	resp, err := client.Do(req)
+	resp, err := q.client.Do(req)
 	took := time.Since(start)
 	if err != nil {
 		return api.MatchResponse{}, 0, took, err
@@ -315,8 +424,33 @@ func match(ctx context.Context, client *http.Client, url string, locals []ckf.Lo
 	return out, resp.StatusCode, took, nil
 }
 
-func query(ctx context.Context, client *http.Client, o *options, step replay.Step, st *stats) {
-	resp, code, took, err := match(ctx, client, o.indexerURL, step.Locals)
+// matchNATS sends one request on the match subject; an error reply
+// carries its HTTP status in the Nats-Service-Error-Code header.
+func (q *querier) matchNATS(ctx context.Context, body []byte) (api.MatchResponse, int, time.Duration, error) {
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	msg, err := q.nc.RequestWithContext(rctx, q.subject, body)
+	took := time.Since(start)
+	if err != nil {
+		return api.MatchResponse{}, 0, took, err
+	}
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+		n, err := strconv.Atoi(code)
+		if err != nil {
+			return api.MatchResponse{}, 0, took, fmt.Errorf("bad %s %q", micro.ErrorCodeHeader, code)
+		}
+		return api.MatchResponse{}, n, took, nil
+	}
+	var out api.MatchResponse
+	if err := json.Unmarshal(msg.Data, &out); err != nil {
+		return out, http.StatusOK, took, err
+	}
+	return out, http.StatusOK, took, nil
+}
+
+func query(ctx context.Context, q *querier, o *options, step replay.Step, st *stats) {
+	resp, code, took, err := q.match(ctx, step.Locals)
 	if err != nil || code != http.StatusOK {
 		st.unavail++
 		return
@@ -361,13 +495,13 @@ func query(ctx context.Context, client *http.Client, o *options, step replay.Ste
 
 // verify waits until the pipeline settles and then requires, for a sample
 // of requests, that no lane reports less than the exact depth its DC holds.
-func verify(ctx context.Context, o *options, client *http.Client, rp *replay.Replayer, stdout io.Writer) error {
+func verify(ctx context.Context, o *options, q *querier, rp *replay.Replayer, stdout io.Writer) error {
 	sample := rp.Sample(512)
 	deadline := time.Now().Add(o.verifyWait)
 	for {
 		under, over, exact, missing := 0, 0, 0, 0
 		for _, locals := range sample {
-			resp, code, _, err := match(ctx, client, o.indexerURL, locals)
+			resp, code, _, err := q.match(ctx, locals)
 			if err != nil || code != http.StatusOK {
 				missing++
 				continue

@@ -76,6 +76,10 @@ type Common struct {
 	NatsConfig string
 	// Security authenticates the connection and turns TLS on (nats.go).
 	Security Security
+	// JSReplicas is the replica count of every stream, KV and Object Store
+	// bucket the binary creates (1..5; production runs 3 on a clustered
+	// JetStream).
+	JSReplicas int
 }
 
 // Register adds the common flags to fs.
@@ -90,6 +94,15 @@ func (c *Common) Register(fs *flag.FlagSet) {
 	fs.BoolVar(&c.TraceStdout, "trace-stdout", false, "write OpenTelemetry spans to stderr")
 	fs.StringVar(&c.NatsConfig, "nats-config", "", "nats-server config file (accounts, users, permissions, TLS) for the embedded server; without it the embedded server listens on 127.0.0.1 only")
 	c.Security.Register(fs)
+	fs.IntVar(&c.JSReplicas, "js-replicas", 1, "replicas of every stream, KV and Object Store bucket created (1..5; production: 3 on a clustered JetStream); existing ones keep theirs")
+}
+
+// ValidateReplicas reports a --js-replicas outside 1..5.
+func (c *Common) ValidateReplicas() error {
+	if c.JSReplicas < 1 || c.JSReplicas > 5 {
+		return fmt.Errorf("invalid --js-replicas %d (want 1..5)", c.JSReplicas)
+	}
+	return nil
 }
 
 // Logger builds the zerolog logger the flags ask for.

@@ -7,6 +7,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
@@ -87,6 +88,10 @@ type Config struct {
 	Streams jsx.Options
 	// LeaseOptions tune the lease coordinator (bucket name, storage).
 	LeaseOptions []lease.Option
+	// Setup paces the retries of the start-up steps (ensure the lane
+	// stream and snapshot store, open the lease bucket) while NATS or the
+	// hub's JetStream is unreachable. The zero value uses retry's defaults.
+	Setup retry.Policy
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
@@ -133,6 +138,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Pool.Validate(); err != nil {
 		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "pool", Err: err}
+	}
+	if err := c.Streams.Validate(); err != nil {
+		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "streams", Err: err}
 	}
 	if err := c.Search.Validate(); err != nil {
 		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "search", Err: err}

@@ -52,6 +52,9 @@ const (
 	// MetricPoolRebuilds counts ingestion pools rebuilt after a worker
 	// failure.
 	MetricPoolRebuilds = "ckf_indexer_pool_rebuilds_total"
+	// MetricSetupRetries counts start-up steps retried while NATS or the
+	// hub's JetStream was unreachable.
+	MetricSetupRetries = "ckf_indexer_setup_retries_total"
 )
 
 // Lane runner phases, reported by Lanes() and MetricLaneState.
@@ -87,6 +90,7 @@ type serviceMetrics struct {
 	latency          *metrics.HistogramVec
 	workerFailures   *metrics.Counter
 	poolRebuilds     *metrics.Counter
+	setupRetries     *metrics.Counter
 }
 
 func newServiceMetrics(reg *metrics.Registry) *serviceMetrics {
@@ -107,6 +111,7 @@ func newServiceMetrics(reg *metrics.Registry) *serviceMetrics {
 			metrics.ExponentialBuckets(1e-4, 2, 20), "lane"),
 		workerFailures: reg.NewCounter(MetricWorkerFailures, "Ingestion worker failures reported by the pool."),
 		poolRebuilds:   reg.NewCounter(MetricPoolRebuilds, "Ingestion pools rebuilt after a worker failure."),
+		setupRetries:   reg.NewCounter(MetricSetupRetries, "Start-up steps retried while NATS or the hub's JetStream was unreachable."),
 	}
 }
 

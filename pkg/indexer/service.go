@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
+	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
@@ -156,13 +157,38 @@ func (s *Service) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return &Error{Kind: ErrAlreadyRunning, Lane: -1}
 	}
-	res, err := jsx.Ensure(ctx, s.js, s.cfg.Streams)
-	if err != nil {
-		return setupError(ctx, "ensure streams", err)
+	// The hub (or the indexer's own server) may start after the indexer:
+	// retry with backoff instead of exiting, so any start order converges.
+	// Only the lane side is ensured here; input streams live with the relays.
+	var res *jsx.Resources
+	var coord *lease.Coordinator
+	pol := s.cfg.Setup
+	user := pol.OnRetry
+	pol.OnRetry = func(attempt int, err error, wait time.Duration) {
+		s.m.setupRetries.Inc()
+		s.log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("start-up step failed; retrying")
+		if user != nil {
+			user(attempt, err, wait)
+		}
 	}
-	coord, err := lease.New(ctx, s.js, s.cfg.LeaseOptions...)
+	err := pol.Do(ctx, func(ctx context.Context) error {
+		var err error
+		if res, err = jsx.EnsureLanes(ctx, s.js, s.cfg.Streams); err != nil {
+			if errors.Is(err, jsx.ErrInvalidOptions) {
+				return retry.Permanent(fmt.Errorf("ensure streams: %w", err))
+			}
+			return fmt.Errorf("ensure streams: %w", err)
+		}
+		if coord, err = lease.New(ctx, s.js, s.cfg.LeaseOptions...); err != nil {
+			if errors.Is(err, lease.ErrInvalidOption) {
+				return retry.Permanent(fmt.Errorf("lease coordinator: %w", err))
+			}
+			return fmt.Errorf("lease coordinator: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return setupError(ctx, "lease coordinator", err)
+		return setupError(ctx, "setup", err)
 	}
 	s.res, s.coord = res, coord
 

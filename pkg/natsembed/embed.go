@@ -58,6 +58,9 @@ type EmbeddedOptions struct {
 	// LeafRemotes are hub leaf-node URLs (nats-leaf://host:port or
 	// nats://host:port) this server connects to as a leaf.
 	LeafRemotes []string
+	// LeafDeny lists subjects that never cross this server's leaf remotes,
+	// in either direction (e.g. the DC-local input events kvevents.>).
+	LeafDeny []string
 	// ReadyTimeout bounds the wait for readiness; 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
 	// LogWriter receives the server log when non-nil; nil keeps it silent.
@@ -147,7 +150,11 @@ func (o EmbeddedOptions) ServerOptions() (*server.Options, error) {
 		if u.Host == "" {
 			return nil, fmt.Errorf("%w: leaf remote %q has no host:port", ErrInvalidOptions, raw)
 		}
-		opts.LeafNode.Remotes = append(opts.LeafNode.Remotes, &server.RemoteLeafOpts{URLs: []*url.URL{u}})
+		opts.LeafNode.Remotes = append(opts.LeafNode.Remotes, &server.RemoteLeafOpts{
+			URLs:        []*url.URL{u},
+			DenyImports: append([]string(nil), o.LeafDeny...),
+			DenyExports: append([]string(nil), o.LeafDeny...),
+		})
 	}
 	if len(opts.LeafNode.Remotes) > 0 && opts.LeafNode.ReconnectInterval == 0 {
 		// Retry quickly so a leaf started before its hub joins soon after.

@@ -12,10 +12,12 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/metrics"
@@ -64,8 +66,18 @@ type Config struct {
 	// MaxDeltaImages splits larger publications into consecutive deltas so
 	// each fits a NATS message.
 	MaxDeltaImages int
-	// Streams sizes the JetStream resources if the relay creates them.
+	// Streams sizes the JetStream resources if the relay creates them
+	// (Streams.Replicas also sizes the lease bucket).
 	Streams jsx.Options
+	// InputJS, when set, is where the input stream KVEVENTS lives: the DC's
+	// own JetStream domain, so workers publish locally and durably and a
+	// WAN cut loses nothing. The lanes, snapshots and leases stay on the
+	// JetStream passed to New (the hub's domain). Nil: one site for all.
+	InputJS jetstream.JetStream
+	// Setup paces the retries of the start-up steps (ensure the streams,
+	// open the lease bucket, register the lane) while NATS or the hub's
+	// JetStream is not reachable yet. The zero value uses retry's defaults.
+	Setup retry.Policy
 
 	Logger  zerolog.Logger
 	Tracer  trace.TracerProvider
@@ -133,6 +145,9 @@ func (c *Config) Validate() error {
 		return bad("lease ttl %s is too short", c.LeaseTTL)
 	case c.MaxDeltaImages <= 0 || c.MaxDeltaImages > wire.MaxDeltaImages:
 		return bad("max delta images must be within 1..%d", wire.MaxDeltaImages)
+	}
+	if err := c.Streams.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }

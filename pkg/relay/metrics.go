@@ -25,6 +25,7 @@ type relayMetrics struct {
 	checkpoints       *metrics.CounterVec
 	checkpointSeconds *metrics.Histogram
 	inputGap          *metrics.Counter
+	setupRetries      *metrics.Counter
 }
 
 func newRelayMetrics(reg *metrics.Registry) *relayMetrics {
@@ -53,6 +54,8 @@ func newRelayMetrics(reg *metrics.Registry) *relayMetrics {
 			"State checkpoints by outcome: written, write_error (stores); restored, absent, rejected_format, rejected_corrupt, rejected_stream, load_error (loads at rebuild).", "outcome"),
 		inputGap: reg.NewCounter("ckf_relay_input_gap_messages_total",
 			"Input stream sequences a rebuild needed but retention (or a purge) had already dropped; events of this DC among them are missing from the exact state."),
+		setupRetries: reg.NewCounter("ckf_relay_setup_retries_total",
+			"Start-up steps (ensure streams, open the lease bucket, register the lane) retried while NATS or JetStream was unreachable."),
 		checkpointSeconds: reg.NewHistogram("ckf_relay_checkpoint_seconds", "Time to encode and store one state checkpoint (the actor pauses meanwhile).", metrics.ExponentialBuckets(1e-3, 2, 16)),
 	}
 }

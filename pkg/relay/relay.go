@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
+	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
@@ -145,17 +146,12 @@ func (r *Relay) setState(s State) {
 // until the lease is lost or ctx ends. It returns nil when ctx ends.
 func (r *Relay) Run(ctx context.Context) error {
 	defer r.setState(StateStopped)
-	res, err := jsx.Ensure(ctx, r.js, r.cfg.Streams)
+	res, coord, lane, err := r.setup(ctx)
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
 		return err
-	}
-	coord, err := lease.New(ctx, r.js)
-	if err != nil {
-		return fmt.Errorf("relay: lease coordinator: %w", err)
-	}
-	lane, err := coord.Register(ctx, r.cfg.Domain, r.cfg.DC, r.pool)
-	if err != nil {
-		return fmt.Errorf("relay: register lane: %w", err)
 	}
 	r.update(func(s *Status) { s.Lane = lane })
 	r.log = r.log.With().Int("lane", lane).Logger()
@@ -194,6 +190,47 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// setup ensures the streams (the input stream on InputJS when set), opens
+// the lease coordinator and registers the pool's lane, retrying with
+// backoff while NATS or the JetStream holding them is unreachable (a hub
+// started after its DCs answers "no responders" until it is up).
+func (r *Relay) setup(ctx context.Context) (res *jsx.Resources, coord *lease.Coordinator, lane int, err error) {
+	pol := r.cfg.Setup
+	user := pol.OnRetry
+	pol.OnRetry = func(attempt int, err error, wait time.Duration) {
+		r.m.setupRetries.Inc()
+		r.log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("start-up step failed; retrying")
+		if user != nil {
+			user(attempt, err, wait)
+		}
+	}
+	err = pol.Do(ctx, func(ctx context.Context) error {
+		var err error
+		if r.cfg.InputJS == nil {
+			res, err = jsx.Ensure(ctx, r.js, r.cfg.Streams)
+		} else {
+			res, err = jsx.EnsureLanes(ctx, r.js, r.cfg.Streams)
+			if err == nil {
+				res.Events, err = jsx.EnsureEvents(ctx, r.cfg.InputJS, r.cfg.Streams)
+			}
+		}
+		if err != nil {
+			return err
+		}
+		if coord, err = lease.New(ctx, r.js, lease.WithReplicas(max(r.cfg.Streams.Replicas, 1))); err != nil {
+			if errors.Is(err, lease.ErrInvalidOption) {
+				return retry.Permanent(fmt.Errorf("relay: lease coordinator: %w", err))
+			}
+			return fmt.Errorf("relay: lease coordinator: %w", err)
+		}
+		if lane, err = coord.Register(ctx, r.cfg.Domain, r.cfg.DC, r.pool); err != nil {
+			return fmt.Errorf("relay: register lane: %w", err)
+		}
+		return nil
+	})
+	return res, coord, lane, err
 }
 
 // epochRun is the state of publishing under one producer lease epoch.
