@@ -37,6 +37,9 @@ type Options struct {
 	// EventMaxAge bounds the input stream (0 = unlimited: a relay rebuilds
 	// its exact state from the whole input stream).
 	EventMaxAge time.Duration
+	// EventMaxBytes bounds the input stream's size (0 = unlimited); the
+	// oldest events go first.
+	EventMaxBytes int64
 	// Memory selects memory storage (tests).
 	Memory bool
 }
@@ -67,6 +70,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Resources,
 		Subjects:    []string{wire.WorkerEventsPrefix + ".>"},
 		Storage:     storage,
 		MaxAge:      o.EventMaxAge,
+		MaxBytes:    maxBytes(o.EventMaxBytes),
 		Discard:     jetstream.DiscardOld,
 	})
 	if err != nil {
@@ -105,6 +109,14 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Resources,
 		return nil, fmt.Errorf("jsx: object store %s: %w", wire.SnapshotBucket, err)
 	}
 	return &Resources{Events: events, Lanes: lanes, Snapshots: snaps}, nil
+}
+
+// maxBytes maps "unlimited" (0) to JetStream's -1.
+func maxBytes(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {

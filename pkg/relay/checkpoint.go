@@ -55,6 +55,7 @@ func CheckpointFormatTag(f ckf.FormatIdentity, mode ckf.HashMode) string {
 const (
 	cpWritten         = "written"
 	cpWriteError      = "write_error"
+	cpNotHeld         = "skipped_lease_not_held"
 	cpRestored        = "restored"
 	cpAbsent          = "absent"
 	cpRejectedFormat  = "rejected_format"
@@ -172,6 +173,19 @@ func (e *epochRun) checkpoint(ctx context.Context, trigger string) {
 	r := e.r
 	name, err := CheckpointObjectName(r.cfg.Domain, r.cfg.DC)
 	if err != nil {
+		return
+	}
+	// Only the lease holder may write the pool's checkpoint: a relay that
+	// lost its lease (and has not noticed yet) would overwrite its
+	// successor's newer one with an older state. The lease record is read
+	// from the bucket, not judged by the local view alone.
+	if !e.lease.Held() {
+		r.m.checkpoints.With(cpNotHeld).Inc()
+		return
+	}
+	if err := e.lease.Verify(ctx); err != nil {
+		r.m.checkpoints.With(cpNotHeld).Inc()
+		r.log.Warn().Err(err).Str("trigger", trigger).Msg("checkpoint not stored: the lease could not be confirmed")
 		return
 	}
 	start := time.Now()

@@ -25,6 +25,11 @@ type relayMetrics struct {
 	checkpoints       *metrics.CounterVec
 	checkpointSeconds *metrics.Histogram
 	inputGap          *metrics.Counter
+
+	laneForeignWrites *metrics.Counter
+	fault             *metrics.GaugeVec
+	setupFailures     *metrics.CounterVec
+	refusedEvents     *metrics.Counter
 }
 
 func newRelayMetrics(reg *metrics.Registry) *relayMetrics {
@@ -53,6 +58,14 @@ func newRelayMetrics(reg *metrics.Registry) *relayMetrics {
 			"State checkpoints by outcome: written, write_error (stores); restored, absent, rejected_format, rejected_corrupt, rejected_stream, load_error (loads at rebuild).", "outcome"),
 		inputGap: reg.NewCounter("ckf_relay_input_gap_messages_total",
 			"Input stream sequences a rebuild needed but retention (or a purge) had already dropped; events of this DC among them are missing from the exact state."),
+		laneForeignWrites: reg.NewCounter("ckf_relay_lane_foreign_writes_total",
+			"Publishes refused because another writer moved the lane while this relay still held its lease (junk on the lane subjects); each was retried, none fenced the relay."),
+		fault: reg.NewGaugeVec("ckf_relay_fault",
+			"1 while a standing fault holds: epoch_exhausted (the pool's epoch counter is at its maximum), tracked_blocks (--max-tracked-blocks reached), setup (streams, buckets or the lane could not be set up).", "kind"),
+		setupFailures: reg.NewCounterVec("ckf_relay_setup_failures_total",
+			"Failed (re)creations of the JetStream resources, the lease coordinator or the lane registration, by step; retried with bounded backoff.", "step"),
+		refusedEvents: reg.NewCounter("ckf_relay_refused_events_total",
+			"Stored events refused because the pool tracks --max-tracked-blocks blocks (their blocks are missing from the index)."),
 		checkpointSeconds: reg.NewHistogram("ckf_relay_checkpoint_seconds", "Time to encode and store one state checkpoint (the actor pauses meanwhile).", metrics.ExponentialBuckets(1e-3, 2, 16)),
 	}
 }
