@@ -177,7 +177,7 @@ func (lm *laneMetrics) bootstrap(outcome string) {
 	lm.m.bootstraps.With(lm.lane, outcome).Inc()
 }
 func (lm *laneMetrics) ungranted(kind string) { lm.m.ungranted.With(lm.lane, kind).Inc() }
-func (lm *laneMetrics) snapshotRequested() { lm.m.snapshotRequests.With(lm.lane).Inc() }
+func (lm *laneMetrics) snapshotRequested()    { lm.m.snapshotRequests.With(lm.lane).Inc() }
 
 func (lm *laneMetrics) fetchRetried() { lm.m.fetchRetries.With(lm.lane).Inc() }
 
