@@ -102,9 +102,19 @@ func DefaultConfig(domain, dc string) Config {
 		HeartbeatInterval:  time.Second,
 		LeaseTTL:           10 * time.Second,
 		MaxDeltaImages:     64 << 10,
+		Streams:            jsx.Options{EventMaxAge: DefaultInputMaxAge, EventMaxBytes: DefaultInputMaxBytes},
 		Logger:             zerolog.Nop(),
 	}
 }
+
+// Input retention defaults (applied when the relay creates KVEVENTS): a
+// day of events is 1,440 default checkpoint intervals, so a restart always
+// finds the input after its latest checkpoint; 16 GiB bounds the disk a
+// flood of events can take.
+const (
+	DefaultInputMaxAge   = 24 * time.Hour
+	DefaultInputMaxBytes = 16 << 30
+)
 
 // DefaultTrackedBlocksFactor sets the default MaxTrackedBlocks: a CKF sized
 // for n blocks holds about 1.6 n before inserts fail, so 4 n leaves room
