@@ -3,6 +3,7 @@ package relay_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -61,9 +62,22 @@ func TestAnExhaustedEpochCounterMakesTheRelayStandByAndReportIt(t *testing.T) {
 func TestADeletedInputStreamIsRecreatedWithoutAHotLoop(t *testing.T) {
 	cfg := testConfig("a")
 	cfg.RestartBackoffMin, cfg.RestartBackoffMax = 50*time.Millisecond, 400*time.Millisecond
-	r, js, _ := activeRelay(t, cfg)
-	epoch := r.Status().Epoch
+	cfg.CheckpointInterval = 50 * time.Millisecond
+	r, js, reg := activeRelay(t, cfg)
+	steps := traceEvents(t, 10)
+	publishEvents(t, js, "a", steps[:5])
+	last := uint64(len(published(steps[:5])))
 	ctx := context.Background()
+	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := relay.CheckpointObjectName(domain, "a")
+	waitFor(t, "a checkpoint covering the first events", func() bool {
+		info, err := obj.GetInfo(ctx, name)
+		return err == nil && info.Metadata[relay.MetaInputSequence] == fmt.Sprint(last)
+	})
+	epoch := r.Status().Epoch
 	if err := js.DeleteStream(ctx, jsx.EventStream); err != nil {
 		t.Fatal(err)
 	}
@@ -72,18 +86,16 @@ func TestADeletedInputStreamIsRecreatedWithoutAHotLoop(t *testing.T) {
 		return err == nil
 	})
 	waitFor(t, "active again", func() bool { return r.Status().State == relay.StateActive && r.Status().Epoch > epoch })
-	// Events published to the recreated stream reach the lane.
-	steps := traceEvents(t, 5)
-	publishEvents(t, js, "a", steps)
+	if out, ok := metricsContain(reg, `ckf_relay_checkpoints_total{outcome="restored_recreated_stream"}`); !ok {
+		t.Fatalf("checkpoint not restored over the recreated stream:\n%s", out)
+	}
+	// Events published to the recreated stream reach the lane, on top of
+	// the state the checkpoint kept.
+	publishEvents(t, js, "a", steps[5:])
 	want := reference(t, cfg.CKF, steps).Words()
 	waitFor(t, "lane at the exact state", func() bool {
 		words, _, _ := laneImage(t, js, "a")
-		for i := range want {
-			if words[i] != want[i] {
-				return false
-			}
-		}
-		return true
+		return slices.Equal(words, want)
 	})
 	// A stream that stays deleted costs one epoch per backoff period.
 	stop := time.Now().Add(2 * time.Second)
