@@ -834,7 +834,16 @@ func (e *epochRun) snapshot(trigger string) error {
 	}
 	msg := nats.NewMsg(e.r.subj.Snapshot)
 	msg.Data = mb
-	if err := e.publish(e.ctx, wire.KindSnapshotMarker, msg, wire.MsgID(wire.KindSnapshotMarker, &e.identity, e.epoch, snap.Sequence)); err != nil {
+	msgID := wire.MsgID(wire.KindSnapshotMarker, &e.identity, e.epoch, snap.Sequence)
+	if trigger == "request" {
+		// A consumer asked: the marker must become the lane's newest .snap
+		// message even at an unchanged sequence (a forged marker may sit on
+		// top of the previous one), so it must not be deduplicated away.
+		// The lane position makes the id unique per repeat and stable
+		// across retries of this one publish.
+		msgID += "-at-" + strconv.FormatUint(e.lastLane, 10)
+	}
+	if err := e.publish(e.ctx, wire.KindSnapshotMarker, msg, msgID); err != nil {
 		return e.fence(err)
 	}
 	e.lastSnap = snap.Sequence
