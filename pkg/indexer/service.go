@@ -82,9 +82,11 @@ type Service struct {
 
 	scratch sync.Pool // *consumer.QueryScratch
 
-	// getObject reads a snapshot body; tests replace it (before Run) to
-	// inject Object Store failures.
-	getObject func(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error)
+	// readObject reads and decodes a snapshot body; tests replace it
+	// (before Run) to inject Object Store failures.
+	readObject func(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error)
+	// now is the clock of the superseded-traffic fault; tests replace it.
+	now func() time.Time
 }
 
 // New validates cfg and builds a service on nc and js (which must be bound
@@ -117,22 +119,21 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		tp = noop.NewTracerProvider()
 	}
 	s := &Service{
-		nc:        nc,
-		js:        js,
-		cfg:       cfg,
-		log:       cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Logger(),
-		tracer:    tp.Tracer(TracerName),
-		reg:       reg,
-		m:         newServiceMetrics(reg),
-		apiM:      api.NewMetrics(reg),
-		instance:  ckf.ConsumerInstanceID(instance),
-		domainID:  domainID,
-		requester: "indexer-" + strconv.FormatUint(instance, 16),
-		stopFault: make(chan struct{}),
-		limiter:   rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
-		getObject: func(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error) {
-			return store.GetBytes(ctx, name)
-		},
+		nc:         nc,
+		js:         js,
+		cfg:        cfg,
+		log:        cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Logger(),
+		tracer:     tp.Tracer(TracerName),
+		reg:        reg,
+		m:          newServiceMetrics(reg),
+		apiM:       api.NewMetrics(reg),
+		instance:   ckf.ConsumerInstanceID(instance),
+		domainID:   domainID,
+		requester:  "indexer-" + strconv.FormatUint(instance, 16),
+		stopFault:  make(chan struct{}),
+		limiter:    rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
+		readObject: readSnapshotObject,
+		now:        time.Now,
 	}
 	s.labels.Store(&[ckf.LaneCount]laneLabel{})
 	s.scratch.New = func() any { return new(consumer.QueryScratch) }
@@ -215,6 +216,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		for m := range ch {
 			bo.reset()
+			if s.laneMapRefused(m) {
+				continue
+			}
 			s.applyLaneMap(m)
 		}
 		if rctx.Err() == nil {
@@ -250,6 +254,22 @@ func (s *Service) shutdown(cancel context.CancelFunc, svc micro.Service) {
 		_ = g.pool.Close() // always nil
 	}
 	s.log.Info().Msg("indexer stopped")
+}
+
+// laneMapRefused reports a lane map that must not be obeyed at all (it did
+// not decode: the running lanes stay as they are) and the entries that were
+// refused on read (the rest of the map applies).
+func (s *Service) laneMapRefused(m lease.LaneMap) bool {
+	if m.Err != nil {
+		s.m.laneMapRejected.With("map").Inc()
+		s.log.Error().Err(m.Err).Uint64("revision", m.Revision).Msg("lane map does not decode; not obeyed, running lanes kept")
+		return true
+	}
+	for _, r := range m.Rejected {
+		s.m.laneMapRejected.With("lane").Inc()
+		s.log.Error().Str("entry", r).Uint64("revision", m.Revision).Msg("lane map entry refused")
+	}
+	return false
 }
 
 // applyLaneMap starts a runner for every lane entry not yet running. Lanes
