@@ -170,6 +170,18 @@ func (e *Engine) WaitSubscribed(ctx context.Context) error {
 	return nil
 }
 
+// Buffered returns the payload of a batch still in the replay buffer.
+func (e *Engine) Buffered(seq uint64) ([]byte, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, b := range e.ring {
+		if b.seq == seq {
+			return b.payload, true
+		}
+	}
+	return nil, false
+}
+
 // Drop makes the next n batches get sequence numbers and enter the replay
 // buffer without being sent live (a subscriber over its high-water mark).
 func (e *Engine) Drop(n int) { e.mu.Lock(); e.drop += n; e.mu.Unlock() }
@@ -198,6 +210,9 @@ func (e *Engine) publishLocked(payload []byte) (uint64, error) {
 	if e.closed {
 		return 0, errors.New("enginetest: engine closed")
 	}
+	// zmq4's PUB queues the message and sends it later: it must own the
+	// bytes (the ring shares them; neither is ever modified).
+	payload = append([]byte(nil), payload...)
 	seq := e.seq
 	e.seq++
 	if e.lose > 0 {
@@ -209,7 +224,7 @@ func (e *Engine) publishLocked(payload []byte) (uint64, error) {
 			copy(e.ring, e.ring[1:])
 			e.ring = e.ring[:len(e.ring)-1]
 		}
-		e.ring = append(e.ring, buffered{seq: seq, payload: append([]byte(nil), payload...)})
+		e.ring = append(e.ring, buffered{seq: seq, payload: payload})
 	}
 	if e.drop > 0 {
 		e.drop--
