@@ -51,6 +51,14 @@ type options struct {
 	repeat      bool
 	rcfg        replay.Config
 	maxRequests int
+
+	// --engine vllm-zmq: fake vLLM engines instead of direct publishing.
+	engineMode    string
+	zmqHost       string
+	zmqBasePort   int
+	zmqEnginesDir string
+	zmqFormat     string
+	zmqWait       time.Duration
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
@@ -74,6 +82,12 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.IntVar(&o.rcfg.Duplication, "duplication", o.rcfg.Duplication, "replay the trace this many times in disjoint hash spaces")
 	fs.Float64Var(&o.rcfg.Affinity, "affinity", o.rcfg.Affinity, "share of requests routed by prefix affinity")
 	fs.Uint64Var(&o.rcfg.Seed, "seed", o.rcfg.Seed, "routing seed")
+	fs.StringVar(&o.engineMode, "engine", engineDynamo, "how workers publish: dynamo (RouterEvent JSON straight to KVEVENTS) or vllm-zmq (a fake vLLM engine per worker, msgpack over ZMQ, for engine-bridge)")
+	fs.StringVar(&o.zmqHost, "zmq-host", "127.0.0.1", "vllm-zmq: address the fake engines bind")
+	fs.IntVar(&o.zmqBasePort, "zmq-base-port", 0, "vllm-zmq: first port (worker k: PUB base+2k, replay base+2k+1); 0 picks free ports")
+	fs.StringVar(&o.zmqEnginesDir, "zmq-engines-dir", ".", "vllm-zmq: directory for the per-DC engines files (<dc>.engines) engine-bridge reads")
+	fs.StringVar(&o.zmqFormat, "zmq-format", "map", "vllm-zmq: event encoding, map (vLLM ≥ 0.24) or array (older)")
+	fs.DurationVar(&o.zmqWait, "zmq-wait", 60*time.Second, "vllm-zmq: how long to wait for a bridge to subscribe to every engine")
 	if err := cli.Parse(fs, args, getenv); err != nil {
 		return nil, err
 	}
@@ -85,6 +99,14 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	}
 	if err := wire.ValidateToken("domain", o.domain); err != nil {
 		return nil, err
+	}
+	switch {
+	case o.engineMode != engineDynamo && o.engineMode != engineVLLMZMQ:
+		return nil, fmt.Errorf("--engine %q: want %s or %s", o.engineMode, engineDynamo, engineVLLMZMQ)
+	case o.zmqFormat != "map" && o.zmqFormat != "array":
+		return nil, fmt.Errorf("--zmq-format %q: want map or array", o.zmqFormat)
+	case o.zmqBasePort < 0 || o.zmqBasePort > 65535:
+		return nil, fmt.Errorf("--zmq-base-port %d out of range", o.zmqBasePort)
 	}
 	if o.speed < 0 || o.queryEvery < 0 || o.status <= 0 || o.maxRequests < 0 {
 		return nil, errors.New("speed, query-every and max-requests must be ≥ 0 and status-interval > 0")
@@ -171,6 +193,16 @@ func replayTrace(ctx context.Context, o *options, stdout io.Writer) error {
 		return err
 	}
 	client := &http.Client{Timeout: 5 * time.Second}
+	var fleet *zmqFleet
+	if o.engineMode == engineVLLMZMQ {
+		if fleet, err = startFleet(o, stdout); err != nil {
+			return err
+		}
+		defer fleet.close()
+		if err := fleet.waitSubscribed(ctx, o.zmqWait); err != nil {
+			return err
+		}
+	}
 	for pass := 0; ; pass++ {
 		cfg := o.rcfg
 		cfg.Seed += uint64(pass)
@@ -182,7 +214,7 @@ func replayTrace(ctx context.Context, o *options, stdout io.Writer) error {
 			// Each pass replays the trace in a fresh hash space.
 			rp.SetHashSpace(pass * cfg.Duplication)
 		}
-		if err := onePass(ctx, o, js, client, rp, stdout); err != nil {
+		if err := onePass(ctx, o, js, fleet, client, rp, stdout); err != nil {
 			return err
 		}
 		if !o.repeat || ctx.Err() != nil {
@@ -191,7 +223,7 @@ func replayTrace(ctx context.Context, o *options, stdout io.Writer) error {
 	}
 }
 
-func onePass(ctx context.Context, o *options, js jetstream.JetStream, client *http.Client, rp *replay.Replayer, stdout io.Writer) error {
+func onePass(ctx context.Context, o *options, js jetstream.JetStream, fleet *zmqFleet, client *http.Client, rp *replay.Replayer, stdout io.Writer) error {
 	st := &stats{start: time.Now()}
 	nextStatus := time.Now().Add(o.status)
 	total := rp.Len()
@@ -220,13 +252,19 @@ func onePass(ctx context.Context, o *options, js jetstream.JetStream, client *ht
 			}
 		}
 		if step.Index == 0 && o.indexerURL != "" {
-			exampleQuery(stdout, o.indexerURL, step.Locals)
+			exampleQuery(stdout, o.indexerURL, o.queryLocals(step.Locals))
 		}
 		// A router asks where the prefix lives before the request is served.
 		if o.indexerURL != "" && o.queryEvery > 0 && step.Index%o.queryEvery == 0 {
 			query(ctx, client, o, step, st)
 		}
-		if len(step.Events) > 0 {
+		if fleet != nil && len(step.Events) > 0 {
+			n, err := fleet.publish(step)
+			if err != nil {
+				return fmt.Errorf("engine publish: %w", err)
+			}
+			st.events += n
+		} else if len(step.Events) > 0 {
 			b, err := json.Marshal(step.Events)
 			if err != nil {
 				return err
@@ -334,7 +372,7 @@ func match(ctx context.Context, client *http.Client, url string, locals []ckf.Lo
 }
 
 func query(ctx context.Context, client *http.Client, o *options, step replay.Step, st *stats) {
-	resp, code, took, err := match(ctx, client, o.indexerURL, step.Locals)
+	resp, code, took, err := match(ctx, client, o.indexerURL, o.queryLocals(step.Locals))
 	if err != nil || code != http.StatusOK {
 		st.unavail++
 		return
@@ -385,7 +423,7 @@ func verify(ctx context.Context, o *options, client *http.Client, rp *replay.Rep
 	for {
 		under, over, exact, missing := 0, 0, 0, 0
 		for _, locals := range sample {
-			resp, code, _, err := match(ctx, client, o.indexerURL, locals)
+			resp, code, _, err := match(ctx, client, o.indexerURL, o.queryLocals(locals))
 			if err != nil || code != http.StatusOK {
 				missing++
 				continue
