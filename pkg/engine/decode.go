@@ -9,6 +9,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 )
@@ -465,13 +466,39 @@ func (d *Decoder) tokenIDs(ev *Event) bool {
 		return false
 	}
 	ts := ev.TokenIDs[:0]
+	b, off := r.b, r.off
 	for range n {
+		// Fast path for msgspec's forms of a u32 (fixint, cc, cd, ce);
+		// anything else goes through the width-agnostic reader.
+		if off < len(b) {
+			switch c := b[off]; {
+			case c <= 0x7f:
+				ts = append(ts, uint32(c))
+				off++
+				continue
+			case c == 0xcd && off+3 <= len(b):
+				ts = append(ts, uint32(b[off+1])<<8|uint32(b[off+2]))
+				off += 3
+				continue
+			case c == 0xce && off+5 <= len(b):
+				ts = append(ts, binary.BigEndian.Uint32(b[off+1:]))
+				off += 5
+				continue
+			case c == 0xcc && off+2 <= len(b):
+				ts = append(ts, uint32(b[off+1]))
+				off += 2
+				continue
+			}
+		}
+		r.off = off
 		v, ok := r.uint()
 		if !ok || v > 0xffffffff {
 			return false
 		}
 		ts = append(ts, uint32(v))
+		off = r.off
 	}
+	r.off = off
 	ev.TokenIDs = ts
 	return true
 }
