@@ -62,6 +62,14 @@ type options struct {
 	repeat      bool
 	rcfg        replay.Config
 	maxRequests int
+
+	// --engine vllm-zmq: fake vLLM engines instead of direct publishing.
+	engineMode    string
+	zmqHost       string
+	zmqBasePort   int
+	zmqEnginesDir string
+	zmqFormat     string
+	zmqWait       time.Duration
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
@@ -89,6 +97,12 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.IntVar(&o.rcfg.Duplication, "duplication", o.rcfg.Duplication, "replay the trace this many times in disjoint hash spaces")
 	fs.Float64Var(&o.rcfg.Affinity, "affinity", o.rcfg.Affinity, "share of requests routed by prefix affinity")
 	fs.Uint64Var(&o.rcfg.Seed, "seed", o.rcfg.Seed, "routing seed")
+	fs.StringVar(&o.engineMode, "engine", engineDynamo, "how workers publish: dynamo (RouterEvent JSON straight to KVEVENTS) or vllm-zmq (a fake vLLM engine per worker, msgpack over ZMQ, for engine-bridge)")
+	fs.StringVar(&o.zmqHost, "zmq-host", "127.0.0.1", "vllm-zmq: address the fake engines bind")
+	fs.IntVar(&o.zmqBasePort, "zmq-base-port", 0, "vllm-zmq: first port (worker k: PUB base+2k, replay base+2k+1); 0 picks free ports")
+	fs.StringVar(&o.zmqEnginesDir, "zmq-engines-dir", ".", "vllm-zmq: directory for the per-DC engines files (<dc>.engines) engine-bridge reads")
+	fs.StringVar(&o.zmqFormat, "zmq-format", "map", "vllm-zmq: event encoding, map (vLLM ≥ 0.24) or array (older)")
+	fs.DurationVar(&o.zmqWait, "zmq-wait", 60*time.Second, "vllm-zmq: how long to wait for a bridge to subscribe to every engine")
 	if err := cli.Parse(fs, args, getenv); err != nil {
 		return nil, err
 	}
@@ -109,6 +123,14 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	}
 	if o.queryVia != "http" && o.queryVia != "nats" {
 		return nil, fmt.Errorf("--query-via %q: want http or nats", o.queryVia)
+	}
+	switch {
+	case o.engineMode != engineDynamo && o.engineMode != engineVLLMZMQ:
+		return nil, fmt.Errorf("--engine %q: want %s or %s", o.engineMode, engineDynamo, engineVLLMZMQ)
+	case o.zmqFormat != "map" && o.zmqFormat != "array":
+		return nil, fmt.Errorf("--zmq-format %q: want map or array", o.zmqFormat)
+	case o.zmqBasePort < 0 || o.zmqBasePort > 65535:
+		return nil, fmt.Errorf("--zmq-base-port %d out of range", o.zmqBasePort)
 	}
 	if o.speed < 0 || o.queryEvery < 0 || o.status <= 0 || o.maxRequests < 0 || o.hashSpace < 0 {
 		return nil, errors.New("speed, query-every and max-requests must be ≥ 0 and status-interval > 0")
@@ -283,6 +305,16 @@ func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 	} else if o.indexerURL == "" {
 		q = nil
 	}
+	var fleet *zmqFleet
+	if o.engineMode == engineVLLMZMQ {
+		if fleet, err = startFleet(o, stdout); err != nil {
+			return err
+		}
+		defer fleet.close()
+		if err := fleet.waitSubscribed(ctx, o.zmqWait); err != nil {
+			return err
+		}
+	}
 	for pass := 0; ; pass++ {
 		cfg := o.rcfg
 		cfg.Seed += uint64(pass)
@@ -292,7 +324,7 @@ func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 		}
 		// Each pass replays the trace in a fresh hash space.
 		rp.SetHashSpace(o.hashSpace + pass*cfg.Duplication)
-		if err := onePass(ctx, o, pubs, q, rp, stdout); err != nil {
+		if err := onePass(ctx, o, pubs, fleet, q, rp, stdout); err != nil {
 			return err
 		}
 		if !o.repeat || ctx.Err() != nil {
@@ -301,7 +333,7 @@ func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 	}
 }
 
-func onePass(ctx context.Context, o *options, pubs map[string]*eventpub.Publisher, q *querier, rp *replay.Replayer, stdout io.Writer) error {
+func onePass(ctx context.Context, o *options, pubs map[string]*eventpub.Publisher, fleet *zmqFleet, q *querier, rp *replay.Replayer, stdout io.Writer) error {
 	st := &stats{start: time.Now()}
 	nextStatus := time.Now().Add(o.status)
 	total := rp.Len()
@@ -329,13 +361,19 @@ func onePass(ctx context.Context, o *options, pubs map[string]*eventpub.Publishe
 			}
 		}
 		if step.Index == 0 && o.indexerURL != "" {
-			exampleQuery(stdout, o.indexerURL, step.Locals)
+			exampleQuery(stdout, o.indexerURL, o.queryLocals(step.Locals))
 		}
 		// A router asks where the prefix lives before the request is served.
 		if q != nil && o.queryEvery > 0 && step.Index%o.queryEvery == 0 {
 			query(ctx, q, o, step, st)
 		}
-		if len(step.Events) > 0 {
+		if fleet != nil && len(step.Events) > 0 {
+			n, err := fleet.publish(step)
+			if err != nil {
+				return fmt.Errorf("engine publish: %w", err)
+			}
+			st.events += n
+		} else if len(step.Events) > 0 {
 			dc := o.rcfg.DCs[step.DC]
 			if err := pubs[dc].PublishEvents(ctx, o.domain, dc, step.Worker, step.Events); err != nil {
 				if ctx.Err() != nil {
@@ -450,7 +488,7 @@ func (q *querier) matchNATS(ctx context.Context, body []byte) (api.MatchResponse
 }
 
 func query(ctx context.Context, q *querier, o *options, step replay.Step, st *stats) {
-	resp, code, took, err := q.match(ctx, step.Locals)
+	resp, code, took, err := q.match(ctx, o.queryLocals(step.Locals))
 	if err != nil || code != http.StatusOK {
 		st.unavail++
 		return
@@ -501,7 +539,7 @@ func verify(ctx context.Context, o *options, q *querier, rp *replay.Replayer, st
 	for {
 		under, over, exact, missing := 0, 0, 0, 0
 		for _, locals := range sample {
-			resp, code, _, err := q.match(ctx, locals)
+			resp, code, _, err := q.match(ctx, o.queryLocals(locals))
 			if err != nil || code != http.StatusOK {
 				missing++
 				continue
