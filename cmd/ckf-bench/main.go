@@ -35,6 +35,8 @@ type options struct {
 	only      string
 	buckets   uint64
 	blocks    int
+	queries   int
+	hot       int
 	chain     int
 	requests  int
 	samples   int
@@ -48,8 +50,10 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs := flag.NewFlagSet("ckf-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.only, "only", strings.Join(bench.Suites(), ","), "comma-separated suites to run: "+strings.Join(bench.Suites(), ", "))
-	fs.Uint64Var(&o.buckets, "buckets", 1<<20, "search: buckets per lane (a power of two, e.g. 4194304)")
+	fs.Uint64Var(&o.buckets, "buckets", 1<<22, "search: buckets per lane (a power of two)")
 	fs.IntVar(&o.blocks, "blocks", 128, "search: blocks per query")
+	fs.IntVar(&o.queries, "queries", 65536, "search: distinct queries of the cold set (their rows do not fit any cache)")
+	fs.IntVar(&o.hot, "hot-queries", 64, "search: distinct queries of the hot set (the first of the same queries; their rows stay in L2)")
 	fs.IntVar(&o.chain, "chain-blocks", 0, "search: length of the stored chains each lane holds a random prefix of (0 = 4×blocks; = blocks is the search's worst case)")
 	fs.IntVar(&o.requests, "e2e-requests", 4000, "e2e: replayed Mooncake requests for the throughput pair")
 	fs.IntVar(&o.samples, "latency-samples", 300, "e2e: probes per side of the latency pair")
@@ -62,8 +66,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	if o.buckets == 0 || o.buckets&(o.buckets-1) != 0 {
 		return nil, fmt.Errorf("--buckets %d is not a power of two", o.buckets)
 	}
-	if o.blocks <= 0 || o.requests <= 0 || o.samples <= 0 {
-		return nil, fmt.Errorf("--blocks, --e2e-requests and --latency-samples must be positive")
+	if o.blocks <= 0 || o.requests <= 0 || o.samples <= 0 || o.queries <= 0 || o.hot <= 0 {
+		return nil, fmt.Errorf("--blocks, --queries, --hot-queries, --e2e-requests and --latency-samples must be positive")
+	}
+	if o.hot > o.queries {
+		return nil, fmt.Errorf("--hot-queries %d exceeds --queries %d", o.hot, o.queries)
 	}
 	if o.chain != 0 && o.chain < o.blocks {
 		return nil, fmt.Errorf("--chain-blocks %d is shorter than --blocks %d", o.chain, o.blocks)
@@ -103,7 +110,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	cfg := bench.SuiteConfig{
 		Only:           suites,
-		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, ChainBlocks: o.chain},
+		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, Queries: o.queries, HotQueries: o.hot, ChainBlocks: o.chain},
 		E2ERequests:    o.requests,
 		LatencySamples: o.samples,
 		Progress: func(format string, a ...any) {
@@ -137,6 +144,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 func printTable(w io.Writer, rep *bench.Report) {
 	fmt.Fprintf(w, "ckf-bench  %s  GOMAXPROCS=%v  benchtime=%v  wall=%vs\n", rep.Info["go"], rep.Info["gomaxprocs"], rep.Info["benchtime"], rep.Info["wall_seconds"])
+	if n, ok := rep.Info["search_table_bytes"]; ok {
+		fmt.Fprintf(w, "search: %v buckets, %v cold / %v hot queries; table %v bytes, huge pages advised %v, %v bytes on huge pages\n",
+			rep.Info["search_buckets"], rep.Info["search_queries"], rep.Info["search_hot_queries"], n, rep.Info["search_hugepages_advised"], rep.Info["search_hugepage_bytes"])
+	}
 	if n, ok := rep.Info["e2e_events"]; ok {
 		fmt.Fprintf(w, "e2e: %v requests → %v events in %v messages (%v bytes); pipeline %vms, raw %vms; %v latency probes per side\n",
 			rep.Info["e2e_requests"], n, rep.Info["e2e_messages"], rep.Info["e2e_payload_bytes"], rep.Info["e2e_elapsed_ms"], rep.Info["raw_elapsed_ms"], rep.Info["latency_samples"])

@@ -27,7 +27,7 @@ func TestMain(m *testing.M) {
 
 func tinySuite() SuiteConfig {
 	return SuiteConfig{
-		Search:         SearchConfig{Buckets: 1 << 12, Blocks: 32, Queries: 8, Seed: 3},
+		Search:         SearchConfig{Buckets: 1 << 12, Blocks: 32, Queries: 64, HotQueries: 8, Seed: 3},
 		Producer:       ProducerConfig{ExpectedBlocks: 1 << 12},
 		Pool:           PoolBenchConfig{ExpectedBlocks: 1 << 10, Sets: 8},
 		E2ERequests:    300,
@@ -43,11 +43,12 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Pairs) != 5 {
-		t.Fatalf("%d pair descriptions, want 5 (search, producer, pool, e2e events, e2e latency)", len(rep.Pairs))
+	if len(rep.Pairs) != 6 {
+		t.Fatalf("%d pair descriptions, want 6 (search hot and cold, producer, pool, e2e events, e2e latency)", len(rep.Pairs))
 	}
 	want := map[string]bool{
-		"search/query ns/op": true, "search/query allocs/op": true,
+		"search/hot ns/op": true, "search/hot allocs/op": true, "search/hot p50 ns": true, "search/hot p99 ns": true,
+		"search/cold ns/op": true, "search/cold allocs/op": true, "search/cold p50 ns": true, "search/cold p99 ns": true,
 		"producer/store+remove ns/op": true, "producer/store+remove allocs/op": true,
 		"pool/deltas images/s": true, "pool/deltas allocs/op": true,
 		"e2e/events events/s": true, "e2e/latency p50 µs": true, "e2e/latency p99 µs": true,
@@ -78,7 +79,7 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 	// The search replaces a linear scan: on a 32-block query it must not
 	// be slower than probing every position.
 	for _, m := range rep.Metrics {
-		if m.Name == "search/query" && m.Unit == "allocs/op" && m.Subject != 0 {
+		if (m.Name == "search/hot" || m.Name == "search/cold") && m.Unit == "allocs/op" && m.Subject != 0 {
 			t.Errorf("FindPrefixMatches allocates %.2f per query", m.Subject)
 		}
 	}
@@ -160,9 +161,11 @@ func TestRatio(t *testing.T) {
 }
 
 func BenchmarkSearch(b *testing.B) {
-	p := SearchPair(SearchConfig{})
-	b.Run("subject=FindPrefixMatches", p.Subject)
-	b.Run("baseline=LinearProbe", p.Baseline)
+	hot, cold := SearchPairs(SearchConfig{})
+	b.Run("queries=hot/subject=FindPrefixMatches", hot.Subject)
+	b.Run("queries=hot/baseline=LinearProbe", hot.Baseline)
+	b.Run("queries=cold/subject=FindPrefixMatches", cold.Subject)
+	b.Run("queries=cold/baseline=LinearProbe", cold.Baseline)
 }
 
 func BenchmarkProducer(b *testing.B) {

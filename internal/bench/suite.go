@@ -124,17 +124,37 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 		}
 		switch suite {
 		case SuiteSearch:
-			s, b, err := pair(SearchPair(cfg.Search))
+			cfg.Progress("search: building two %d-bucket 16-lane tables and %d queries", cfg.Search.Buckets, cfg.Search.Queries)
+			fx, err := NewSearchFixture(cfg.Search)
 			if err != nil {
 				return rep, err
 			}
-			rep.Pairs = append(rep.Pairs, Description{suite,
-				fmt.Sprintf("consumer FindPrefixMatches, 16 ready lanes, %d buckets, %d-block queries, lanes hold random prefixes of %d-block chains", cfg.Search.Buckets, cfg.Search.Blocks, cfg.Search.ChainBlocks),
-				"linear probe of every position on every lane, same table"})
-			rep.Metrics = append(rep.Metrics,
-				NewMetric("search/query", "ns/op", NsPerOp(s), NsPerOp(b), false),
-				NewMetric("search/query", "allocs/op", AllocsPerOp(s), AllocsPerOp(b), false))
-			rep.Info["search_buckets"] = cfg.Search.Buckets
+			sc := fx.Config()
+			for _, set := range []struct {
+				name string
+				n    int
+			}{{"hot", sc.HotQueries}, {"cold", sc.Queries}} {
+				s, b, err := pair(fx.Pair("search "+set.name, set.n))
+				if err != nil {
+					return rep, err
+				}
+				rep.Pairs = append(rep.Pairs, Description{suite + "/" + set.name,
+					fmt.Sprintf("consumer FindPrefixMatches, 16 ready lanes, %d buckets, %d-block queries cycling through %d distinct, lanes hold each chain to a random depth in 0..%d", sc.Buckets, sc.Blocks, set.n, sc.ChainBlocks),
+					"linear probe of every position on every lane, same table, same queries"})
+				name := "search/" + set.name
+				rep.Metrics = append(rep.Metrics,
+					NewMetric(name, "ns/op", NsPerOp(s), NsPerOp(b), false),
+					NewMetric(name+" p50", "ns", Extra(s, "p50-ns"), Extra(b, "p50-ns"), false),
+					NewMetric(name+" p99", "ns", Extra(s, "p99-ns"), Extra(b, "p99-ns"), false),
+					NewMetric(name, "allocs/op", AllocsPerOp(s), AllocsPerOp(b), false))
+			}
+			mem := fx.TableMemory()
+			rep.Info["search_buckets"] = sc.Buckets
+			rep.Info["search_queries"] = sc.Queries
+			rep.Info["search_hot_queries"] = sc.HotQueries
+			rep.Info["search_table_bytes"] = mem.Bytes
+			rep.Info["search_hugepages_advised"] = mem.HugePagesAdvised
+			rep.Info["search_hugepage_bytes"] = mem.HugePageBytes
 		case SuiteProducer:
 			s, b, err := pair(ProducerPair(cfg.Producer))
 			if err != nil {

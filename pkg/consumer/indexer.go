@@ -85,6 +85,10 @@ func (ix *Indexer) ConfigureLane(lane int, pool ckf.PoolID) error {
 	return nil
 }
 
+// TableMemory reports the table's size and whether it sits on huge pages
+// (it reads /proc/self/smaps: for benchmarks and diagnostics, not hot paths).
+func (ix *Indexer) TableMemory() TableMemory { return ix.table.memory() }
+
 // ReadyLanes returns the ready mask with one acquire load.
 func (ix *Indexer) ReadyLanes() uint16 { return uint16(ix.readyLanes.Load()) }
 
