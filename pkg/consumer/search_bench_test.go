@@ -31,27 +31,37 @@ const (
 func BenchmarkFindPrefixMatches(b *testing.B) {
 	for _, lanes := range []int{1, 4, 16} {
 		for _, buckets := range []uint64{65536, 4194304} {
-			var fx *benchFixture
 			for _, blocks := range []int{32, 128, 512} {
 				b.Run(fmt.Sprintf("lanes=%d/buckets=%d/blocks=%d/queries=%d", lanes, buckets, blocks, hotQueries), func(b *testing.B) {
-					if fx == nil {
-						fx = buildBenchIndexer(b, lanes, buckets, hotQueries, 512)
-					}
-					fx.run(b, blocks)
+					benchFixtures.get(b, lanes, buckets, hotQueries, 512).run(b, blocks)
 				})
 			}
-			fx = nil // release the table before the next size
 		}
 	}
-	var cold *benchFixture
 	for _, blocks := range []int{32, 128} {
 		b.Run(fmt.Sprintf("lanes=16/buckets=4194304/blocks=%d/queries=%d", blocks, coldQueries), func(b *testing.B) {
-			if cold == nil {
-				cold = buildBenchIndexer(b, 16, 4194304, coldQueries, 128)
-			}
-			cold.run(b, blocks)
+			benchFixtures.get(b, 16, 4194304, coldQueries, 128).run(b, blocks)
 		})
 	}
+}
+
+// benchFixtures keeps the one most recently built table, so the query
+// lengths of one size and repeated -count runs share it without holding
+// every size at once.
+var benchFixtures fixtureCache
+
+type fixtureCache struct {
+	key string
+	fx  *benchFixture
+}
+
+func (c *fixtureCache) get(b *testing.B, lanes int, buckets uint64, nQueries, chainLen int) *benchFixture {
+	key := fmt.Sprint(lanes, buckets, nQueries, chainLen)
+	if c.key != key {
+		c.key, c.fx = "", nil // release the old table first
+		c.fx, c.key = buildBenchIndexer(b, lanes, buckets, nQueries, chainLen), key
+	}
+	return c.fx
 }
 
 type benchFixture struct {
