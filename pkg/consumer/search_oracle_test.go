@@ -211,7 +211,6 @@ func referencePrefixSearch(n int, initialMask uint16, window int, p prober, dept
 	}
 }
 
-
 // recordingProber answers from per-position masks and logs every probe,
 // every touch, and when each position was first touched.
 type recordingProber struct {
