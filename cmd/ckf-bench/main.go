@@ -37,6 +37,8 @@ type options struct {
 	blocks    int
 	queries   int
 	hot       int
+	accuracy  int
+	lanes     int
 	chain     int
 	requests  int
 	samples   int
@@ -49,11 +51,13 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	o := &options{}
 	fs := flag.NewFlagSet("ckf-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&o.only, "only", strings.Join(bench.Suites(), ","), "comma-separated suites to run: "+strings.Join(bench.Suites(), ", "))
-	fs.Uint64Var(&o.buckets, "buckets", 1<<22, "search: buckets per lane (a power of two)")
+	fs.StringVar(&o.only, "only", strings.Join(bench.Suites(), ","), "comma-separated suites to run: "+strings.Join(bench.AllSuites(), ", ")+" (scale only when named)")
+	fs.Uint64Var(&o.buckets, "buckets", 1<<22, "search, scale: buckets per lane (a power of two)")
 	fs.IntVar(&o.blocks, "blocks", 128, "search: blocks per query")
-	fs.IntVar(&o.queries, "queries", 65536, "search: distinct queries of the cold set (their rows do not fit any cache)")
-	fs.IntVar(&o.hot, "hot-queries", 64, "search: distinct queries of the hot set (the first of the same queries; their rows stay in L2)")
+	fs.IntVar(&o.queries, "queries", 65536, "search, scale: distinct queries of the cold set (their rows do not fit any cache)")
+	fs.IntVar(&o.hot, "hot-queries", 64, "search, scale: distinct queries of the hot set (the first of the same queries; their rows stay in L2)")
+	fs.IntVar(&o.accuracy, "accuracy-queries", 100000, "scale: trace queries compared with the exact index")
+	fs.IntVar(&o.lanes, "lanes", 16, "scale: DC lanes")
 	fs.IntVar(&o.chain, "chain-blocks", 0, "search: length of the stored chains each lane holds a random prefix of (0 = 4×blocks; = blocks is the search's worst case)")
 	fs.IntVar(&o.requests, "e2e-requests", 4000, "e2e: replayed Mooncake requests for the throughput pair")
 	fs.IntVar(&o.samples, "latency-samples", 300, "e2e: probes per side of the latency pair")
@@ -68,6 +72,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	}
 	if o.blocks <= 0 || o.requests <= 0 || o.samples <= 0 || o.queries <= 0 || o.hot <= 0 {
 		return nil, fmt.Errorf("--blocks, --queries, --hot-queries, --e2e-requests and --latency-samples must be positive")
+	}
+	if o.accuracy <= 0 || o.lanes < 1 || o.lanes > 16 {
+		return nil, fmt.Errorf("--accuracy-queries must be positive and --lanes within 1..16")
 	}
 	if o.hot > o.queries {
 		return nil, fmt.Errorf("--hot-queries %d exceeds --queries %d", o.hot, o.queries)
@@ -111,6 +118,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg := bench.SuiteConfig{
 		Only:           suites,
 		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, Queries: o.queries, HotQueries: o.hot, ChainBlocks: o.chain},
+		Scale:          bench.ScaleConfig{Lanes: o.lanes, Buckets: o.buckets, HotQueries: o.hot, ColdQueries: o.queries, AccuracyQueries: o.accuracy},
 		E2ERequests:    o.requests,
 		LatencySamples: o.samples,
 		Progress: func(format string, a ...any) {
@@ -147,6 +155,13 @@ func printTable(w io.Writer, rep *bench.Report) {
 	if n, ok := rep.Info["search_table_bytes"]; ok {
 		fmt.Fprintf(w, "search: %v buckets, %v cold / %v hot queries; table %v bytes, huge pages advised %v, %v bytes on huge pages\n",
 			rep.Info["search_buckets"], rep.Info["search_queries"], rep.Info["search_hot_queries"], n, rep.Info["search_hugepages_advised"], rep.Info["search_hugepage_bytes"])
+	}
+	if sr := rep.Scale; sr != nil {
+		a := sr.Accuracy
+		fmt.Fprintf(w, "scale: %d DCs × %d buckets, %d memberships (%d unique blocks, %d requests over %d trace copies), CKF on huge pages %v\n",
+			sr.Lanes, sr.Buckets, sr.Memberships, sr.UniqueBlocks, sr.Requests, sr.TraceCopies, sr.HugePages)
+		fmt.Fprintf(w, "scale accuracy over %d queries (%d DC answers): under %d, inflated %d (%.4f%%), wrong best DC %d (%.4f%%)\n",
+			a.Queries, a.Answers, a.Under, a.Inflated, a.InflatedPct, a.WrongBest, a.WrongBestPct)
 	}
 	if n, ok := rep.Info["e2e_events"]; ok {
 		fmt.Fprintf(w, "e2e: %v requests → %v events in %v messages (%v bytes); pipeline %vms, raw %vms; %v latency probes per side\n",

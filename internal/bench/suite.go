@@ -14,10 +14,16 @@ const (
 	SuiteProducer = "producer"
 	SuitePool     = "pool"
 	SuiteE2E      = "e2e"
+	// SuiteScale is opt-in (minutes at Dynamo's shape): it runs only when
+	// named in Only.
+	SuiteScale = "scale"
 )
 
-// Suites lists every suite in run order.
+// Suites lists the default suites in run order.
 func Suites() []string { return []string{SuiteSearch, SuiteProducer, SuitePool, SuiteE2E} }
+
+// AllSuites lists every suite, the opt-in ones last.
+func AllSuites() []string { return append(Suites(), SuiteScale) }
 
 // SuiteConfig selects and sizes the pairs RunSuite runs.
 type SuiteConfig struct {
@@ -27,6 +33,7 @@ type SuiteConfig struct {
 	Producer ProducerConfig
 	Pool     PoolBenchConfig
 	E2E      E2EConfig
+	Scale    ScaleConfig
 	// E2ERequests is the number of replayed requests of the throughput
 	// pair (default 4000).
 	E2ERequests int
@@ -52,6 +59,8 @@ type Report struct {
 	Pairs   []Description  `json:"pairs"`
 	Metrics []Metric       `json:"metrics"`
 	Info    map[string]any `json:"info"`
+	// Scale is the scale suite's outcome (nil unless it ran).
+	Scale *ScaleReport `json:"scale,omitempty"`
 }
 
 func (c SuiteConfig) withDefaults() SuiteConfig {
@@ -83,8 +92,8 @@ func (c SuiteConfig) withDefaults() SuiteConfig {
 // ValidateSuites reports an unknown suite name.
 func ValidateSuites(names []string) error {
 	for _, n := range names {
-		if !slices.Contains(Suites(), n) {
-			return fmt.Errorf("bench: unknown suite %q (want %v)", n, Suites())
+		if !slices.Contains(AllSuites(), n) {
+			return fmt.Errorf("bench: unknown suite %q (want %v)", n, AllSuites())
 		}
 	}
 	return nil
@@ -115,7 +124,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 		b, err = run(p.Name+" baseline", p.Baseline)
 		return
 	}
-	for _, suite := range Suites() {
+	for _, suite := range AllSuites() {
 		if !slices.Contains(cfg.Only, suite) {
 			continue
 		}
@@ -183,6 +192,20 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 				return rep, err
 			}
 			rep.Metrics = append(rep.Metrics, ms...)
+		case SuiteScale:
+			sc := cfg.Scale
+			if sc.Progress == nil {
+				sc.Progress = cfg.Progress
+			}
+			sr, err := RunScale(ctx, sc)
+			if err != nil {
+				return rep, err
+			}
+			rep.Scale = sr
+			rep.Pairs = append(rep.Pairs, Description{suite,
+				fmt.Sprintf("CKF global index, %d DC lanes × %d buckets from producer states filled with the scaled Mooncake trace (%d memberships)", sr.Lanes, sr.Buckets, sr.Memberships),
+				"exact global index: Go map canonical hash → DC mask, galloping/binary search over prefix-closed masks"})
+			rep.Metrics = append(rep.Metrics, sr.Metrics()...)
 		}
 	}
 	return rep, nil
