@@ -12,9 +12,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -22,6 +24,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/internal/bench"
+	"github.com/ckfrelay/ckfrelay/internal/benchplot"
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 )
 
@@ -39,6 +42,9 @@ type options struct {
 	hot       int
 	accuracy  int
 	lanes     int
+	rates     []float64
+	rateTime  time.Duration
+	plots     string
 	chain     int
 	requests  int
 	samples   int
@@ -62,6 +68,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.IntVar(&o.requests, "e2e-requests", 4000, "e2e: replayed Mooncake requests for the throughput pair")
 	fs.IntVar(&o.samples, "latency-samples", 300, "e2e: probes per side of the latency pair")
 	fs.StringVar(&o.benchtime, "benchtime", "1s", "run time of each micro-benchmark body (go test -benchtime syntax: 1s, 500ms, 10000x)")
+	rates := fs.String("e2e-rates", "10000,50000,100000", "e2e: comma-separated paced input rates in events/s (empty: no paced sweep)")
+	fs.DurationVar(&o.rateTime, "e2e-rate-duration", 2*time.Second, "e2e: send time per paced rate and side")
+	fs.StringVar(&o.plots, "plots", "", "write SVG plots of the scale and paced e2e results into this directory (e.g. docs/bench)")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print progress on stderr")
 	if err := cli.Parse(fs, args, getenv); err != nil {
@@ -75,6 +84,19 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	}
 	if o.accuracy <= 0 || o.lanes < 1 || o.lanes > 16 {
 		return nil, fmt.Errorf("--accuracy-queries must be positive and --lanes within 1..16")
+	}
+	for _, r := range strings.Split(*rates, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(r, 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("--e2e-rates: %q is not a positive rate", r)
+		}
+		o.rates = append(o.rates, v)
+	}
+	if o.rateTime <= 0 {
+		return nil, fmt.Errorf("--e2e-rate-duration must be positive")
 	}
 	if o.hot > o.queries {
 		return nil, fmt.Errorf("--hot-queries %d exceeds --queries %d", o.hot, o.queries)
@@ -119,6 +141,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Only:           suites,
 		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, Queries: o.queries, HotQueries: o.hot, ChainBlocks: o.chain},
 		Scale:          bench.ScaleConfig{Lanes: o.lanes, Buckets: o.buckets, HotQueries: o.hot, ColdQueries: o.queries, AccuracyQueries: o.accuracy},
+		Rates:          bench.RateConfig{Rates: o.rates, Duration: o.rateTime},
+		NoRates:        len(o.rates) == 0,
 		E2ERequests:    o.requests,
 		LatencySamples: o.samples,
 		Progress: func(format string, a ...any) {
@@ -137,6 +161,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rep.Info["gomaxprocs"] = runtime.GOMAXPROCS(0)
 	rep.Info["benchtime"] = o.benchtime
 	rep.Info["wall_seconds"] = time.Since(start).Round(time.Millisecond).Seconds()
+	if o.plots != "" {
+		files, err := benchplot.WriteReport(o.plots, rep)
+		if err != nil {
+			fmt.Fprintln(stderr, "ckf-bench:", err)
+			return 1
+		}
+		for _, f := range files {
+			cfg.Progress("wrote %s", f)
+		}
+	}
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -162,6 +196,9 @@ func printTable(w io.Writer, rep *bench.Report) {
 			sr.Lanes, sr.Buckets, sr.Memberships, sr.UniqueBlocks, sr.Requests, sr.TraceCopies, sr.HugePages)
 		fmt.Fprintf(w, "scale accuracy over %d queries (%d DC answers): under %d, inflated %d (%.4f%%), wrong best DC %d (%.4f%%)\n",
 			a.Queries, a.Answers, a.Under, a.Inflated, a.InflatedPct, a.WrongBest, a.WrongBestPct)
+	}
+	if b, ok := rep.Info["e2e_pipeline_behind_at_events_per_sec"]; ok {
+		fmt.Fprintf(w, "e2e paced: pipeline first falls behind at %v events/s (behind = applied < 90%% of the target or a drain > 25%% of the send time)\n", b)
 	}
 	if n, ok := rep.Info["e2e_events"]; ok {
 		fmt.Fprintf(w, "e2e: %v requests → %v events in %v messages (%v bytes); pipeline %vms, raw %vms; %v latency probes per side\n",

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -61,11 +63,65 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--blocks", "64", "--chain-blocks", "32"},
 		{"--queries", "8", "--hot-queries", "16"},
 		{"--queries", "0"},
+		{"--e2e-rates", "10000,fast"},
+		{"--e2e-rates", "-5"},
+		{"--e2e-rate-duration", "0s"},
 		{"--benchtime", "soon"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), args, noEnv, &out, &errOut); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
+		}
+	}
+}
+
+// TestScaleJSONKeepsItsStableNamesAndWritesPlots: scripts rely on the
+// scale report's names; --plots draws the latency CDF and the memory bars.
+func TestScaleJSONKeepsItsStableNamesAndWritesPlots(t *testing.T) {
+	dir := t.TempDir()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), []string{"--only", "scale", "--buckets", "1024", "--queries", "256", "--hot-queries", "8",
+		"--accuracy-queries", "2000", "--plots", dir, "--json", "--quiet"}, noEnv, &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var doc struct {
+		Scale map[string]json.RawMessage `json:"scale"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	for _, k := range []string{"lanes", "buckets", "memberships", "ckf", "exact", "accuracy"} {
+		if _, ok := doc.Scale[k]; !ok {
+			t.Fatalf("scale lacks %q: %s", k, out.String())
+		}
+	}
+	for _, side := range []string{"ckf", "exact"} {
+		var m map[string]float64
+		if err := json.Unmarshal(doc.Scale[side], &m); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"hot_p50_ns", "hot_p99_ns", "cold_p50_ns", "cold_p99_ns", "bytes_per_membership"} {
+			if v, ok := m[k]; !ok || !(v > 0) {
+				t.Errorf("%s.%s = %v (present %v)", side, k, v, ok)
+			}
+		}
+	}
+	var acc map[string]float64
+	if err := json.Unmarshal(doc.Scale["accuracy"], &acc); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"queries", "under", "inflated", "wrong_best"} {
+		if _, ok := acc[k]; !ok {
+			t.Errorf("accuracy lacks %q", k)
+		}
+	}
+	if acc["queries"] != 2000 || acc["under"] != 0 {
+		t.Errorf("accuracy %v", acc)
+	}
+	for _, f := range []string{"scale_latency_cdf.svg", "scale_memory.svg"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("plot %s: %v", f, err)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
@@ -31,6 +32,7 @@ func tinySuite() SuiteConfig {
 		Producer:       ProducerConfig{ExpectedBlocks: 1 << 12},
 		Pool:           PoolBenchConfig{ExpectedBlocks: 1 << 10, Sets: 8},
 		E2ERequests:    300,
+		Rates:          RateConfig{Rates: []float64{2000}, Duration: 300 * time.Millisecond, ProbeGap: 5 * time.Millisecond},
 		LatencySamples: 10,
 	}
 }
@@ -43,8 +45,8 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Pairs) != 6 {
-		t.Fatalf("%d pair descriptions, want 6 (search hot and cold, producer, pool, e2e events, e2e latency)", len(rep.Pairs))
+	if len(rep.Pairs) != 7 {
+		t.Fatalf("%d pair descriptions, want 7 (search hot and cold, producer, pool, e2e events, e2e latency, e2e paced)", len(rep.Pairs))
 	}
 	want := map[string]bool{
 		"search/hot ns/op": true, "search/hot allocs/op": true, "search/hot p50 ns": true, "search/hot p99 ns": true,
@@ -52,6 +54,7 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 		"producer/store+remove ns/op": true, "producer/store+remove allocs/op": true,
 		"pool/deltas images/s": true, "pool/deltas allocs/op": true,
 		"e2e/events events/s": true, "e2e/latency p50 µs": true, "e2e/latency p99 µs": true,
+		"e2e/paced 2000/s p50 µs": true, "e2e/paced 2000/s p99 µs": true, "e2e/paced 2000/s applied events/s": true, "e2e/paced 2000/s drain ms": true,
 	}
 	for _, m := range rep.Metrics {
 		key := m.Name + " " + m.Unit
@@ -60,6 +63,12 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 			continue
 		}
 		delete(want, key)
+		if m.Unit == "ms" { // a drain may round to zero
+			if m.Subject < 0 || m.Baseline < 0 {
+				t.Errorf("%s: subject %v baseline %v", key, m.Subject, m.Baseline)
+			}
+			continue
+		}
 		if m.Unit == "allocs/op" {
 			if m.Subject < 0 || m.Baseline < 0 || (m.Ratio == nil && m.Baseline != 0) {
 				t.Errorf("%s: subject %v baseline %v ratio %v", key, m.Subject, m.Baseline, m.Ratio)
@@ -75,6 +84,14 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 	}
 	for key := range want {
 		t.Errorf("row %q missing", key)
+	}
+	if len(rep.E2ERates) != 1 {
+		t.Fatalf("%d paced rates, want 1", len(rep.E2ERates))
+	}
+	for _, side := range []RateSide{rep.E2ERates[0].Pipeline, rep.E2ERates[0].Raw} {
+		if side.Events < 600 || side.Probes == 0 || side.SendSeconds <= 0 || side.AppliedPerSec <= 0 {
+			t.Errorf("paced side %+v", side)
+		}
 	}
 	// The search replaces a linear scan: on a 32-block query it must not
 	// be slower than probing every position.

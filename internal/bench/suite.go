@@ -34,6 +34,9 @@ type SuiteConfig struct {
 	Pool     PoolBenchConfig
 	E2E      E2EConfig
 	Scale    ScaleConfig
+	// Rates is the e2e suite's paced sweep; NoRates skips it.
+	Rates   RateConfig
+	NoRates bool
 	// E2ERequests is the number of replayed requests of the throughput
 	// pair (default 4000).
 	E2ERequests int
@@ -61,6 +64,8 @@ type Report struct {
 	Info    map[string]any `json:"info"`
 	// Scale is the scale suite's outcome (nil unless it ran).
 	Scale *ScaleReport `json:"scale,omitempty"`
+	// E2ERates is the e2e suite's paced sweep, one entry per input rate.
+	E2ERates []E2ERate `json:"e2e_rates,omitempty"`
 }
 
 func (c SuiteConfig) withDefaults() SuiteConfig {
@@ -267,9 +272,34 @@ func runE2E(ctx context.Context, cfg SuiteConfig, rep *Report) (ms []Metric, err
 	rep.Info["e2e_elapsed_ms"] = float64(sub.Elapsed.Microseconds()) / 1e3
 	rep.Info["raw_elapsed_ms"] = float64(raw.Elapsed.Microseconds()) / 1e3
 	rep.Info["latency_samples"] = cfg.LatencySamples
-	return []Metric{
+	ms = []Metric{
 		NewMetric("e2e/events", "events/s", sub.EventsPerSec(), raw.EventsPerSec(), true),
 		NewMetric("e2e/latency p50", "µs", us(lat.P50), us(rawLat.P50), false),
 		NewMetric("e2e/latency p99", "µs", us(lat.P99), us(rawLat.P99), false),
-	}, nil
+	}
+	if cfg.NoRates {
+		return ms, nil
+	}
+	rates, err := env.RateSweep(ctx, cfg.Rates, cfg.Progress)
+	if err != nil {
+		return ms, err
+	}
+	rep.E2ERates = rates
+	rep.Pairs = append(rep.Pairs, Description{SuiteE2E + "/paced",
+		"replayed events paced at a fixed input rate through the pipeline; probe event → queryable every 10ms under that load",
+		"raw JetStream: same kind of payloads paced into one stream and drained by one pull consumer; probe publish → receipt"})
+	behind := "none"
+	for _, r := range rates {
+		name := fmt.Sprintf("e2e/paced %.0f/s", r.TargetRate)
+		ms = append(ms,
+			NewMetric(name+" p50", "µs", r.Pipeline.P50Ns/1e3, r.Raw.P50Ns/1e3, false),
+			NewMetric(name+" p99", "µs", r.Pipeline.P99Ns/1e3, r.Raw.P99Ns/1e3, false),
+			NewMetric(name+" applied", "events/s", r.Pipeline.AppliedPerSec, r.Raw.AppliedPerSec, true),
+			NewMetric(name+" drain", "ms", r.Pipeline.DrainMs, r.Raw.DrainMs, false))
+		if r.Pipeline.Behind && behind == "none" {
+			behind = fmt.Sprintf("%.0f", r.TargetRate)
+		}
+	}
+	rep.Info["e2e_pipeline_behind_at_events_per_sec"] = behind
+	return ms, nil
 }
