@@ -47,6 +47,7 @@ type options struct {
 	plots     string
 	chain     int
 	requests  int
+	repeat    int
 	samples   int
 	benchtime string
 	json      bool
@@ -66,6 +67,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.IntVar(&o.lanes, "lanes", 16, "scale: DC lanes")
 	fs.IntVar(&o.chain, "chain-blocks", 0, "search: length of the stored chains each lane holds a random prefix of (0 = 4×blocks; = blocks is the search's worst case)")
 	fs.IntVar(&o.requests, "e2e-requests", 4000, "e2e: replayed Mooncake requests for the throughput pair")
+	fs.IntVar(&o.repeat, "e2e-repeat", 1, "e2e: runs of the throughput pair on fresh batches (rows show the medians, --json every run)")
 	fs.IntVar(&o.samples, "latency-samples", 300, "e2e: probes per side of the latency pair")
 	fs.StringVar(&o.benchtime, "benchtime", "1s", "run time of each micro-benchmark body (go test -benchtime syntax: 1s, 500ms, 10000x)")
 	rates := fs.String("e2e-rates", "10000,50000,100000", "e2e: comma-separated paced input rates in events/s (empty: no paced sweep)")
@@ -79,7 +81,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	if o.buckets == 0 || o.buckets&(o.buckets-1) != 0 {
 		return nil, fmt.Errorf("--buckets %d is not a power of two", o.buckets)
 	}
-	if o.blocks <= 0 || o.requests <= 0 || o.samples <= 0 || o.queries <= 0 || o.hot <= 0 {
+	if o.blocks <= 0 || o.requests <= 0 || o.repeat <= 0 || o.samples <= 0 || o.queries <= 0 || o.hot <= 0 {
 		return nil, fmt.Errorf("--blocks, --queries, --hot-queries, --e2e-requests and --latency-samples must be positive")
 	}
 	if o.accuracy <= 0 || o.lanes < 1 || o.lanes > 16 {
@@ -144,6 +146,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		Rates:          bench.RateConfig{Rates: o.rates, Duration: o.rateTime},
 		NoRates:        len(o.rates) == 0,
 		E2ERequests:    o.requests,
+		E2ERepeat:      o.repeat,
 		LatencySamples: o.samples,
 		Progress: func(format string, a ...any) {
 			if !o.quiet {
@@ -196,6 +199,12 @@ func printTable(w io.Writer, rep *bench.Report) {
 			sr.Lanes, sr.Buckets, sr.Memberships, sr.UniqueBlocks, sr.Requests, sr.TraceCopies, sr.HugePages)
 		fmt.Fprintf(w, "scale accuracy over %d queries (%d DC answers): under %d, inflated %d (%.4f%%), wrong best DC %d (%.4f%%)\n",
 			a.Queries, a.Answers, a.Under, a.Inflated, a.InflatedPct, a.WrongBest, a.WrongBestPct)
+	}
+	if runs, ok := rep.Info["e2e_runs"].([]bench.E2ERun); ok && len(runs) > 1 {
+		for i, r := range runs {
+			fmt.Fprintf(w, "e2e run %d: pipeline %.0f events/s (%.1fms, %.1f CPU-µs/event), raw %.0f events/s (%.1fms, %.1f CPU-µs/event), ratio %.2f\n",
+				i+1, r.PipelineEventsPerSec, r.PipelineMs, r.PipelineCPUMicrosPerEvent, r.RawEventsPerSec, r.RawMs, r.RawCPUMicrosPerEvent, r.Ratio)
+		}
 	}
 	if b, ok := rep.Info["e2e_pipeline_behind_at_events_per_sec"]; ok {
 		fmt.Fprintf(w, "e2e paced: pipeline first falls behind at %v events/s (behind = applied < 90%% of the target or a drain > 25%% of the send time)\n", b)

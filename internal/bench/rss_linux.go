@@ -6,6 +6,8 @@ import (
 	"bytes"
 	"os"
 	"strconv"
+	"syscall"
+	"time"
 )
 
 // processRSS reads the resident set from /proc/self/statm (0 if unknown).
@@ -23,4 +25,13 @@ func processRSS() uint64 {
 		return 0
 	}
 	return pages * uint64(os.Getpagesize())
+}
+
+// processCPU is the process's user + system CPU time (0 if unknown).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
