@@ -193,6 +193,10 @@ func printTable(w io.Writer, rep *bench.Report) {
 		fmt.Fprintf(w, "search: %v buckets, %v cold / %v hot queries; table %v bytes, huge pages advised %v, %v bytes on huge pages\n",
 			rep.Info["search_buckets"], rep.Info["search_queries"], rep.Info["search_hot_queries"], n, rep.Info["search_hugepages_advised"], rep.Info["search_hugepage_bytes"])
 	}
+	if ui, ok := rep.Info["search_cold_under_ingest"].(bench.UnderIngest); ok {
+		fmt.Fprintf(w, "search: cold queries while one goroutine applies %.2fM images/s: p50 %.0f ns, p99 %.0f ns over %d queries\n",
+			ui.ImagesPerSec/1e6, ui.P50Ns, ui.P99Ns, ui.Queries)
+	}
 	if sr := rep.Scale; sr != nil {
 		a := sr.Accuracy
 		fmt.Fprintf(w, "scale: %d DCs × %d buckets, %d memberships (%d unique blocks, %d requests over %d trace copies), CKF on huge pages %v\n",

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
@@ -95,6 +96,9 @@ func SearchPairs(cfg SearchConfig) (hot, cold Pair) {
 type SearchFixture struct {
 	cfg     SearchConfig
 	ix      *consumer.Indexer
+	ings    [ckf.LaneCount]*consumer.LaneIngestor
+	ids     [ckf.LaneCount]ckf.ProducerIdentity
+	leases  [ckf.LaneCount]ckf.LaneLease
 	linear  *LinearProbe
 	queries [][]ckf.LocalBlockHash
 }
@@ -107,6 +111,7 @@ func NewSearchFixture(cfg SearchConfig) (*SearchFixture, error) {
 	if cfg.Blocks <= 0 || cfg.Queries <= 0 || cfg.HotQueries <= 0 || cfg.HotQueries > cfg.Queries || cfg.ChainBlocks < cfg.Blocks {
 		return nil, fmt.Errorf("bench: search needs positive blocks and queries, at most as many hot queries as queries and chains at least as long as queries, got %d, %d, %d and %d", cfg.Blocks, cfg.Queries, cfg.HotQueries, cfg.ChainBlocks)
 	}
+	fx := &SearchFixture{cfg: cfg}
 	// Expected stored positions per lane: E[min(U(0..chain), blocks)].
 	b, c := float64(cfg.Blocks), float64(cfg.ChainBlocks)
 	perChain := (b*(b+1)/2 + b*(c-b)) / (c + 1)
@@ -154,8 +159,10 @@ func NewSearchFixture(cfg SearchConfig) (*SearchFixture, error) {
 		if err != nil {
 			return nil, err
 		}
+		fx.ings[l] = ing
 		id := ckf.ProducerIdentity{Pool: *pools[l], ProducerIncarnation: 1, LayoutGeneration: 1, Format: format}
 		lease := ckf.LaneLease{ConsumerInstance: instance, PhysicalLane: uint8(l), AssignmentEpoch: 1}
+		fx.ids[l], fx.leases[l] = id, lease
 		if err := ing.Assign(id, lease); err != nil {
 			return nil, err
 		}
@@ -167,7 +174,8 @@ func NewSearchFixture(cfg SearchConfig) (*SearchFixture, error) {
 	if ix.ReadyLanes() != ckf.LaneMask {
 		return nil, fmt.Errorf("bench: ready lanes %016b after installing all 16", ix.ReadyLanes())
 	}
-	return &SearchFixture{cfg: cfg, ix: ix, linear: linear, queries: queries}, nil
+	fx.ix, fx.linear, fx.queries = ix, linear, queries
+	return fx, nil
 }
 
 // fillLane clears words, inserts each query chain to a depth drawn from
@@ -365,4 +373,81 @@ func (t *LinearProbe) Depths(locals []ckf.LocalBlockHash, depths *[ckf.LaneCount
 	for ; active != 0; active &= active - 1 {
 		depths[bits.TrailingZeros16(active)] = uint32(len(locals))
 	}
+}
+
+// UnderIngest is a query latency measured while deltas are applied.
+type UnderIngest struct {
+	ImagesPerSec float64 `json:"images_per_sec"`
+	Queries      int     `json:"queries"`
+	P50Ns        float64 `json:"p50_ns"`
+	P99Ns        float64 `json:"p99_ns"`
+}
+
+// QueryUnderIngest times the first n queries one by one (cycling, so a
+// set larger than the caches stays cold) on one goroutine while another
+// applies 64-image deltas round-robin over the 16 lanes as fast as it can,
+// the work of the ingestion pool's workers. Each image rewrites its
+// bucket's current word, so answers do not change but every store and
+// cache-line invalidation is real.
+func (f *SearchFixture) QueryUnderIngest(n, samples int) (UnderIngest, error) {
+	qs := f.queries[:min(max(n, 1), len(f.queries))]
+	const perDelta = 64
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	var images int64
+	var elapsed time.Duration
+	go func() {
+		rng := rand.New(rand.NewPCG(9, 9))
+		var deltas [ckf.LaneCount]ckf.Delta
+		for l := range ckf.LaneCount {
+			deltas[l] = ckf.Delta{Identity: f.ids[l], Lease: f.leases[l], BaseSequence: 1, Sequence: 2, Images: make([]ckf.BucketImage, perDelta)}
+		}
+		t0 := time.Now()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				elapsed = time.Since(t0)
+				done <- nil
+				return
+			default:
+			}
+			l := i % ckf.LaneCount
+			d := &deltas[l]
+			// Distinct buckets: a random run of perDelta consecutive ones.
+			start := rng.Uint64N(f.cfg.Buckets - perDelta)
+			for k := range d.Images {
+				bk := start + uint64(k)
+				d.Images[k] = ckf.BucketImage{Bucket: bk, Value: f.linear.words[bk*ckf.LaneCount+uint64(l)].Load()}
+			}
+			if out := f.ings[l].ApplyDelta(d); out.Kind != consumer.OutcomeDeltaApplied {
+				elapsed = time.Since(t0)
+				done <- fmt.Errorf("bench: ingest lane %d: %v", l, out)
+				return
+			}
+			images += perDelta
+			d.BaseSequence++
+			d.Sequence++
+		}
+	}()
+	var s consumer.QueryScratch
+	var out consumer.QueryResult
+	var failed error
+	lat := TimeEach(max(samples, len(qs)), func(k int) {
+		if err := f.ix.FindPrefixMatches(qs[k%len(qs)], &s, &out); err != nil {
+			failed = err
+		}
+	})
+	close(stop)
+	if err := <-done; err != nil {
+		return UnderIngest{}, err
+	}
+	if failed != nil {
+		return UnderIngest{}, failed
+	}
+	return UnderIngest{
+		ImagesPerSec: float64(images) / elapsed.Seconds(),
+		Queries:      len(lat),
+		P50Ns:        float64(lat.Quantile(0.5).Nanoseconds()),
+		P99Ns:        float64(lat.Quantile(0.99).Nanoseconds()),
+	}, nil
 }

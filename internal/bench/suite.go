@@ -164,6 +164,12 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 					NewMetric(name+" p99", "ns", Extra(s, "p99-ns"), Extra(b, "p99-ns"), false),
 					NewMetric(name, "allocs/op", AllocsPerOp(s), AllocsPerOp(b), false))
 			}
+			cfg.Progress("search: cold queries while deltas are applied")
+			ui, err := fx.QueryUnderIngest(sc.Queries, minPercentileSamples)
+			if err != nil {
+				return rep, err
+			}
+			rep.Info["search_cold_under_ingest"] = ui
 			mem := fx.TableMemory()
 			rep.Info["search_buckets"] = sc.Buckets
 			rep.Info["search_queries"] = sc.Queries
