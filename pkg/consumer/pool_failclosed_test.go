@@ -171,3 +171,54 @@ func TestConfigureLaneRacingWorkerFailureLeavesNoClaim(t *testing.T) {
 		ing.Release()
 	}
 }
+
+// An Assign whose reply timed out stays queued. The worker must drop it as
+// stale when it finally runs: applying it would record the lease's epoch in
+// the ingestor and make the caller's retry of the same lease fail as stale.
+func TestAssignRetriedAfterControlTimeoutIsAccepted(t *testing.T) {
+	f := newPoolFixture(t, 8, func(c *PoolConfig) { c.ControlTimeout = 20 * time.Millisecond })
+	resume := f.pool.pauseLaneWorker(t, f.lane)
+	defer resume()
+	wantIngestionError(t, f.pool.Assign(f.identity, f.lease), ErrControlTimeout)
+	resume()
+	if err := f.pool.Assign(f.identity, f.lease); err != nil {
+		t.Fatalf("retried assign = %v; want it accepted", err)
+	}
+	got, err := f.pool.InstallSnapshot(f.snapshot(f.lease, 2, f.bucketCount))
+	if err != nil || got.Kind != OutcomeSnapshotInstalled {
+		t.Fatalf("install = %v, %v; want installed", got, err)
+	}
+	if ready := f.pool.Indexer().ReadyLanes(); ready != f.laneBit() {
+		t.Fatalf("ready = %#x; want %#x", ready, f.laneBit())
+	}
+}
+
+// Readiness is retired as soon as a new assignment is admitted, not when
+// the worker gets to it: a query must not read the old generation's words
+// as ready while the lane is transitioning to a new lease.
+func TestAdmittedAssignRetiresReadinessBeforeTheWorkerRuns(t *testing.T) {
+	f := newPoolFixture(t, 8)
+	f.assignAndSnapshot(t, 3)
+	resume := f.pool.pauseLaneWorker(t, f.lane)
+	defer resume()
+	assigned := make(chan error, 1)
+	go func() { assigned <- f.pool.Assign(f.identity, f.replacementLease()) }()
+	deadline := time.Now().Add(waitBound)
+	for {
+		st, _ := f.pool.LaneState(f.lane)
+		if st.State == AdmissionTransitioning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("assign was not admitted; lane state %+v", st)
+		}
+		runtime.Gosched()
+	}
+	if ready := f.pool.Indexer().ReadyLanes(); ready != 0 {
+		t.Fatalf("ready while the new assignment is queued = %#x; want 0", ready)
+	}
+	resume()
+	if err := <-assigned; err != nil {
+		t.Fatal(err)
+	}
+}
