@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"errors"
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -60,5 +61,41 @@ func TestSnapshotAtTheInstalledSequenceIsIgnoredOnAReadyLane(t *testing.T) {
 	}
 	if ix.ReadyLanes() != 1 || ix.table.LoadImage(0, 0) != 0 {
 		t.Fatalf("ready = %#x, bucket 0 = %d; want the lane untouched", ix.ReadyLanes(), ix.table.LoadImage(0, 0))
+	}
+}
+
+// DC id 0 is an ordinary DC: unconfigured lanes must not count as lanes of
+// DC 0 when a pool is admitted.
+func TestManifestAdmitsDcZero(t *testing.T) {
+	format := ixFormat(t, 8)
+	domain := ixDomain(1, 2, ckf.SourceExplicit, ckf.SourceExplicit)
+	var lanes [ckf.LaneCount]*ckf.PoolID
+	lanes[4] = poolPtr(ckf.PoolID{Domain: domain, Dc: 0})
+	lanes[9] = poolPtr(ckf.PoolID{Domain: domain, Dc: 1})
+	m, err := NewManifest(1, domain, format, lanes)
+	if err != nil {
+		t.Fatalf("manifest with DC 0: %v", err)
+	}
+	if pool, ok := m.PoolID(4); !ok || pool.Dc != 0 {
+		t.Fatalf("lane 4 = %v, %v; want DC 0", pool, ok)
+	}
+	ix, err := NewIndexer(m, ckf.DefaultPrefixSearchConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.ConfigureLane(0, ckf.PoolID{Domain: domain, Dc: 2}); err != nil {
+		t.Fatalf("configure lane 0 at runtime: %v", err)
+	}
+	if err := ix.ConfigureLane(ckf.LaneCount-1, ckf.PoolID{Domain: domain, Dc: 3}); err != nil {
+		t.Fatalf("configure lane %d at runtime: %v", ckf.LaneCount-1, err)
+	}
+	if got, want := ix.Manifest().ConfiguredLanes(), uint16(1|1<<4|1<<9|1<<(ckf.LaneCount-1)); got != want {
+		t.Fatalf("configured = %#x; want %#x", got, want)
+	}
+	for _, lane := range []int{-1, ckf.LaneCount} {
+		var be *BuildError
+		if err := ix.ConfigureLane(lane, ckf.PoolID{Domain: domain, Dc: 5}); !errors.As(err, &be) || be.Kind != ErrInvalidLane {
+			t.Fatalf("configure lane %d = %v; want ErrInvalidLane", lane, err)
+		}
 	}
 }

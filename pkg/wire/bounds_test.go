@@ -72,3 +72,71 @@ func TestErrorKindStringBeyondTheTable(t *testing.T) {
 		}
 	}
 }
+
+// Text fields refuse exactly the C0 controls, DEL and the C1 controls
+// (U+0080..U+009F); their neighbours are ordinary text. Both the decoder and
+// the encoder apply the rule.
+func TestTextControlCharacterBoundaries(t *testing.T) {
+	accepted := []string{" ", "r 1", "~", "\u00a0", "x\u00a0", "\u00a1", "\u00ff", "é", "\u2028x"}
+	refused := []string{"\x00", "\x1f", "a\x1f", "\x7f", "\u0080", "x\u0080", "\u0085", "\u009f", "x\u009f"}
+	for _, s := range accepted {
+		b := pack(set(deltaArr(), 3, arr{uint64(3), s}))
+		if _, err := DecodeDelta(b); err != nil {
+			t.Fatalf("instance %q refused: %v", s, err)
+		}
+		d := testDelta()
+		d.Lease.Instance = s
+		if _, err := AppendDelta(nil, &d); err != nil {
+			t.Fatalf("encode instance %q: %v", s, err)
+		}
+	}
+	for _, s := range refused {
+		b := pack(set(deltaArr(), 3, arr{uint64(3), s}))
+		_, err := DecodeDelta(b)
+		wantDecodeError(t, err, ErrMalformed, "lease.instance")
+		if !strings.Contains(err.Error(), "control character") {
+			t.Fatalf("instance %q: error %q; want a control-character error", s, err)
+		}
+		d := testDelta()
+		d.Lease.Instance = s
+		_, err = AppendDelta(nil, &d)
+		wantEncodeError(t, err, ErrMalformed, "lease.instance")
+	}
+}
+
+// The Object Store bucket name is [A-Za-z0-9_-]+: every range end is
+// accepted and the byte just outside each range is refused.
+func TestObjectBucketCharsetBoundaries(t *testing.T) {
+	for _, name := range []string{"azAZ09_-", "a", "z", "A", "Z", "0", "9", "_", "-"} {
+		b := pack(set(snapshotArr(), 6, name))
+		m, err := DecodeSnapshotMarker(b)
+		if err != nil || m.ObjectBucket != name {
+			t.Fatalf("bucket %q: %q, %v; want it accepted", name, m.ObjectBucket, err)
+		}
+	}
+	for _, c := range []byte{'`', '{', '@', '[', '/', ':', '^', ',', '.', ' ', 0x80} {
+		name := "ok" + string(rune(c)) + "ok"
+		if c == 0x80 {
+			name = "ok\u0080ok"
+		}
+		b := pack(set(snapshotArr(), 6, name))
+		_, err := DecodeSnapshotMarker(b)
+		wantDecodeError(t, err, ErrMalformed, "snapshot.object_bucket")
+		m := testSnapshotMarker()
+		m.ObjectBucket = name
+		_, err = AppendSnapshotMarker(nil, &m)
+		wantEncodeError(t, err, ErrMalformed, "snapshot.object_bucket")
+	}
+}
+
+// ErrTrailingBytes reports how many bytes follow the message and where it
+// ended.
+func TestTrailingBytesErrorCountsTheExcess(t *testing.T) {
+	b := pack(deltaArr())
+	end := len(b)
+	_, err := DecodeDelta(append(b, 1, 2, 3))
+	wantDecodeError(t, err, ErrTrailingBytes, "message")
+	if want := fmt.Sprintf("3 bytes after the message end at byte %d", end); !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q; want it to contain %q", err, want)
+	}
+}
