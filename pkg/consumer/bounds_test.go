@@ -3,6 +3,7 @@ package consumer
 import (
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
@@ -97,5 +98,15 @@ func TestManifestAdmitsDcZero(t *testing.T) {
 		if err := ix.ConfigureLane(lane, ckf.PoolID{Domain: domain, Dc: 5}); !errors.As(err, &be) || be.Kind != ErrInvalidLane {
 			t.Fatalf("configure lane %d = %v; want ErrInvalidLane", lane, err)
 		}
+	}
+}
+
+// The smallest dirty-to-applied age is valid: the watchdog's polling period
+// has a floor, so a pool with a 1ns bound runs and closes.
+func TestPoolRunsWithTheSmallestDirtyToAppliedAge(t *testing.T) {
+	f := newPoolFixture(t, 4, func(c *PoolConfig) { c.MaxDirtyToAppliedAge = time.Nanosecond })
+	f.assignAndSnapshot(t, 0)
+	if err := f.pool.Close(); err != nil {
+		t.Fatal(err)
 	}
 }
