@@ -1,9 +1,14 @@
 package wire
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"io"
+	"slices"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 // Boundary tests: each pins an edge that an attacker probes and that a
@@ -138,5 +143,39 @@ func TestTrailingBytesErrorCountsTheExcess(t *testing.T) {
 	wantDecodeError(t, err, ErrTrailingBytes, "message")
 	if want := fmt.Sprintf("3 bytes after the message end at byte %d", end); !strings.Contains(err.Error(), want) {
 		t.Fatalf("error %q; want it to contain %q", err, want)
+	}
+}
+
+// ReadSnapshotBody reuses a dst of exactly the bucket count, reports the
+// excess of a too-long body and does not take an I/O error after a complete
+// body for the end of the stream.
+func TestSnapshotBodyEdges(t *testing.T) {
+	f := testIdentity().Format
+	words := testWords(f.BucketCount)
+	body, err := EncodeSnapshotBody(nil, f, words)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reuse := make([]uint64, f.BucketCount)
+	got, err := ReadSnapshotBody(bytes.NewReader(body), f, reuse)
+	if err != nil || !slices.Equal(got, words) || &got[0] != &reuse[0] {
+		t.Fatalf("ReadSnapshotBody into a dst of exactly %d words: %v (reused %v)", f.BucketCount, err, err == nil && &got[0] == &reuse[0])
+	}
+	reuse = make([]uint64, f.BucketCount)
+	got, err = DecodeSnapshotBody(body, f, reuse)
+	if err != nil || !slices.Equal(got, words) || &got[0] != &reuse[0] {
+		t.Fatalf("DecodeSnapshotBody into a dst of exactly %d words: %v", f.BucketCount, err)
+	}
+
+	_, err = DecodeSnapshotBody(append(bytes.Clone(body), 0, 0), f, nil)
+	wantDecodeError(t, err, ErrTrailingBytes, "snapshot_body")
+	if want := fmt.Sprintf("2 bytes after the body end at byte %d", len(body)); !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q; want it to contain %q", err, want)
+	}
+
+	boom := errors.New("connection reset")
+	_, err = ReadSnapshotBody(io.MultiReader(bytes.NewReader(body), iotest.ErrReader(boom)), f, nil)
+	if !errors.Is(err, boom) {
+		t.Fatalf("I/O error after the body = %v; want %v", err, boom)
 	}
 }
