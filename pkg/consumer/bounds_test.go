@@ -110,3 +110,74 @@ func TestPoolRunsWithTheSmallestDirtyToAppliedAge(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Lanes 0 and LaneCount-1 are ordinary lanes of the pool; -1 and LaneCount
+// are refused with an error, never a panic. Worker indexes likewise.
+func TestPoolLaneAndWorkerRangeEdges(t *testing.T) {
+	f := newPoolFixture(t, 8, func(c *PoolConfig) { c.WorkerCount = 2 })
+	for _, lane := range []int{-1, ckf.LaneCount} {
+		if _, ok := f.pool.WorkerForLane(lane); ok {
+			t.Fatalf("WorkerForLane(%d) reported a worker", lane)
+		}
+		if _, ok := f.pool.LaneState(lane); ok {
+			t.Fatalf("LaneState(%d) reported a lane", lane)
+		}
+		var be *BuildError
+		if err := f.pool.ConfigureLane(lane, ckf.PoolID{Domain: poolTestDomain(1), Dc: 30}); !errors.As(err, &be) || be.Kind != ErrInvalidLane {
+			t.Fatalf("ConfigureLane(%d) = %v; want ErrInvalidLane", lane, err)
+		}
+	}
+	outside := f.delta(0, 1, ckf.BucketImage{Bucket: 0, Value: 1})
+	outside.Lease.PhysicalLane = ckf.LaneCount
+	wantIngestionError(t, f.pool.SubmitDelta(outside), ErrLaneNotConfigured)
+	for _, w := range []int{-1, 2} {
+		if f.pool.WorkerFailed(w) {
+			t.Fatalf("WorkerFailed(%d) = true for a worker that does not exist", w)
+		}
+	}
+
+	for i, lane := range []int{0, ckf.LaneCount - 1} {
+		pool := ckf.PoolID{Domain: poolTestDomain(1), Dc: ckf.DcID(40 + i)}
+		if err := f.pool.ConfigureLane(lane, pool); err != nil {
+			t.Fatalf("ConfigureLane(%d): %v", lane, err)
+		}
+		w, ok := f.pool.WorkerForLane(lane)
+		if want := ckf.StickyWorker(uint64(f.lease.ConsumerInstance), uint8(lane), 2); !ok || w != want {
+			t.Fatalf("WorkerForLane(%d) = %d, %v; want %d", lane, w, ok, want)
+		}
+		id := f.identity
+		id.Pool = pool
+		lease := ckf.LaneLease{ConsumerInstance: f.lease.ConsumerInstance, PhysicalLane: uint8(lane), AssignmentEpoch: 1}
+		if err := f.pool.Assign(id, lease); err != nil {
+			t.Fatalf("assign lane %d: %v", lane, err)
+		}
+		snap := &ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Buckets: make([]uint64, f.bucketCount)}
+		if out, err := f.pool.InstallSnapshot(snap); err != nil || out.Kind != OutcomeSnapshotInstalled {
+			t.Fatalf("install lane %d = %v, %v", lane, out, err)
+		}
+		if st, ok := f.pool.LaneState(lane); !ok || st.State != AdmissionActive || st.Worker != w {
+			t.Fatalf("LaneState(%d) = %+v, %v; want active on worker %d", lane, st, ok, w)
+		}
+	}
+	if got, want := f.pool.Indexer().ReadyLanes(), uint16(1|1<<(ckf.LaneCount-1)); got != want {
+		t.Fatalf("ready = %#x; want %#x", got, want)
+	}
+}
+
+// The outstanding-image bound is inclusive: a lane may hold exactly the
+// bound in flight; one image more retires it.
+func TestOutstandingImageBoundIsInclusive(t *testing.T) {
+	f := newPoolFixture(t, 8, func(c *PoolConfig) {
+		c.MaxOutstandingImagesPerLane, c.OutstandingImageBoundSet = 2, true
+	})
+	f.assignAndSnapshot(t, 0)
+	resume := f.pool.pauseLaneWorker(t, f.lane)
+	defer resume()
+	if err := f.pool.SubmitDelta(f.delta(0, 1, ckf.BucketImage{Bucket: 0, Value: 1}, ckf.BucketImage{Bucket: 1, Value: 2})); err != nil {
+		t.Fatalf("delta of exactly the bound: %v", err)
+	}
+	ie := wantIngestionError(t, f.pool.SubmitDelta(f.delta(1, 2, ckf.BucketImage{Bucket: 2, Value: 3})), ErrOutstandingImageLimit)
+	if ie.Requested != 3 || ie.Limit != 2 {
+		t.Fatalf("error = %+v; want requested 3, limit 2", ie)
+	}
+}
