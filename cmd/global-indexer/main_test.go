@@ -22,6 +22,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -33,7 +34,7 @@ func envOf(m map[string]string) func(string) string {
 // defaultOptions are the options with no flag and no environment.
 func defaultOptions() options {
 	return options{
-		common: cli.Common{NatsPort: 4222, LogLevel: "info", LogFormat: "console"},
+		common: cli.Common{NatsPort: 4222, LogLevel: "info", LogFormat: "console", JSReplicas: 1},
 		domain: "default", httpAddr: "127.0.0.1:8080",
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
@@ -171,6 +172,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"positional", []string{"extra"}, nil, "unexpected argument"},
 		{"bad env", nil, map[string]string{"CKFRELAY_WORKERS": "x"}, "CKFRELAY_WORKERS"},
 		{"bad env workers value", nil, map[string]string{"CKFRELAY_WORKERS": "0"}, "CKFRELAY_WORKERS"},
+		{"bad js replicas", []string{"--js-replicas", "6"}, nil, `--js-replicas "6"`},
 		{"bad env level", nil, map[string]string{"CKFRELAY_LOG_LEVEL": "shout"}, "--log-level \"shout\" (from CKFRELAY_LOG_LEVEL)"},
 		{"bad env format", nil, map[string]string{"CKFRELAY_LOG_FORMAT": "xml"}, "CKFRELAY_LOG_FORMAT"},
 		{"empty http addr", []string{"--http-addr="}, nil, "--http-addr"},
@@ -398,10 +400,27 @@ func TestRunWithJetStreamDomain(t *testing.T) {
 	}
 }
 
-func TestRunFailsOnUnreachableNATS(t *testing.T) {
-	code := run(context.Background(), []string{"--nats-url", "nats://127.0.0.1:1", "--http-addr", "127.0.0.1:0"}, envOf(nil), io.Discard, io.Discard)
-	if code != exitError {
-		t.Fatalf("exit code %d, want %d", code, exitError)
+// A NATS server that starts after the indexer is waited for (any start
+// order in a deployment converges) instead of failing the process.
+func TestRunWaitsForALateNATSServer(t *testing.T) {
+	port := testenv.FreePort(t)
+	out, stop := runInBackground(t, []string{"--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", port), "--http-addr", "127.0.0.1:0"})
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() error {
+		if !strings.Contains(out.String(), "start-up step failed; retrying") {
+			return errors.New("no retry logged yet")
+		}
+		return nil
+	})
+	srv := testenv.StartServer(t, testenv.WithPort(port))
+	js := srv.JetStream(t)
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := js.Stream(ctx, jsx.LaneStream)
+		return err
+	})
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit code %d, want %d: %s", code, exitOK, out.String())
 	}
 }
 

@@ -193,7 +193,6 @@ func (c *Common) Connect(name string, log zerolog.Logger) (*Conn, error) {
 				log.Warn().Err(err).Msg("nats disconnected")
 			}
 		}),
-		nats.ConnectHandler(func(nc *nats.Conn) { log.Info().Str("url", nc.ConnectedUrl()).Msg("nats connected") }),
 		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info().Str("url", nc.ConnectedUrl()).Msg("nats reconnected") }))
 	if err != nil {
 		conn.Close()
