@@ -22,6 +22,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -171,6 +172,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"positional", []string{"extra"}, nil, "unexpected argument"},
 		{"bad env", nil, map[string]string{"CKFRELAY_WORKERS": "x"}, "CKFRELAY_WORKERS"},
 		{"bad env workers value", nil, map[string]string{"CKFRELAY_WORKERS": "0"}, "CKFRELAY_WORKERS"},
+		{"bad js replicas", []string{"--js-replicas", "6"}, nil, `--js-replicas "6"`},
 		{"bad env level", nil, map[string]string{"CKFRELAY_LOG_LEVEL": "shout"}, "--log-level \"shout\" (from CKFRELAY_LOG_LEVEL)"},
 		{"bad env format", nil, map[string]string{"CKFRELAY_LOG_FORMAT": "xml"}, "CKFRELAY_LOG_FORMAT"},
 		{"empty http addr", []string{"--http-addr="}, nil, "--http-addr"},
@@ -245,11 +247,7 @@ func (b *syncBuffer) field(name string) (string, bool) {
 // its log and a stop function that cancels it and returns the exit code.
 func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	done := make(chan int, 1)
-	args = append([]string{"--log-format", "json"}, args...)
-	go func() { done <- run(ctx, args, envOf(nil), out, io.Discard) }()
+	out, done, stop := startInBackground(t, args)
 	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case code := <-done:
@@ -261,6 +259,18 @@ func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 		}
 		return nil
 	})
+	return out, stop
+}
+
+// startInBackground starts run without waiting for it to serve; done
+// receives its exit code unless stop already took it.
+func startInBackground(t *testing.T, args []string) (*syncBuffer, <-chan int, func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	args = append([]string{"--log-format", "json"}, args...)
+	go func() { done <- run(ctx, args, envOf(nil), out, io.Discard) }()
 	stopped := false
 	var code int
 	stop := func() int {
@@ -276,7 +286,7 @@ func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 		return code
 	}
 	t.Cleanup(func() { stop() })
-	return out, stop
+	return out, done, stop
 }
 
 // mustField returns a logged field or fails the test.
@@ -402,6 +412,30 @@ func TestRunFailsOnUnreachableNATS(t *testing.T) {
 	code := run(context.Background(), []string{"--nats-url", "nats://127.0.0.1:1", "--nats-connect-timeout", "300ms", "--http-addr", "127.0.0.1:0"}, envOf(nil), io.Discard, io.Discard)
 	if code != exitError {
 		t.Fatalf("exit code %d, want %d", code, exitError)
+	}
+}
+
+// A NATS server that starts after the indexer is waited for (any start
+// order in a deployment converges) instead of failing the process.
+func TestRunWaitsForALateNATSServer(t *testing.T) {
+	port := testenv.FreePort(t)
+	out, _, stop := startInBackground(t, []string{"--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", port), "--http-addr", "127.0.0.1:0"})
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() error {
+		if o := out.String(); !strings.Contains(o, "start-up step failed; retrying") && !strings.Contains(o, "nats not reachable yet; retrying") {
+			return errors.New("no retry logged yet")
+		}
+		return nil
+	})
+	srv := testenv.StartServer(t, testenv.WithPort(port))
+	js := srv.JetStream(t)
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := js.Stream(ctx, jsx.LaneStream)
+		return err
+	})
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit code %d, want %d: %s", code, exitOK, out.String())
 	}
 }
 
