@@ -96,12 +96,17 @@ func (r *roleConn) violations() []string {
 
 func connectAs(t *testing.T, srv *testenv.Server, u User) *roleConn {
 	t.Helper()
+	return connectTo(t, srv.URL(), u)
+}
+
+func connectTo(t *testing.T, url string, u User) *roleConn {
+	t.Helper()
 	pwFile := filepath.Join(t.TempDir(), u.Name+".password")
 	if err := os.WriteFile(pwFile, []byte(u.Password+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	rc := &roleConn{}
-	nc, stats, err := cli.Dial(srv.URL(), u.Name, cli.Security{User: u.Name, PasswordFile: pwFile, ConnectTimeout: 10 * time.Second}, zerolog.Nop(),
+	nc, stats, err := cli.Dial(url, u.Name, cli.Security{User: u.Name, PasswordFile: pwFile, ConnectTimeout: 10 * time.Second}, zerolog.Nop(),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			rc.mu.Lock()
 			rc.errs = append(rc.errs, err)
