@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/httpserve"
+	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
@@ -39,6 +41,7 @@ func defaultOptions() options {
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
 		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
+		http:         httpserve.DefaultConfig(), maxMatches: api.DefaultMaxConcurrentMatches,
 	}
 }
 

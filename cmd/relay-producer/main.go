@@ -9,8 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/relay"
@@ -34,13 +33,14 @@ func main() {
 type options struct {
 	common        cli.Common
 	httpAddr      string
+	http          httpserve.Config
 	mode          string
 	inputJSDomain string
 	cfg           relay.Config
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
-	o := &options{cfg: relay.DefaultConfig("default", "")}
+	o := &options{cfg: relay.DefaultConfig("default", ""), http: httpserve.DefaultConfig()}
 	fs := flag.NewFlagSet("relay-producer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.common.Register(fs)
@@ -60,6 +60,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", o.cfg.LeaseTTL, "producer lease time-to-live")
 	fs.StringVar(&o.inputJSDomain, "input-js-domain", "", "JetStream domain of the input stream KVEVENTS (the DC's own, so workers publish locally and a WAN cut loses nothing); empty: the same as --js-domain")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "health and metrics listen address (empty disables)")
+	o.http.Register(fs)
 	if err := cli.Parse(fs, args, getenv); err != nil {
 		return nil, err
 	}
@@ -67,6 +68,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 		return nil, errors.New("--dc is required")
 	}
 	if err := o.common.ValidateConnection(); err != nil {
+		return nil, err
+	}
+	if err := o.http.Validate(); err != nil {
 		return nil, err
 	}
 	mode, err := ckf.ParseHashMode(o.mode)
@@ -129,11 +133,11 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		return err
 	}
 	if o.httpAddr != "" {
-		ln, err := net.Listen("tcp", o.httpAddr)
+		ln, err := o.http.Listen(o.httpAddr)
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", o.httpAddr, err)
 		}
-		hs := &http.Server{Handler: r.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+		hs := o.http.Server(r.Handler(reg), log)
 		go hs.Serve(ln)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
