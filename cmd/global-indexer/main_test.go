@@ -452,3 +452,41 @@ func TestRunFailsWhenHTTPAddressIsTaken(t *testing.T) {
 		t.Fatalf("exit code %d (want %d), log %s", code, exitError, log.String())
 	}
 }
+
+// Credentials in --nats-url never reach the log (issue: the indexer
+// logged the URL with the password).
+func TestURLCredentialsAreRedactedInLogs(t *testing.T) {
+	srv := testenv.StartServer(t) // no auth: the server ignores the credentials
+	url := strings.Replace(srv.URL(), "nats://", "nats://alice:pa55-w0rd@", 1)
+	out, stop := runInBackground(t, []string{"--nats-url", url, "--http-addr", "127.0.0.1:0"})
+	if got := mustField(t, out, "nats_url"); !strings.Contains(got, "alice:***@") {
+		t.Fatalf("nats_url %q, want the redacted URL", got)
+	}
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit code %d", code)
+	}
+	if strings.Contains(out.String(), "pa55-w0rd") {
+		t.Fatalf("the password reached the log:\n%s", out.String())
+	}
+}
+
+// The HTTP and security flags are registered and validated.
+func TestSecurityAndHTTPFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--nats-user", "indexer", "--nats-password-file", "/run/pw", "--http-max-conns", "10", "--http-max-matches", "3"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.common.Security.User != "indexer" || o.http.MaxConns != 10 || o.maxMatches != 3 {
+		t.Fatalf("parsed %+v", o)
+	}
+	for _, args := range [][]string{
+		{"--nats-user", "indexer"},
+		{"--nats-url", "nats://x", "--nats-config", "server.conf"},
+		{"--http-idle-timeout", "0s"},
+		{"--http-max-matches", "0"},
+	} {
+		if _, err := parseFlags(args, envOf(nil), io.Discard); !errors.Is(err, errUsage) {
+			t.Errorf("%v: err %v, want a usage error", args, err)
+		}
+	}
+}

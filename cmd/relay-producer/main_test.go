@@ -75,3 +75,24 @@ func TestBadConfigExitsWithUsageError(t *testing.T) {
 		}
 	}
 }
+
+func TestSecurityAndHTTPFlags(t *testing.T) {
+	var out bytes.Buffer
+	o, err := parse([]string{"--dc", "a", "--nats-creds", "/run/relay.creds", "--nats-tls-ca", "/ca.pem", "--http-max-conns", "8"},
+		env(map[string]string{"CKFRELAY_HTTP_IDLE_TIMEOUT": "9s"}), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.common.Security.Creds != "/run/relay.creds" || o.common.Security.TLSCA != "/ca.pem" || o.http.MaxConns != 8 || o.http.IdleTimeout != 9*time.Second {
+		t.Fatalf("parsed %+v", o)
+	}
+	for _, args := range [][]string{
+		{"--dc", "a", "--nats-creds", "c", "--nats-nkey", "n"},
+		{"--dc", "a", "--nats-tls-key", "k.pem"},
+		{"--dc", "a", "--http-read-timeout", "0s"},
+	} {
+		if _, err := parse(args, env(nil), &out); err == nil {
+			t.Errorf("%v accepted", args)
+		}
+	}
+}
