@@ -195,7 +195,7 @@ func TestShippedLeafTopology(t *testing.T) {
 		t.Fatal("the hub logged a leaf password")
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ixConn := connectTo(t, hub.ClientURL(), demoUser(t, "indexer", RoleIndexer, ""))
 	pc := consumer.DefaultPoolConfig()
@@ -256,7 +256,7 @@ func TestShippedLeafTopology(t *testing.T) {
 		}
 	}
 	q := connectTo(t, hub.ClientURL(), demoUser(t, "query", RoleQuery, ""))
-	testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() error {
+	testenv.Eventually(t, 90*time.Second, 50*time.Millisecond, func() error {
 		for _, st := range steps {
 			body, _ := json.Marshal(map[string]any{"local_hashes": st.Locals})
 			msg, err := q.nc.Request(indexer.MatchSubject(DemoDomain), body, 2*time.Second)

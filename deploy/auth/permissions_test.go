@@ -157,7 +157,7 @@ func requireNoViolation(t *testing.T, who string, rc *roleConn) {
 // client's match requests.
 func TestRolesDoTheirJobAndForbiddenActsAreRefused(t *testing.T) {
 	srv, users := permServer(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 
 	relays := map[string]*roleConn{}
@@ -228,7 +228,7 @@ func TestRolesDoTheirJobAndForbiddenActsAreRefused(t *testing.T) {
 	// The query client asks the indexer over NATS until every lane reports
 	// the exact depth its DC holds.
 	q := connectAs(t, srv, users["query"])
-	testenv.Eventually(t, time.Minute, 50*time.Millisecond, func() error {
+	testenv.Eventually(t, 90*time.Second, 50*time.Millisecond, func() error {
 		for _, st := range steps {
 			body, _ := json.Marshal(map[string]any{"local_hashes": st.Locals})
 			msg, err := q.nc.Request(indexer.MatchSubject(testDomain), body, 2*time.Second)
