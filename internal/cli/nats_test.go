@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -280,4 +281,28 @@ tls { cert_file: "`+srvCert+`", key_file: "`+srvKey+`", ca_file: "`+pki.CA+`", v
 	if _, _, err := Dial(conn.URL, "bad", Security{TLSCert: cliCert, TLSKey: pki.CA}, zerolog.Nop()); err == nil {
 		t.Error("a CA file accepted as the client key")
 	}
+}
+
+// Whatever the input, a password that url.Parse finds in it never
+// survives redaction.
+func FuzzRedactURL(f *testing.F) {
+	for _, s := range []string{"nats://u:p@h:1", "nats://tok@h", "a://x:y@h,b://z:w@h2", "nats://h:4222", "u:p@h", "nats://u:p%40@h"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, part := range strings.Split(s, ",") {
+			out := RedactURL(part)
+			u, err := url.Parse(strings.TrimSpace(part))
+			if err != nil || u.User == nil {
+				continue
+			}
+			secret, ok := u.User.Password()
+			if !ok {
+				secret = u.User.Username() // a token
+			}
+			if len(secret) >= 4 && strings.Contains(out, u.User.String()) {
+				t.Fatalf("RedactURL(%q) = %q keeps the credentials %q", part, out, u.User.String())
+			}
+		}
+	})
 }
