@@ -57,6 +57,10 @@ const (
 	// name, DC id not derived from the name, duplicate), and maps that did
 	// not decode at all (entry="map").
 	MetricLaneMapRejected = "ckf_indexer_lane_map_rejected_total"
+	// MetricLaneStreamRecreated counts lane stream incarnations the indexer
+	// saw replaced (outcome=recreated: someone else recreated it; created:
+	// this indexer recreated a missing one).
+	MetricLaneStreamRecreated = "ckf_indexer_lane_stream_recreated_total"
 	// MetricPoolRebuilds counts ingestion pools rebuilt after a worker
 	// failure.
 	MetricPoolRebuilds = "ckf_indexer_pool_rebuilds_total"
@@ -112,6 +116,7 @@ type serviceMetrics struct {
 	setupRetries     *metrics.Counter
 	ungranted        *metrics.CounterVec
 	laneMapRejected  *metrics.CounterVec
+	streamRecreated  *metrics.CounterVec
 }
 
 func newServiceMetrics(reg *metrics.Registry) *serviceMetrics {
@@ -135,6 +140,8 @@ func newServiceMetrics(reg *metrics.Registry) *serviceMetrics {
 		setupRetries:   reg.NewCounter(MetricSetupRetries, "Start-up steps retried while NATS or the hub's JetStream was unreachable."),
 		ungranted: reg.NewCounterVec(MetricUngrantedEpoch,
 			"Lane messages refused: their epoch was never granted by the lease coordinator.", "lane", "kind"),
+		streamRecreated: reg.NewCounterVec(MetricLaneStreamRecreated,
+			"Lane stream incarnations replaced: recreated by another process, or created by this indexer after it went missing.", "outcome"),
 		laneMapRejected: reg.NewCounterVec(MetricLaneMapRejected,
 			"Lane map entries (entry=lane) or whole maps (entry=map) refused on read.", "entry"),
 	}
