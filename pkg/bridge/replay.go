@@ -46,7 +46,7 @@ type replayer struct {
 func (r *replayer) open(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	sock := zmq4.NewDealer(sctx, zmq4.WithLogger(quietLogger()), zmq4.WithDialerMaxRetries(0))
-	if err := sock.Dial(r.ep); err != nil {
+	if err := sock.Dial(guardedEndpoint(r.ep)); err != nil {
 		cancel()
 		_ = sock.Close()
 		return fmt.Errorf("%w: dial %s: %w", ErrReplay, r.ep, err)

@@ -20,6 +20,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/pkg/engine"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 )
 
 // errPublish ends a session after a failed JetStream publish; the source
@@ -69,6 +70,11 @@ type source struct {
 	dec     engine.Decoder
 	buf     []byte
 
+	// Metric children resolved once.
+	cc        convertCounters
+	lastSeqG  *metrics.Gauge
+	connected *metrics.Gauge
+
 	// Sequence state of the batches handed to JetStream.
 	epoch    uint64
 	has      bool
@@ -103,6 +109,9 @@ func newSource(b *Bridge, spec EngineSpec, key string, start position) *source {
 		acked: start,
 	}
 	s.acked.Endpoint, s.acked.WorkerID = spec.Pub, spec.WorkerID
+	s.cc = b.m.convertCounters()
+	labels := []string{strconv.FormatUint(spec.WorkerID, 10), spec.Pub}
+	s.lastSeqG, s.connected = b.m.lastSeq.With(labels...), b.m.connected.With(labels...)
 	s.st = EngineStatus{WorkerID: spec.WorkerID, Endpoint: spec.Pub, Replay: spec.Replay, Epoch: start.Epoch}
 	if start.Has {
 		s.st.LastSeq, s.st.AckedSeq = u64p(start.Seq), u64p(start.Seq)
@@ -128,12 +137,11 @@ func (s *source) updateStatus(fn func(*EngineStatus)) {
 // ends. zmq4's own dial gives up, so the loop is ours.
 func (s *source) run(ctx context.Context) {
 	backoff := s.b.cfg.ReconnectMin
-	labels := []string{strconv.FormatUint(s.spec.WorkerID, 10), s.spec.Pub}
 	for {
 		applied := s.st.Batches
 		err := s.session(ctx)
 		s.settle()
-		s.b.m.connected.With(labels...).Set(0)
+		s.connected.Set(0)
 		s.updateStatus(func(st *EngineStatus) {
 			st.Connected = false
 			if err != nil && ctx.Err() == nil {
@@ -168,9 +176,9 @@ func (s *source) session(ctx context.Context) error {
 	sub := zmq4.NewSub(sctx, zmq4.WithLogger(quietLogger()), zmq4.WithDialerMaxRetries(0))
 	var err error
 	if bindMode(s.spec.Pub) {
-		err = sub.Listen(s.spec.Pub)
+		err = sub.Listen(guardedEndpoint(s.spec.Pub))
 	} else {
-		err = sub.Dial(s.spec.Pub)
+		err = sub.Dial(guardedEndpoint(s.spec.Pub))
 	}
 	if err != nil {
 		_ = sub.Close()
@@ -208,7 +216,7 @@ func (s *source) session(ctx context.Context) error {
 		_ = sub.Close()
 		<-readerDone
 	}()
-	s.b.m.connected.With(strconv.FormatUint(s.spec.WorkerID, 10), s.spec.Pub).Set(1)
+	s.connected.Set(1)
 	s.updateStatus(func(st *EngineStatus) { st.Connected, st.Since = true, s.b.now() })
 	s.log.Info().Str("replay", s.spec.Replay).Msg("engine connected")
 
@@ -384,7 +392,7 @@ func (s *source) position() position {
 // deduplicated.
 func (s *source) clearWorker(_ context.Context, reason string) {
 	s.b.m.clears.With(reason).Inc()
-	s.b.m.events.With("cleared").Inc()
+	s.cc.cleared.Inc()
 	data := s.conv.AppendCleared(nil, s.rank, s.nextSeq())
 	id := s.spec.Pub + "#" + strconv.FormatUint(s.epoch, 10) + "#clear#" + strconv.FormatUint(s.nextSeq(), 10)
 	s.publish(data, id, s.position(), 0)
@@ -406,13 +414,13 @@ func (s *source) apply(seq uint64, payload []byte) {
 		}
 		s.buf, n = s.conv.Convert(s.buf[:0], b, seq, &st)
 		s.b.m.unknownFields.Add(uint64(b.UnknownFields))
-		s.b.m.dropped.With("unknown_event").Add(uint64(b.UnknownEvents))
-		s.b.m.dropped.With("bad_event").Add(uint64(b.BadEvents))
-		s.b.countStats(&st)
+		s.cc.unknownEvent.Add(uint64(b.UnknownEvents))
+		s.cc.badEvent.Add(uint64(b.BadEvents))
+		s.b.countStats(&s.cc, &st)
 	}
 	s.has, s.last, s.digest = true, seq, xxh3.Hash(payload)
 	s.b.m.batches.Inc()
-	s.b.m.lastSeq.With(strconv.FormatUint(s.spec.WorkerID, 10), s.spec.Pub).Set(float64(seq))
+	s.lastSeqG.Set(float64(seq))
 	s.updateStatus(func(es *EngineStatus) { es.Batches++; es.LastSeq = u64p(seq) })
 	pos := s.position()
 	if n == 0 {
@@ -435,8 +443,9 @@ func (s *source) publish(data []byte, id string, pos position, events int) {
 			return
 		}
 	}
-	msg := &nats.Msg{Subject: s.subject, Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: s.subject, Data: data}
 	if s.b.tracing {
+		msg.Header = nats.Header{}
 		_, span := s.b.tracer.Start(context.Background(), "ckf.bridge.publish", trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithAttributes(attribute.Int64("ckf.worker_id", int64(s.spec.WorkerID)), attribute.Int("ckf.events", events)))
 		s.b.prop.Inject(trace.ContextWithSpan(context.Background(), span), jsx.HeaderCarrier(msg.Header))
