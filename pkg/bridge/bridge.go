@@ -63,6 +63,9 @@ type Config struct {
 	AckTimeout time.Duration
 	// CheckpointInterval paces resume-point writes.
 	CheckpointInterval time.Duration
+	// ResubscribeCheck is how long after connecting the bridge replays
+	// once more if no live batch arrived (ZMQ's slow-joiner window).
+	ResubscribeCheck time.Duration
 
 	Logger  zerolog.Logger
 	Tracer  trace.TracerProvider
@@ -95,6 +98,9 @@ func (c *Config) defaults() {
 	}
 	if c.CheckpointInterval <= 0 {
 		c.CheckpointInterval = 250 * time.Millisecond
+	}
+	if c.ResubscribeCheck <= 0 {
+		c.ResubscribeCheck = 500 * time.Millisecond
 	}
 	if c.Now == nil {
 		c.Now = time.Now

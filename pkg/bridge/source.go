@@ -227,6 +227,17 @@ func (s *source) session(ctx context.Context) error {
 	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	// A batch the engine sends before our subscription reaches it is lost
+	// live; the next batch shows the gap, but an engine that then goes
+	// idle would leave it missing. So replay once more after the
+	// subscription has had time to propagate, unless live traffic came.
+	var recheck <-chan time.Time
+	if rep != nil {
+		t := time.NewTimer(s.b.cfg.ResubscribeCheck)
+		defer t.Stop()
+		recheck = t.C
+	}
+	gotLive := false
 	for {
 		if s.failed != nil {
 			return s.failed
@@ -238,7 +249,12 @@ func (s *source) session(ctx context.Context) error {
 			if m.err != nil {
 				return fmt.Errorf("receive: %w", m.err)
 			}
+			gotLive = true
 			s.handleLive(sctx, rep, m.frames)
+		case <-recheck:
+			if !gotLive {
+				s.catchUp(sctx, rep, s.nextSeq())
+			}
 		case <-tick.C:
 			s.pollAcks(false)
 		}
@@ -543,25 +559,35 @@ func (s *source) ack(p position) {
 // failed publish the next session replays from there (the stream's
 // Nats-Msg-Id deduplication drops what was stored after all).
 func (s *source) settle() {
-	for len(s.pending) > 0 && s.failed == nil {
-		s.pollAcks(true)
-	}
-	// After a failure let the rest resolve (bounded as a whole), ignoring
-	// them: only the contiguous acknowledged prefix counts.
-	deadline := time.NewTimer(s.b.cfg.AckTimeout)
-	defer deadline.Stop()
+	// One bound for the whole wait, cut short when the connection is
+	// gone (its futures would never resolve).
+	deadline := time.Now().Add(s.b.cfg.AckTimeout)
 	for _, p := range s.pending {
 		if p.fut == nil {
+			if s.failed == nil {
+				s.ack(p.pos)
+			}
 			continue
 		}
-		select {
-		case <-p.fut.Ok():
-		case <-p.fut.Err():
-		case <-deadline.C:
-			goto done
+		resolved := false
+		for !resolved && time.Now().Before(deadline) && !s.b.js.Conn().IsClosed() {
+			select {
+			case a := <-p.fut.Ok():
+				resolved = true
+				if s.failed == nil {
+					s.countAck(a)
+					s.ack(p.pos)
+				}
+			case err := <-p.fut.Err():
+				resolved = true
+				s.fail(fmt.Errorf("%w: %w", errPublish, err))
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if !resolved {
+			s.fail(fmt.Errorf("%w: unacknowledged at session end", errPublish))
 		}
 	}
-done:
 	clear(s.pending)
 	s.pending = s.pending[:0]
 	s.failed = nil
