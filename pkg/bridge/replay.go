@@ -116,10 +116,6 @@ func (r *replayer) request(ctx context.Context, from uint64, fn func(seq uint64,
 				r.close()
 				return fmt.Errorf("%w: receive: %w", ErrReplay, res.err)
 			}
-			if !idle.Stop() {
-				<-idle.C
-			}
-			idle.Reset(r.idle)
 			seq, payload, end, err := parseReply(res.msg.Frames)
 			if err != nil {
 				r.close()
@@ -129,6 +125,10 @@ func (r *replayer) request(ctx context.Context, from uint64, fn func(seq uint64,
 				return nil
 			}
 			fn(seq, payload)
+			// The engine's silence is measured from here: fn may wait on
+			// JetStream acknowledgements. (Reset is safe on a fired timer
+			// since Go 1.23.)
+			idle.Reset(r.idle)
 		}
 	}
 }
