@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -324,4 +325,39 @@ func rewindCheckpoint(t *testing.T, js jetstream.JetStream, spec bridge.EngineSp
 	if _, err := kv.Put(ctx, key, v); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBridgeStartedBeforeItsEngineConnectsLater: the first dials fail
+// (nothing listens yet) and the reconnect loop keeps trying until the
+// engine is up.
+func TestBridgeStartedBeforeItsEngineConnectsLater(t *testing.T) {
+	st := newStack(t)
+	rng := rand.New(rand.NewPCG(13, 14))
+	pub, rep := freePort(t), freePort(t)
+	spec := bridge.EngineSpec{WorkerID: 3, Pub: "tcp://" + pub, Replay: "tcp://" + rep}
+	rb := st.startBridge(t, []bridge.EngineSpec{spec}, nil)
+	testenv.Eventually(t, settle, 5*time.Millisecond, func() error {
+		if metric(rb.reg, "ckf_bridge_reconnects_total") < 2 {
+			return errNotYet
+		}
+		return nil
+	})
+	e := startEngine(t, enginetest.Config{PubEndpoint: spec.Pub, ReplayEndpoint: spec.Replay})
+	rb.waitConnected(t, e)
+	r := newRequest(rng, 3)
+	publish(t, e, r.store(0, 3))
+	st.waitDepth(t, r.tokens, "", 3)
+}
+
+// freePort returns a local address nothing listens on (it was free a
+// moment ago).
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }
