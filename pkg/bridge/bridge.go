@@ -63,6 +63,9 @@ type Config struct {
 	AckTimeout time.Duration
 	// CheckpointInterval paces resume-point writes.
 	CheckpointInterval time.Duration
+	// ResubscribeCheck is how long after connecting the bridge replays
+	// once more if no live batch arrived (ZMQ's slow-joiner window).
+	ResubscribeCheck time.Duration
 
 	Logger  zerolog.Logger
 	Tracer  trace.TracerProvider
@@ -95,6 +98,9 @@ func (c *Config) defaults() {
 	}
 	if c.CheckpointInterval <= 0 {
 		c.CheckpointInterval = 250 * time.Millisecond
+	}
+	if c.ResubscribeCheck <= 0 {
+		c.ResubscribeCheck = 500 * time.Millisecond
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -246,18 +252,17 @@ func (b *Bridge) flush(ctx context.Context, kv jetstream.KeyValue, srcs []*sourc
 	}
 }
 
-func (b *Bridge) countStats(st *engine.Stats) {
-	m := b.m
-	m.events.With("stored").Add(st.Stored)
-	m.events.With("removed").Add(st.Removed)
-	m.events.With("cleared").Add(st.Cleared)
-	m.blocks.Add(st.Blocks)
-	m.dropped.With("tier").Add(st.TierFiltered)
-	m.dropped.With("unknown_medium").Add(st.UnknownMedium)
-	m.dropped.With("block_size").Add(st.BlockSizeMismatch)
-	m.dropped.With("non_main_group").Add(st.NonMainGroup)
-	m.dropped.With("remote_locality").Add(st.RemoteLocality)
-	m.dropped.With("duplicate_hashes").Add(st.DuplicateHashes)
-	m.dropped.With("empty_store").Add(st.EmptyStores)
-	m.dropped.With("short_tokens").Add(st.ShortTokens)
+func (b *Bridge) countStats(c *convertCounters, st *engine.Stats) {
+	c.stored.Add(st.Stored)
+	c.removed.Add(st.Removed)
+	c.cleared.Add(st.Cleared)
+	b.m.blocks.Add(st.Blocks)
+	c.tier.Add(st.TierFiltered)
+	c.unknownMedium.Add(st.UnknownMedium)
+	c.blockSize.Add(st.BlockSizeMismatch)
+	c.nonMain.Add(st.NonMainGroup)
+	c.remote.Add(st.RemoteLocality)
+	c.dupHash.Add(st.DuplicateHashes)
+	c.emptyStore.Add(st.EmptyStores)
+	c.shortTokens.Add(st.ShortTokens)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -27,7 +28,7 @@ func TestTokensQueriesFindExactDepth(t *testing.T) {
 	arr := startEngine(t, enginetest.Config{Format: enginetest.Format{StoredLen: 7}})
 	maps := startEngine(t, enginetest.Config{Format: enginetest.Format{Map: true}, Layout: enginetest.LayoutB})
 	rb := st.startBridge(t, []bridge.EngineSpec{specFor(1, arr), specFor(2, maps)}, nil)
-	rb.waitConnected(t)
+	rb.waitConnected(t, arr, maps)
 
 	for _, e := range []*enginetest.Engine{arr, maps} {
 		a := newRequest(rng, 6)
@@ -58,7 +59,7 @@ func TestLoraStoreFoundOnlyWithSameLoraName(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	e := startEngine(t, enginetest.Config{Format: enginetest.Format{Map: true}})
 	rb := st.startBridge(t, []bridge.EngineSpec{specFor(5, e)}, nil)
-	rb.waitConnected(t)
+	rb.waitConnected(t, e)
 	a := newRequest(rng, 3)
 	ev := a.store(0, 3)
 	ev.LoraName = []byte("adapter-a")
@@ -83,8 +84,8 @@ func TestNonDeviceMediumNotIndexedByDefault(t *testing.T) {
 		c.IndexHostPinned = true
 		c.Bucket = "ckf_bridge_pinned"
 	})
-	rb.waitConnected(t)
-	pinned.waitConnected(t)
+	rb.waitConnected(t, e1)
+	pinned.waitConnected(t, e2)
 	for i, e := range []*enginetest.Engine{e1, e2} {
 		cpu, disk, gpu := newRequest(rng, 2), newRequest(rng, 2), newRequest(rng, 2)
 		cpuEv, diskEv := cpu.store(0, 2), disk.store(0, 2)
@@ -117,7 +118,7 @@ func TestEngineRestartClearsWorkerThenRebuilds(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, 8))
 			e := startEngine(t, enginetest.Config{Format: enginetest.Format{Map: true}})
 			rb := st.startBridge(t, []bridge.EngineSpec{specFor(9, e)}, nil)
-			rb.waitConnected(t)
+			rb.waitConnected(t, e)
 			old := make([]request, tc.oldBatches)
 			for i := range old {
 				old[i] = newRequest(rng, 3)
@@ -156,7 +157,7 @@ func TestGapBeyondReplayBufferIsReported(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	e := startEngine(t, enginetest.Config{BufferSteps: 3})
 	rb := st.startBridge(t, []bridge.EngineSpec{specFor(4, e)}, nil)
-	rb.waitConnected(t)
+	rb.waitConnected(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
 	if err := e.WaitSubscribed(ctx); err != nil {
@@ -218,7 +219,7 @@ func TestBridgeKillMidStreamReplaysWithoutLossOrDuplicates(t *testing.T) {
 	e := startEngine(t, enginetest.Config{Format: enginetest.Format{Map: true}})
 	spec := specFor(6, e)
 	rb := st.startBridge(t, []bridge.EngineSpec{spec}, nil)
-	rb.waitConnected(t)
+	rb.waitConnected(t, e)
 	const total = 300
 	reqs := make([]request, total)
 	for i := range reqs {
@@ -324,4 +325,39 @@ func rewindCheckpoint(t *testing.T, js jetstream.JetStream, spec bridge.EngineSp
 	if _, err := kv.Put(ctx, key, v); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestBridgeStartedBeforeItsEngineConnectsLater: the first dials fail
+// (nothing listens yet) and the reconnect loop keeps trying until the
+// engine is up.
+func TestBridgeStartedBeforeItsEngineConnectsLater(t *testing.T) {
+	st := newStack(t)
+	rng := rand.New(rand.NewPCG(13, 14))
+	pub, rep := freePort(t), freePort(t)
+	spec := bridge.EngineSpec{WorkerID: 3, Pub: "tcp://" + pub, Replay: "tcp://" + rep}
+	rb := st.startBridge(t, []bridge.EngineSpec{spec}, nil)
+	testenv.Eventually(t, settle, 5*time.Millisecond, func() error {
+		if metric(rb.reg, "ckf_bridge_reconnects_total") < 2 {
+			return errNotYet
+		}
+		return nil
+	})
+	e := startEngine(t, enginetest.Config{PubEndpoint: spec.Pub, ReplayEndpoint: spec.Replay})
+	rb.waitConnected(t, e)
+	r := newRequest(rng, 3)
+	publish(t, e, r.store(0, 3))
+	st.waitDepth(t, r.tokens, "", 3)
+}
+
+// freePort returns a local address nothing listens on (it was free a
+// moment ago).
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
 }

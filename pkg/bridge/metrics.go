@@ -26,6 +26,24 @@ type bridgeMetrics struct {
 	lastSeq       *metrics.GaugeVec
 }
 
+// convertCounters are the children the per-batch path adds to, resolved
+// once: a vector lookup takes a lock and allocates.
+type convertCounters struct {
+	stored, removed, cleared                                 *metrics.Counter
+	tier, unknownMedium, blockSize, nonMain, remote, dupHash *metrics.Counter
+	emptyStore, shortTokens, unknownEvent, badEvent          *metrics.Counter
+}
+
+func (m *bridgeMetrics) convertCounters() convertCounters {
+	return convertCounters{
+		stored: m.events.With("stored"), removed: m.events.With("removed"), cleared: m.events.With("cleared"),
+		tier: m.dropped.With("tier"), unknownMedium: m.dropped.With("unknown_medium"), blockSize: m.dropped.With("block_size"),
+		nonMain: m.dropped.With("non_main_group"), remote: m.dropped.With("remote_locality"), dupHash: m.dropped.With("duplicate_hashes"),
+		emptyStore: m.dropped.With("empty_store"), shortTokens: m.dropped.With("short_tokens"),
+		unknownEvent: m.dropped.With("unknown_event"), badEvent: m.dropped.With("bad_event"),
+	}
+}
+
 func newBridgeMetrics(reg *metrics.Registry) *bridgeMetrics {
 	if reg == nil {
 		reg = metrics.NewRegistry()
