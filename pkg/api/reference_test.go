@@ -86,4 +86,3 @@ func referenceDecode(body []byte) (Query, error) {
 		return Query{Seqs: out}, nil
 	}
 }
-
