@@ -401,7 +401,7 @@ func TestAttackEpochKeyAtTheMaximum(t *testing.T) {
 func TestAttackDeletedInputStream(t *testing.T) {
 	forEachSetup(t, func(t *testing.T, env *attackEnv) {
 		c := startCluster(t, env, []string{"dc-a", "dc-b"}, []string{"dc-a", "dc-b"}, func(_ string, cfg *relay.Config) {
-			cfg.CheckpointInterval = 100 * time.Millisecond
+			cfg.CheckpointInterval = 250 * time.Millisecond
 		})
 		c.publish(t, 400)
 		c.exact(t)
