@@ -361,3 +361,33 @@ func freePort(t *testing.T) string {
 	l.Close()
 	return addr
 }
+
+// TestMalformedBatchIsCountedAndTheStreamGoesOn: garbage, an unknown
+// event type and a batch over an unsupported encoding lose nothing that
+// follows.
+func TestMalformedBatchIsCountedAndTheStreamGoesOn(t *testing.T) {
+	st := newStack(t)
+	rng := rand.New(rand.NewPCG(15, 16))
+	e := startEngine(t, enginetest.Config{})
+	rb := st.startBridge(t, []bridge.EngineSpec{specFor(2, e)}, nil)
+	rb.waitConnected(t, e)
+	if _, err := e.PublishRaw([]byte{0x93, 0xc1, 0x90}); err != nil {
+		t.Fatal(err)
+	}
+	mystery := []byte{0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x92, 0xa7, 'M', 'y', 's', 't', 'e', 'r', 'y', 0x01, 0x00}
+	if _, err := e.PublishRaw(mystery); err != nil {
+		t.Fatal(err)
+	}
+	r := newRequest(rng, 2)
+	publish(t, e, r.store(0, 2))
+	st.waitDepth(t, r.tokens, "", 2)
+	if got := metric(rb.reg, "ckf_bridge_malformed_batches_total"); got != 1 {
+		t.Fatalf("malformed batches %v", got)
+	}
+	if got := metric(rb.reg, `ckf_bridge_dropped_events_total{reason="unknown_event"}`); got != 1 {
+		t.Fatalf("unknown events %v", got)
+	}
+	if es := rb.engine(0); es.Gaps != 0 || es.Batches != 3 {
+		t.Fatalf("status %+v", es)
+	}
+}
