@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/zeebo/xxh3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ckfrelay/ckfrelay/pkg/bridge"
 	"github.com/ckfrelay/ckfrelay/pkg/engine"
@@ -389,5 +391,39 @@ func TestMalformedBatchIsCountedAndTheStreamGoesOn(t *testing.T) {
 	}
 	if es := rb.engine(0); es.Gaps != 0 || es.Batches != 3 {
 		t.Fatalf("status %+v", es)
+	}
+}
+
+// TestPublishCarriesTraceContext: with a tracer, each KVEVENTS message
+// carries the W3C context of its ckf.bridge.publish span, which the relay
+// continues.
+func TestPublishCarriesTraceContext(t *testing.T) {
+	st := newStack(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	e := startEngine(t, enginetest.Config{})
+	rb := st.startBridge(t, []bridge.EngineSpec{specFor(8, e)}, func(c *bridge.Config) { c.Tracer = tp })
+	rb.waitConnected(t, e)
+	publish(t, e, engine.Event{Kind: engine.KindCleared})
+	ctx, cancel := context.WithTimeout(context.Background(), settle)
+	defer cancel()
+	s, err := st.js.Stream(ctx, jsx.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *jetstream.RawStreamMsg
+	testenv.Eventually(t, settle, 5*time.Millisecond, func() error {
+		m, err = s.GetLastMsgForSubject(ctx, "kvevents.bt.dc1.8")
+		return err
+	})
+	tp.ForceFlush(ctx)
+	spans := rec.Ended()
+	if len(spans) == 0 || spans[0].Name() != "ckf.bridge.publish" {
+		t.Fatalf("spans %v", spans)
+	}
+	want := spans[0].SpanContext().TraceID().String()
+	if tp := m.Header.Get("Traceparent"); !strings.Contains(tp, want) {
+		t.Fatalf("traceparent %q lacks trace %s", tp, want)
 	}
 }
