@@ -11,6 +11,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/zeebo/xxh3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ckfrelay/ckfrelay/pkg/bridge"
 	"github.com/ckfrelay/ckfrelay/pkg/engine"
@@ -360,4 +362,68 @@ func freePort(t *testing.T) string {
 	addr := l.Addr().String()
 	l.Close()
 	return addr
+}
+
+// TestMalformedBatchIsCountedAndTheStreamGoesOn: garbage, an unknown
+// event type and a batch over an unsupported encoding lose nothing that
+// follows.
+func TestMalformedBatchIsCountedAndTheStreamGoesOn(t *testing.T) {
+	st := newStack(t)
+	rng := rand.New(rand.NewPCG(15, 16))
+	e := startEngine(t, enginetest.Config{})
+	rb := st.startBridge(t, []bridge.EngineSpec{specFor(2, e)}, nil)
+	rb.waitConnected(t, e)
+	if _, err := e.PublishRaw([]byte{0x93, 0xc1, 0x90}); err != nil {
+		t.Fatal(err)
+	}
+	mystery := []byte{0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x92, 0xa7, 'M', 'y', 's', 't', 'e', 'r', 'y', 0x01, 0x00}
+	if _, err := e.PublishRaw(mystery); err != nil {
+		t.Fatal(err)
+	}
+	r := newRequest(rng, 2)
+	publish(t, e, r.store(0, 2))
+	st.waitDepth(t, r.tokens, "", 2)
+	if got := metric(rb.reg, "ckf_bridge_malformed_batches_total"); got != 1 {
+		t.Fatalf("malformed batches %v", got)
+	}
+	if got := metric(rb.reg, `ckf_bridge_dropped_events_total{reason="unknown_event"}`); got != 1 {
+		t.Fatalf("unknown events %v", got)
+	}
+	if es := rb.engine(0); es.Gaps != 0 || es.Batches != 3 {
+		t.Fatalf("status %+v", es)
+	}
+}
+
+// TestPublishCarriesTraceContext: with a tracer, each KVEVENTS message
+// carries the W3C context of its ckf.bridge.publish span, which the relay
+// continues.
+func TestPublishCarriesTraceContext(t *testing.T) {
+	st := newStack(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	e := startEngine(t, enginetest.Config{})
+	rb := st.startBridge(t, []bridge.EngineSpec{specFor(8, e)}, func(c *bridge.Config) { c.Tracer = tp })
+	rb.waitConnected(t, e)
+	publish(t, e, engine.Event{Kind: engine.KindCleared})
+	ctx, cancel := context.WithTimeout(context.Background(), settle)
+	defer cancel()
+	s, err := st.js.Stream(ctx, jsx.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *jetstream.RawStreamMsg
+	testenv.Eventually(t, settle, 5*time.Millisecond, func() error {
+		m, err = s.GetLastMsgForSubject(ctx, "kvevents.bt.dc1.8")
+		return err
+	})
+	tp.ForceFlush(ctx)
+	spans := rec.Ended()
+	if len(spans) == 0 || spans[0].Name() != "ckf.bridge.publish" {
+		t.Fatalf("spans %v", spans)
+	}
+	want := spans[0].SpanContext().TraceID().String()
+	if tp := m.Header.Get("Traceparent"); !strings.Contains(tp, want) {
+		t.Fatalf("traceparent %q lacks trace %s", tp, want)
+	}
 }
