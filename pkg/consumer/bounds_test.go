@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -179,5 +180,33 @@ func TestOutstandingImageBoundIsInclusive(t *testing.T) {
 	ie := wantIngestionError(t, f.pool.SubmitDelta(f.delta(1, 2, ckf.BucketImage{Bucket: 2, Value: 3})), ErrOutstandingImageLimit)
 	if ie.Requested != 3 || ie.Limit != 2 {
 		t.Fatalf("error = %+v; want requested 3, limit 2", ie)
+	}
+}
+
+// LaneWords copies exactly one lane's words, bucket by bucket, into dst[:0];
+// lanes outside 0..15 yield an empty slice.
+func TestLaneWordsCopiesOneLane(t *testing.T) {
+	ix, format := newTestIndexer(t, 64, 2, 0, ckf.LaneCount-1)
+	first := make([]uint64, format.BucketCount)
+	last := make([]uint64, format.BucketCount)
+	for i := range first {
+		first[i], last[i] = uint64(i+1), uint64(1000+i)
+	}
+	for lane, words := range map[int][]uint64{0: first, ckf.LaneCount - 1: last} {
+		ing := activateLane(t, ix, lane, words)
+		defer ing.Release()
+	}
+	dst := make([]uint64, 3, 8)
+	got := ix.LaneWords(0, dst)
+	if !slices.Equal(got, first) {
+		t.Fatalf("lane 0 words = %v; want %v", got, first)
+	}
+	if got := ix.LaneWords(ckf.LaneCount-1, nil); !slices.Equal(got, last) {
+		t.Fatalf("lane %d words = %v; want %v", ckf.LaneCount-1, got, last)
+	}
+	for _, lane := range []int{-1, ckf.LaneCount} {
+		if got := ix.LaneWords(lane, dst); len(got) != 0 {
+			t.Fatalf("LaneWords(%d) = %v; want empty", lane, got)
+		}
 	}
 }
