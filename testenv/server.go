@@ -53,6 +53,12 @@ func WithLeafRemote(url string) Option {
 	return func(o *natsembed.EmbeddedOptions) { o.LeafRemotes = append(o.LeafRemotes, url) }
 }
 
+// WithConfigFile loads a nats-server config file (accounts, users,
+// permissions, TLS); the options above fill what it leaves unset.
+func WithConfigFile(path string) Option {
+	return func(o *natsembed.EmbeddedOptions) { o.ConfigFile = path }
+}
+
 // WithLeafDeny keeps subjects from crossing the server's leaf remotes in
 // either direction.
 func WithLeafDeny(subjects ...string) Option {
@@ -118,6 +124,13 @@ func StartServer(t testing.TB, opts ...Option) *Server {
 	srv, err := natsembed.RunEmbedded(o)
 	if err != nil {
 		t.Fatalf("testenv: start server: %v", err)
+	}
+	// Remember the ports picked, so Restart reuses them even after Shutdown.
+	o.Port = natsembed.ClientPort(srv)
+	if o.LeafNodePort != 0 {
+		if _, port, err := natsembed.LeafNodeAddr(srv); err == nil {
+			o.LeafNodePort = port
+		}
 	}
 	s := &Server{opts: o, srv: srv}
 	t.Cleanup(s.Shutdown)
@@ -189,20 +202,13 @@ func (s *Server) Shutdown() {
 
 // Restart shuts the server down and starts it again on the same client and
 // leaf-node ports with the same store directory, so JetStream state
-// survives and clients and leaves reconnect.
+// survives and clients and leaves reconnect. It also starts a server that
+// was Shutdown.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := s.opts
-	o.Port = natsembed.ClientPort(s.srv)
-	if o.LeafNodePort != 0 {
-		_, port, err := natsembed.LeafNodeAddr(s.srv)
-		if err != nil {
-			t.Fatalf("testenv: restart: %v", err)
-		}
-		o.LeafNodePort = port
-	}
 	s.srv.Shutdown()
 	s.srv.WaitForShutdown()
 	srv, err := natsembed.RunEmbedded(o)

@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -26,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
@@ -72,6 +72,8 @@ type options struct {
 	maxApplyLag    time.Duration
 	controlTimeout time.Duration
 	fetchTimeout   time.Duration
+	http           httpserve.Config
+	maxMatches     int
 }
 
 // errUsage marks a bad command line or environment (exit code 2).
@@ -81,7 +83,7 @@ var errUsage = errors.New("usage")
 // flag.ErrHelp is returned for -h; other errors wrap errUsage and name the
 // flag, or the environment variable when the value came from there.
 func parseFlags(args []string, env func(string) string, out io.Writer) (options, error) {
-	var o options
+	o := options{http: httpserve.DefaultConfig()}
 	fs := flag.NewFlagSet(serviceName, flag.ContinueOnError)
 	fs.SetOutput(out)
 	o.common.Register(fs)
@@ -96,6 +98,8 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	fs.DurationVar(&o.fetchTimeout, "snapshot-fetch-timeout", indexer.DefaultSnapshotFetchTimeout,
 		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", indexer.SnapshotFetchBytesPerSecond>>20, indexer.DefaultSnapshotFetchAttempts-1))
 
+	o.http.Register(fs)
+	fs.IntVar(&o.maxMatches, "http-max-matches", api.DefaultMaxConcurrentMatches, "HTTP match requests in progress at most; more are answered 429 with Retry-After")
 	if err := cli.Parse(fs, args, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return options{}, err
@@ -115,6 +119,15 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 
 	if err := logFlagsError(o.common); err != nil {
 		return options{}, bad(err.name, "%s", err.want)
+	}
+	if err := o.common.ValidateConnection(); err != nil {
+		return options{}, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if err := o.http.Validate(); err != nil {
+		return options{}, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if o.maxMatches < 1 {
+		return options{}, bad("http-max-matches", "want at least 1")
 	}
 	embedded := o.common.NatsURL == ""
 	switch {
@@ -239,6 +252,7 @@ func serve(ctx context.Context, o options, log zerolog.Logger) error {
 	defer conn.Close()
 
 	reg := metrics.NewRegistry()
+	conn.Stats.RegisterMetrics(reg)
 	cfg, err := o.config(log, reg, tp)
 	if err != nil {
 		return err
@@ -248,11 +262,11 @@ func serve(ctx context.Context, o options, log zerolog.Logger) error {
 		return err
 	}
 
-	ln, err := net.Listen("tcp", o.httpAddr)
+	ln, err := o.http.Listen(o.httpAddr)
 	if err != nil {
 		return fmt.Errorf("http listen %s: %w", o.httpAddr, err)
 	}
-	hs := &http.Server{Handler: api.Handler(svc, svc.APIMetrics(), reg), ReadHeaderTimeout: 10 * time.Second}
+	hs := o.http.Server(api.Handler(svc, svc.APIMetrics(), reg, api.WithLimits(api.Limits{MaxConcurrentMatches: o.maxMatches})), log)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	httpErr := make(chan error, 1)

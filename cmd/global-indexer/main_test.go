@@ -20,6 +20,8 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/httpserve"
+	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
@@ -34,11 +36,12 @@ func envOf(m map[string]string) func(string) string {
 // defaultOptions are the options with no flag and no environment.
 func defaultOptions() options {
 	return options{
-		common: cli.Common{NatsPort: 4222, LogLevel: "info", LogFormat: "console", JSReplicas: 1},
+		common: cli.Common{NatsPort: 4222, LogLevel: "info", LogFormat: "console", Security: cli.Security{ConnectTimeout: cli.DefaultConnectTimeout}, JSReplicas: 1},
 		domain: "default", httpAddr: "127.0.0.1:8080",
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
 		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
+		http:         httpserve.DefaultConfig(), maxMatches: api.DefaultMaxConcurrentMatches,
 	}
 }
 
@@ -247,11 +250,7 @@ func (b *syncBuffer) field(name string) (string, bool) {
 // its log and a stop function that cancels it and returns the exit code.
 func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	done := make(chan int, 1)
-	args = append([]string{"--log-format", "json"}, args...)
-	go func() { done <- run(ctx, args, envOf(nil), out, io.Discard) }()
+	out, done, stop := startInBackground(t, args)
 	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case code := <-done:
@@ -263,6 +262,18 @@ func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 		}
 		return nil
 	})
+	return out, stop
+}
+
+// startInBackground starts run without waiting for it to serve; done
+// receives its exit code unless stop already took it.
+func startInBackground(t *testing.T, args []string) (*syncBuffer, <-chan int, func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	args = append([]string{"--log-format", "json"}, args...)
+	go func() { done <- run(ctx, args, envOf(nil), out, io.Discard) }()
 	stopped := false
 	var code int
 	stop := func() int {
@@ -278,7 +289,7 @@ func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 		return code
 	}
 	t.Cleanup(func() { stop() })
-	return out, stop
+	return out, done, stop
 }
 
 // mustField returns a logged field or fails the test.
@@ -400,13 +411,20 @@ func TestRunWithJetStreamDomain(t *testing.T) {
 	}
 }
 
+func TestRunFailsOnUnreachableNATS(t *testing.T) {
+	code := run(context.Background(), []string{"--nats-url", "nats://127.0.0.1:1", "--nats-connect-timeout", "300ms", "--http-addr", "127.0.0.1:0"}, envOf(nil), io.Discard, io.Discard)
+	if code != exitError {
+		t.Fatalf("exit code %d, want %d", code, exitError)
+	}
+}
+
 // A NATS server that starts after the indexer is waited for (any start
 // order in a deployment converges) instead of failing the process.
 func TestRunWaitsForALateNATSServer(t *testing.T) {
 	port := testenv.FreePort(t)
-	out, stop := runInBackground(t, []string{"--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", port), "--http-addr", "127.0.0.1:0"})
+	out, _, stop := startInBackground(t, []string{"--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", port), "--http-addr", "127.0.0.1:0"})
 	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() error {
-		if !strings.Contains(out.String(), "start-up step failed; retrying") {
+		if o := out.String(); !strings.Contains(o, "start-up step failed; retrying") && !strings.Contains(o, "nats not reachable yet; retrying") {
 			return errors.New("no retry logged yet")
 		}
 		return nil
@@ -432,5 +450,43 @@ func TestRunFailsWhenHTTPAddressIsTaken(t *testing.T) {
 	code := run(context.Background(), []string{"--nats-url", srv.URL(), "--http-addr", taken, "--log-format", "json"}, envOf(nil), &log, io.Discard)
 	if code != exitError || !strings.Contains(log.String(), taken) {
 		t.Fatalf("exit code %d (want %d), log %s", code, exitError, log.String())
+	}
+}
+
+// Credentials in --nats-url never reach the log (issue: the indexer
+// logged the URL with the password).
+func TestURLCredentialsAreRedactedInLogs(t *testing.T) {
+	srv := testenv.StartServer(t) // no auth: the server ignores the credentials
+	url := strings.Replace(srv.URL(), "nats://", "nats://alice:pa55-w0rd@", 1)
+	out, stop := runInBackground(t, []string{"--nats-url", url, "--http-addr", "127.0.0.1:0"})
+	if got := mustField(t, out, "nats_url"); !strings.Contains(got, "alice:***@") {
+		t.Fatalf("nats_url %q, want the redacted URL", got)
+	}
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit code %d", code)
+	}
+	if strings.Contains(out.String(), "pa55-w0rd") {
+		t.Fatalf("the password reached the log:\n%s", out.String())
+	}
+}
+
+// The HTTP and security flags are registered and validated.
+func TestSecurityAndHTTPFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--nats-user", "indexer", "--nats-password-file", "/run/pw", "--http-max-conns", "10", "--http-max-matches", "3"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.common.Security.User != "indexer" || o.http.MaxConns != 10 || o.maxMatches != 3 {
+		t.Fatalf("parsed %+v", o)
+	}
+	for _, args := range [][]string{
+		{"--nats-user", "indexer"},
+		{"--nats-url", "nats://x", "--nats-config", "server.conf"},
+		{"--http-idle-timeout", "0s"},
+		{"--http-max-matches", "0"},
+	} {
+		if _, err := parseFlags(args, envOf(nil), io.Discard); !errors.Is(err, errUsage) {
+			t.Errorf("%v: err %v, want a usage error", args, err)
+		}
 	}
 }

@@ -9,8 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/relay"
@@ -34,13 +33,14 @@ func main() {
 type options struct {
 	common        cli.Common
 	httpAddr      string
+	http          httpserve.Config
 	mode          string
 	inputJSDomain string
 	cfg           relay.Config
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
-	o := &options{cfg: relay.DefaultConfig("default", "")}
+	o := &options{cfg: relay.DefaultConfig("default", ""), http: httpserve.DefaultConfig()}
 	fs := flag.NewFlagSet("relay-producer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.common.Register(fs)
@@ -53,15 +53,25 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.DurationVar(&o.cfg.PublishInterval, "publish-interval", o.cfg.PublishInterval, "longest wait before applied events are published")
 	fs.DurationVar(&o.cfg.SnapshotInterval, "snapshot-interval", o.cfg.SnapshotInterval, "period of barrier snapshots")
 	fs.DurationVar(&o.cfg.CheckpointInterval, "checkpoint-interval", o.cfg.CheckpointInterval, "period of exact-state checkpoints to the object store (a restart replays only the input after the latest); 0 disables")
+	fs.Uint64Var(&o.cfg.MaxTrackedBlocks, "max-tracked-blocks", 0, "bound on the distinct blocks the relay tracks; past it stored events are refused and the tracked_blocks fault is reported (0: 4 × --expected-blocks)")
+	fs.DurationVar(&o.cfg.Streams.EventMaxAge, "input-max-age", o.cfg.Streams.EventMaxAge, "max age of the KVEVENTS input stream when this relay creates it (0: unlimited); at least twice --checkpoint-interval")
+	fs.Int64Var(&o.cfg.Streams.EventMaxBytes, "input-max-bytes", o.cfg.Streams.EventMaxBytes, "max size in bytes of the KVEVENTS input stream when this relay creates it (0: unlimited)")
 	fs.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat-interval", o.cfg.HeartbeatInterval, "period of drain markers / heartbeats")
 	fs.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", o.cfg.LeaseTTL, "producer lease time-to-live")
 	fs.StringVar(&o.inputJSDomain, "input-js-domain", "", "JetStream domain of the input stream KVEVENTS (the DC's own, so workers publish locally and a WAN cut loses nothing); empty: the same as --js-domain")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "health and metrics listen address (empty disables)")
+	o.http.Register(fs)
 	if err := cli.Parse(fs, args, getenv); err != nil {
 		return nil, err
 	}
 	if o.cfg.DC == "" {
 		return nil, errors.New("--dc is required")
+	}
+	if err := o.common.ValidateConnection(); err != nil {
+		return nil, err
+	}
+	if err := o.http.Validate(); err != nil {
+		return nil, err
 	}
 	mode, err := ckf.ParseHashMode(o.mode)
 	if err != nil {
@@ -111,6 +121,7 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	}
 	defer conn.Close()
 	reg := metrics.NewRegistry()
+	conn.Stats.RegisterMetrics(reg)
 	o.cfg.Logger, o.cfg.Tracer, o.cfg.Metrics = log, tp, reg
 	if o.inputJSDomain != "" {
 		if o.cfg.InputJS, err = jetstream.NewWithDomain(conn.NC, o.inputJSDomain); err != nil {
@@ -122,11 +133,11 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		return err
 	}
 	if o.httpAddr != "" {
-		ln, err := net.Listen("tcp", o.httpAddr)
+		ln, err := o.http.Listen(o.httpAddr)
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", o.httpAddr, err)
 		}
-		hs := &http.Server{Handler: r.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+		hs := o.http.Server(r.Handler(reg), log)
 		go hs.Serve(ln)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -37,6 +37,14 @@ func TestParseFlagsAndEnvironment(t *testing.T) {
 	if err != nil || o.cfg.CheckpointInterval != time.Minute {
 		t.Fatalf("default checkpoint interval: %v %+v", err, o)
 	}
+	if o.cfg.Streams.EventMaxAge != 24*time.Hour || o.cfg.Streams.EventMaxBytes != 16<<30 || o.cfg.MaxTrackedBlocks != 0 {
+		t.Fatalf("default bounds: %+v", o.cfg.Streams)
+	}
+	o, err = parse([]string{"--dc", "a", "--max-tracked-blocks", "5000000", "--input-max-age", "1h"},
+		env(map[string]string{"CKFRELAY_INPUT_MAX_BYTES": "1000000"}), &out)
+	if err != nil || o.cfg.MaxTrackedBlocks != 5_000_000 || o.cfg.Streams.EventMaxAge != time.Hour || o.cfg.Streams.EventMaxBytes != 1_000_000 {
+		t.Fatalf("bounds: %v %+v", err, o)
+	}
 }
 
 func TestBadConfigExitsWithUsageError(t *testing.T) {
@@ -53,6 +61,8 @@ func TestBadConfigExitsWithUsageError(t *testing.T) {
 		{[]string{"--dc", "a", "--log-level", "loud"}, nil, "log-level"},
 		{[]string{"--dc", "a", "--checkpoint-interval", "-1s"}, nil, "checkpoint interval"},
 		{[]string{"--dc", "a", "extra"}, nil, "unexpected argument"},
+		{[]string{"--dc", "a", "--input-max-age", "90s"}, nil, "twice the checkpoint interval"},
+		{[]string{"--dc", "a", "--max-tracked-blocks", "10"}, nil, "max tracked blocks"},
 		{[]string{"--dc", "a", "--js-replicas", "0"}, nil, "js-replicas"},
 		{[]string{"--dc", "a"}, map[string]string{"CKFRELAY_JS_REPLICAS": "7"}, "js-replicas"},
 	} {
@@ -62,6 +72,27 @@ func TestBadConfigExitsWithUsageError(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), c.want) {
 			t.Fatalf("%v: %q lacks %q", c.args, out.String(), c.want)
+		}
+	}
+}
+
+func TestSecurityAndHTTPFlags(t *testing.T) {
+	var out bytes.Buffer
+	o, err := parse([]string{"--dc", "a", "--nats-creds", "/run/relay.creds", "--nats-tls-ca", "/ca.pem", "--http-max-conns", "8"},
+		env(map[string]string{"CKFRELAY_HTTP_IDLE_TIMEOUT": "9s"}), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.common.Security.Creds != "/run/relay.creds" || o.common.Security.TLSCA != "/ca.pem" || o.http.MaxConns != 8 || o.http.IdleTimeout != 9*time.Second {
+		t.Fatalf("parsed %+v", o)
+	}
+	for _, args := range [][]string{
+		{"--dc", "a", "--nats-creds", "c", "--nats-nkey", "n"},
+		{"--dc", "a", "--nats-tls-key", "k.pem"},
+		{"--dc", "a", "--http-read-timeout", "0s"},
+	} {
+		if _, err := parse(args, env(nil), &out); err == nil {
+			t.Errorf("%v accepted", args)
 		}
 	}
 }

@@ -31,6 +31,13 @@ const (
 	// read a snapshot body from the Object Store; each attempt also gets
 	// SnapshotFetchBytesPerSecond's share of the body size on top.
 	DefaultSnapshotFetchTimeout = 10 * time.Second
+	// DefaultSupersededFaultAfter is how long an active lane may drop
+	// superseded traffic without seeing any of its installed epoch before
+	// it reports a superseded_traffic fault and bootstraps again.
+	DefaultSupersededFaultAfter = 5 * time.Second
+	// DefaultStreamCheckInterval is how often the indexer checks that the
+	// lane stream still exists and is the same incarnation.
+	DefaultStreamCheckInterval = time.Second
 	// DefaultSnapshotFetchAttempts is how many times a bootstrap tries a
 	// snapshot body read that timed out before it records a lane fault.
 	DefaultSnapshotFetchAttempts = 3
@@ -84,6 +91,17 @@ type Config struct {
 	// body 5s, and one stall would cost the whole bootstrap.
 	SnapshotFetchTimeout  time.Duration
 	SnapshotFetchAttempts int
+	// SupersededFaultAfter: see DefaultSupersededFaultAfter. A relay sends
+	// a heartbeat or a drain marker every second, so a lane whose installed
+	// epoch is alive never goes that long without current traffic; one that
+	// does while older epochs keep arriving is following an epoch its
+	// producer never used, and says so (lane fault, /v1/lanes, readiness)
+	// instead of dropping the real traffic.
+	SupersededFaultAfter time.Duration
+	// StreamCheckInterval: see DefaultStreamCheckInterval. A deleted lane
+	// stream is recreated at the next check; a recreated one (its
+	// sequences restart) makes every lane bootstrap again.
+	StreamCheckInterval time.Duration
 	// Streams sizes the JetStream resources when this process creates them.
 	Streams jsx.Options
 	// LeaseOptions tune the lease coordinator (bucket name, storage).
@@ -123,6 +141,12 @@ func (c Config) withDefaults() Config {
 	if c.SnapshotFetchAttempts == 0 {
 		c.SnapshotFetchAttempts = DefaultSnapshotFetchAttempts
 	}
+	if c.SupersededFaultAfter == 0 {
+		c.SupersededFaultAfter = DefaultSupersededFaultAfter
+	}
+	if c.StreamCheckInterval == 0 {
+		c.StreamCheckInterval = DefaultStreamCheckInterval
+	}
 	return c
 }
 
@@ -156,6 +180,12 @@ func (c Config) Validate() error {
 	}
 	if c.SnapshotFetchAttempts < 0 {
 		return configError("snapshot_fetch_attempts", "negative count %d", c.SnapshotFetchAttempts)
+	}
+	if c.StreamCheckInterval < 0 {
+		return configError("stream_check_interval", "negative interval %s", c.StreamCheckInterval)
+	}
+	if c.SupersededFaultAfter < 0 {
+		return configError("superseded_fault_after", "negative duration %s", c.SupersededFaultAfter)
 	}
 	if c.StatePollInterval < 0 {
 		return configError("state_poll_interval", "negative interval %s", c.StatePollInterval)

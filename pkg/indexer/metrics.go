@@ -49,6 +49,18 @@ const (
 	// MetricWorkerFailures counts ingestion worker failures (recovered
 	// panics) reported by the pool.
 	MetricWorkerFailures = "ckf_indexer_worker_failures_total"
+	// MetricUngrantedEpoch counts lane messages refused because their epoch
+	// is above every epoch the lease coordinator has granted the pool, even
+	// after re-reading the lease bucket (forged traffic) {lane, kind}.
+	MetricUngrantedEpoch = "ckf_indexer_ungranted_epoch_total"
+	// MetricLaneMapRejected counts lane map entries refused on read (bad DC
+	// name, DC id not derived from the name, duplicate), and maps that did
+	// not decode at all (entry="map").
+	MetricLaneMapRejected = "ckf_indexer_lane_map_rejected_total"
+	// MetricLaneStreamRecreated counts lane stream incarnations the indexer
+	// saw replaced (outcome=recreated: someone else recreated it; created:
+	// this indexer recreated a missing one).
+	MetricLaneStreamRecreated = "ckf_indexer_lane_stream_recreated_total"
 	// MetricPoolRebuilds counts ingestion pools rebuilt after a worker
 	// failure.
 	MetricPoolRebuilds = "ckf_indexer_pool_rebuilds_total"
@@ -72,7 +84,18 @@ var phases = []string{PhasePending, PhaseBootstrapping, PhaseActive, PhaseBackof
 const (
 	malformedSubject     = "subject_mismatch"
 	malformedForeignPool = "foreign_pool"
+	// malformedIdentity: traffic of the installed epoch under another
+	// producer identity (a relay keeps one identity per epoch).
+	malformedIdentity = "identity_mismatch"
+	// malformedObject: a marker naming a body outside the configured
+	// bucket or this pool's object names, or whose stored object disagrees
+	// with it (size, digest) before any byte is read.
+	malformedObject = "snapshot_object"
 )
+
+// faultSuperseded is the fault kind of a lane that dropped superseded
+// traffic for Config.SupersededFaultAfter without any of its own epoch.
+const faultSuperseded = "superseded_traffic"
 
 type serviceMetrics struct {
 	laneState        *metrics.GaugeVec
@@ -91,6 +114,9 @@ type serviceMetrics struct {
 	workerFailures   *metrics.Counter
 	poolRebuilds     *metrics.Counter
 	setupRetries     *metrics.Counter
+	ungranted        *metrics.CounterVec
+	laneMapRejected  *metrics.CounterVec
+	streamRecreated  *metrics.CounterVec
 }
 
 func newServiceMetrics(reg *metrics.Registry) *serviceMetrics {
@@ -112,6 +138,12 @@ func newServiceMetrics(reg *metrics.Registry) *serviceMetrics {
 		workerFailures: reg.NewCounter(MetricWorkerFailures, "Ingestion worker failures reported by the pool."),
 		poolRebuilds:   reg.NewCounter(MetricPoolRebuilds, "Ingestion pools rebuilt after a worker failure."),
 		setupRetries:   reg.NewCounter(MetricSetupRetries, "Start-up steps retried while NATS or the hub's JetStream was unreachable."),
+		ungranted: reg.NewCounterVec(MetricUngrantedEpoch,
+			"Lane messages refused: their epoch was never granted by the lease coordinator.", "lane", "kind"),
+		streamRecreated: reg.NewCounterVec(MetricLaneStreamRecreated,
+			"Lane stream incarnations replaced: recreated by another process, or created by this indexer after it went missing.", "outcome"),
+		laneMapRejected: reg.NewCounterVec(MetricLaneMapRejected,
+			"Lane map entries (entry=lane) or whole maps (entry=map) refused on read.", "entry"),
 	}
 }
 
@@ -156,7 +188,8 @@ func (lm *laneMetrics) superseded(kind string) { lm.m.superseded.With(lm.lane, k
 func (lm *laneMetrics) bootstrap(outcome string) {
 	lm.m.bootstraps.With(lm.lane, outcome).Inc()
 }
-func (lm *laneMetrics) snapshotRequested() { lm.m.snapshotRequests.With(lm.lane).Inc() }
+func (lm *laneMetrics) ungranted(kind string) { lm.m.ungranted.With(lm.lane, kind).Inc() }
+func (lm *laneMetrics) snapshotRequested()    { lm.m.snapshotRequests.With(lm.lane).Inc() }
 
 func (lm *laneMetrics) fetchRetried() { lm.m.fetchRetries.With(lm.lane).Inc() }
 

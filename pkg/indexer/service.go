@@ -62,6 +62,10 @@ type Service struct {
 	res   *jsx.Resources
 	coord *lease.Coordinator
 
+	// laneStreamGen counts lane stream incarnations seen since Run: a lane
+	// consuming under an older one bootstraps again (watchLaneStream).
+	laneStreamGen atomic.Uint64
+
 	// gen is the current pool generation, published once the first pool is
 	// built and replaced by each rebuild; queries load it without locking.
 	gen atomic.Pointer[poolGen]
@@ -82,9 +86,11 @@ type Service struct {
 
 	scratch sync.Pool // *consumer.QueryScratch
 
-	// getObject reads a snapshot body; tests replace it (before Run) to
-	// inject Object Store failures.
-	getObject func(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error)
+	// readObject reads and decodes a snapshot body; tests replace it
+	// (before Run) to inject Object Store failures.
+	readObject func(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error)
+	// now is the clock of the superseded-traffic fault; tests replace it.
+	now func() time.Time
 }
 
 // New validates cfg and builds a service on nc and js (which must be bound
@@ -117,22 +123,21 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		tp = noop.NewTracerProvider()
 	}
 	s := &Service{
-		nc:        nc,
-		js:        js,
-		cfg:       cfg,
-		log:       cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Logger(),
-		tracer:    tp.Tracer(TracerName),
-		reg:       reg,
-		m:         newServiceMetrics(reg),
-		apiM:      api.NewMetrics(reg),
-		instance:  ckf.ConsumerInstanceID(instance),
-		domainID:  domainID,
-		requester: "indexer-" + strconv.FormatUint(instance, 16),
-		stopFault: make(chan struct{}),
-		limiter:   rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
-		getObject: func(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error) {
-			return store.GetBytes(ctx, name)
-		},
+		nc:         nc,
+		js:         js,
+		cfg:        cfg,
+		log:        cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Logger(),
+		tracer:     tp.Tracer(TracerName),
+		reg:        reg,
+		m:          newServiceMetrics(reg),
+		apiM:       api.NewMetrics(reg),
+		instance:   ckf.ConsumerInstanceID(instance),
+		domainID:   domainID,
+		requester:  "indexer-" + strconv.FormatUint(instance, 16),
+		stopFault:  make(chan struct{}),
+		limiter:    rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
+		readObject: readSnapshotObject,
+		now:        time.Now,
 	}
 	s.labels.Store(&[ckf.LaneCount]laneLabel{})
 	s.scratch.New = func() any { return new(consumer.QueryScratch) }
@@ -203,6 +208,13 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.shutdown(cancel, svc)
 
 	s.log.Info().Uint64("consumer_instance", uint64(s.instance)).Msg("indexer started")
+	if info, err := res.Lanes.Info(rctx); err == nil {
+		s.runnersWG.Add(1)
+		go func() {
+			defer s.runnersWG.Done()
+			s.watchLaneStream(rctx, info.Created)
+		}()
+	}
 	bo := newBackoff(s.cfg.BootstrapBackoffMin, s.cfg.BootstrapBackoffMax)
 	for rctx.Err() == nil {
 		ch, err := coord.WatchLaneMap(rctx, s.cfg.Domain)
@@ -215,6 +227,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		for m := range ch {
 			bo.reset()
+			if s.laneMapRefused(m) {
+				continue
+			}
 			s.applyLaneMap(m)
 		}
 		if rctx.Err() == nil {
@@ -223,6 +238,43 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// watchLaneStream checks the lane stream every StreamCheckInterval. A
+// missing stream (deleted) is recreated; a stream created at another time
+// than the last one seen restarts its sequences, so every lane's consumer
+// position is meaningless: laneStreamGen moves and each lane bootstraps
+// again from the new stream's newest marker (the relays republish theirs
+// when their next publish fails). Both are counted and logged.
+func (s *Service) watchLaneStream(ctx context.Context, created time.Time) {
+	t := time.NewTicker(s.cfg.StreamCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		info, err := s.res.Lanes.Info(ctx)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err := jsx.Ensure(ctx, s.js, s.cfg.Streams); err != nil {
+				s.log.Warn().Err(err).Msg("lane stream missing; recreating it failed")
+				continue
+			}
+			s.m.streamRecreated.With("created").Inc()
+			s.log.Warn().Msg("lane stream was missing; recreated it")
+			continue
+		}
+		if err != nil || info.Created.Equal(created) {
+			continue
+		}
+		if !created.IsZero() {
+			s.m.streamRecreated.With("recreated").Inc()
+		}
+		s.log.Warn().Time("was_created", created).Time("created", info.Created).Msg("lane stream replaced; every lane bootstraps again")
+		created = info.Created
+		s.laneStreamGen.Add(1)
+	}
 }
 
 // setupError reports a failed setup step, or nil when ctx ended meanwhile
@@ -250,6 +302,22 @@ func (s *Service) shutdown(cancel context.CancelFunc, svc micro.Service) {
 		_ = g.pool.Close() // always nil
 	}
 	s.log.Info().Msg("indexer stopped")
+}
+
+// laneMapRefused reports a lane map that must not be obeyed at all (it did
+// not decode: the running lanes stay as they are) and the entries that were
+// refused on read (the rest of the map applies).
+func (s *Service) laneMapRefused(m lease.LaneMap) bool {
+	if m.Err != nil {
+		s.m.laneMapRejected.With("map").Inc()
+		s.log.Error().Err(m.Err).Uint64("revision", m.Revision).Msg("lane map does not decode; not obeyed, running lanes kept")
+		return true
+	}
+	for _, r := range m.Rejected {
+		s.m.laneMapRejected.With("lane").Inc()
+		s.log.Error().Str("entry", r).Uint64("revision", m.Revision).Msg("lane map entry refused")
+	}
+	return false
 }
 
 // applyLaneMap starts a runner for every lane entry not yet running. Lanes

@@ -37,6 +37,9 @@ type Options struct {
 	// EventMaxAge bounds the input stream (0 = unlimited: a relay rebuilds
 	// its exact state from the whole input stream).
 	EventMaxAge time.Duration
+	// EventMaxBytes bounds the input stream's size (0 = unlimited); the
+	// oldest events go first.
+	EventMaxBytes int64
 	// Memory selects memory storage (tests).
 	Memory bool
 	// Replicas is the replica count of every stream and bucket this
@@ -103,6 +106,7 @@ func EnsureEvents(ctx context.Context, js jetstream.JetStream, o Options) (jetst
 		Storage:     o.storage(),
 		Replicas:    o.replicas(),
 		MaxAge:      o.EventMaxAge,
+		MaxBytes:    maxBytes(o.EventMaxBytes),
 		Discard:     jetstream.DiscardOld,
 	})
 }
@@ -150,6 +154,14 @@ func EnsureLanes(ctx context.Context, js jetstream.JetStream, o Options) (*Resou
 		return nil, fmt.Errorf("jsx: object store %s: %w", wire.SnapshotBucket, err)
 	}
 	return &Resources{Lanes: lanes, Snapshots: snaps}, nil
+}
+
+// maxBytes maps "unlimited" (0) to JetStream's -1.
+func maxBytes(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {

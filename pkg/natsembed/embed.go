@@ -71,6 +71,12 @@ type EmbeddedOptions struct {
 	LogWriter LineWriter
 	// Debug and Trace raise the server log level (only with LogWriter).
 	Debug, Trace bool
+	// ConfigFile is a nats-server config file (accounts, users,
+	// permissions, TLS, listen address...). Its settings win; the fields
+	// above fill what it leaves unset: listen host (still DefaultHost, so
+	// only a config that says so exposes the server), port, store dir,
+	// server name, JetStream domain, leaf nodes. JetStream is always on.
+	ConfigFile string
 }
 
 // LineWriter receives one formatted server log line per call. It must be
@@ -83,7 +89,14 @@ type LineWriter interface {
 // RunEmbedded uses it; it is exported so callers can adjust rarely used
 // settings before starting the server with RunOptions.
 func (o EmbeddedOptions) ServerOptions() (*server.Options, error) {
-	if strings.TrimSpace(o.StoreDir) == "" {
+	opts := &server.Options{}
+	if o.ConfigFile != "" {
+		var err error
+		if opts, err = server.ProcessConfigFile(o.ConfigFile); err != nil {
+			return nil, fmt.Errorf("%w: config %s: %w", ErrInvalidOptions, o.ConfigFile, err)
+		}
+	}
+	if strings.TrimSpace(o.StoreDir) == "" && opts.StoreDir == "" {
 		return nil, fmt.Errorf("%w: store dir is required", ErrInvalidOptions)
 	}
 	if o.Port < -1 || o.Port > 65535 {
@@ -99,23 +112,32 @@ func (o EmbeddedOptions) ServerOptions() (*server.Options, error) {
 	if host == "" {
 		host = DefaultHost
 	}
-	opts := &server.Options{
-		ServerName:      o.ServerName,
-		Host:            host,
-		Port:            o.Port,
-		JetStream:       true,
-		JetStreamDomain: o.JetStreamDomain,
-		StoreDir:        o.StoreDir,
-		NoSigs:          true,
+	setString := func(dst *string, v string) {
+		if *dst == "" {
+			*dst = v
+		}
+	}
+	// A config without a listen address keeps the loopback default: an
+	// embedded server is exposed only on purpose.
+	setString(&opts.Host, host)
+	if opts.Port == 0 {
+		opts.Port = o.Port
+		if o.Port == 0 {
+			opts.Port = server.DEFAULT_PORT
+		}
+	}
+	setString(&opts.ServerName, o.ServerName)
+	setString(&opts.StoreDir, o.StoreDir)
+	setString(&opts.JetStreamDomain, o.JetStreamDomain)
+	opts.JetStream = true
+	opts.NoSigs = true
+	if opts.MaxPayload == 0 {
 		// Deltas may reach wire.MaxMessageBytes; the NATS default is 1 MiB.
-		MaxPayload: 8 << 20,
-		NoLog:      o.LogWriter == nil,
-		Debug:      o.Debug,
-		Trace:      o.Trace,
+		opts.MaxPayload = 8 << 20
 	}
-	if o.Port == 0 {
-		opts.Port = server.DEFAULT_PORT
-	}
+	opts.NoLog = o.LogWriter == nil
+	opts.Debug = opts.Debug || o.Debug
+	opts.Trace = opts.Trace || o.Trace
 	if o.LeafNodePort != 0 {
 		lh := o.LeafNodeHost
 		if lh == "" {
@@ -139,7 +161,7 @@ func (o EmbeddedOptions) ServerOptions() (*server.Options, error) {
 			DenyExports: append([]string(nil), o.LeafDeny...),
 		})
 	}
-	if len(o.LeafRemotes) > 0 {
+	if len(opts.LeafNode.Remotes) > 0 && opts.LeafNode.ReconnectInterval == 0 {
 		// Retry quickly so a leaf started before its hub joins soon after.
 		opts.LeafNode.ReconnectInterval = 100 * time.Millisecond
 	}

@@ -26,6 +26,11 @@ type relayMetrics struct {
 	checkpointSeconds *metrics.Histogram
 	inputGap          *metrics.Counter
 	setupRetries      *metrics.Counter
+
+	laneForeignWrites *metrics.Counter
+	fault             *metrics.GaugeVec
+	setupFailures     *metrics.CounterVec
+	refusedEvents     *metrics.Counter
 }
 
 func newRelayMetrics(reg *metrics.Registry) *relayMetrics {
@@ -56,6 +61,14 @@ func newRelayMetrics(reg *metrics.Registry) *relayMetrics {
 			"Input stream sequences a rebuild needed but retention (or a purge) had already dropped; events of this DC among them are missing from the exact state."),
 		setupRetries: reg.NewCounter("ckf_relay_setup_retries_total",
 			"Start-up steps (ensure streams, open the lease bucket, register the lane) retried while NATS or JetStream was unreachable."),
+		laneForeignWrites: reg.NewCounter("ckf_relay_lane_foreign_writes_total",
+			"Publishes refused because another writer moved the lane while this relay still held its lease (junk on the lane subjects); each was retried, none fenced the relay."),
+		fault: reg.NewGaugeVec("ckf_relay_fault",
+			"1 while a standing fault holds: epoch_exhausted (the pool's epoch counter is at its maximum), tracked_blocks (--max-tracked-blocks reached), setup (streams, buckets or the lane could not be set up).", "kind"),
+		setupFailures: reg.NewCounterVec("ckf_relay_setup_failures_total",
+			"Failed (re)creations of the JetStream resources, the lease coordinator or the lane registration, by step; retried with bounded backoff.", "step"),
+		refusedEvents: reg.NewCounter("ckf_relay_refused_events_total",
+			"Stored events refused because the pool tracks --max-tracked-blocks blocks (their blocks are missing from the index)."),
 		checkpointSeconds: reg.NewHistogram("ckf_relay_checkpoint_seconds", "Time to encode and store one state checkpoint (the actor pauses meanwhile).", metrics.ExponentialBuckets(1e-3, 2, 16)),
 	}
 }
