@@ -249,8 +249,14 @@ func indexOf(s []string, v string) int {
 // converge waits until check passes and returns the overestimates.
 func (w *workload) converge(t testing.TB, ix *indexerProc, dcs ...string) int {
 	t.Helper()
+	return w.convergeWithin(t, ix, settle, dcs...)
+}
+
+// convergeWithin is converge with its own bound.
+func (w *workload) convergeWithin(t testing.TB, ix *indexerProc, within time.Duration, dcs ...string) int {
+	t.Helper()
 	var over int
-	testenv.Eventually(t, settle, 20*time.Millisecond, func() error {
+	testenv.Eventually(t, within, 20*time.Millisecond, func() error {
 		var err error
 		over, err = w.check(ix, dcs...)
 		return err

@@ -163,6 +163,7 @@ log "indexer stop: every query answered"
 net="${PROJ}_wan"
 docker network inspect "$net" >/dev/null 2>&1 || net=$(docker network ls --format '{{.Name}}' | grep "^${PROJ}.wan$")
 leaf=$(cid nats-dc-b)
+b_epoch=$(relay_epoch "$(active_of b)")
 docker network disconnect "$net" "$leaf"
 t_cut=$(now)
 # 1,500 trace requests at speed 17 last about 30 s.
@@ -173,7 +174,10 @@ docker network connect --alias nats-dc-b "$net" "$leaf"
 t=$(now)
 wait $rp
 verified partition
-row "WAN cut of dc-b for ${CUT_SECONDS}s" "$(since "$t")" partition "dc-b published throughout; converged after the heal"
+wait_for 30 "a dc-b relay active again" active_of b
+b_after=$(relay_epoch "$(active_of b)")
+[ "$b_after" -gt "$b_epoch" ] # the cut fenced the epoch; the heal took a new one
+row "WAN cut of dc-b for ${CUT_SECONDS}s" "$(since "$t")" partition "dc-b kept publishing; dc-b epoch $b_epoch→$b_after after the heal"
 log "partition: converged $(since "$t")s after the heal"
 
 # 4. restart the hub NATS server (JetStream state on its disk).

@@ -41,9 +41,10 @@ func WithDomain(d string) Option {
 }
 
 // WithLeafNodeListener opens a leaf-node listener on a random port
-// (default: none).
+// (default: none). Its URL is not advertised to leaves: they dial only
+// their configured remote, so a Link between them really cuts them off.
 func WithLeafNodeListener() Option {
-	return func(o *natsembed.EmbeddedOptions) { o.LeafNodePort = -1 }
+	return func(o *natsembed.EmbeddedOptions) { o.LeafNodePort, o.LeafNodeNoAdvertise = -1, true }
 }
 
 // WithLeafRemote makes the server a leaf node of the hub at url (default:
@@ -70,9 +71,10 @@ func WithPort(port int) Option {
 	return func(o *natsembed.EmbeddedOptions) { o.Port = port }
 }
 
-// WithLeafNodePort opens the leaf-node listener on a fixed port.
+// WithLeafNodePort opens the leaf-node listener on a fixed port (not
+// advertised, as WithLeafNodeListener).
 func WithLeafNodePort(port int) Option {
-	return func(o *natsembed.EmbeddedOptions) { o.LeafNodePort = port }
+	return func(o *natsembed.EmbeddedOptions) { o.LeafNodePort, o.LeafNodeNoAdvertise = port, true }
 }
 
 // FreePort returns a 127.0.0.1 TCP port that was free a moment ago.

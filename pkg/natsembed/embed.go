@@ -55,6 +55,10 @@ type EmbeddedOptions struct {
 	LeafNodePort int
 	// LeafNodeHost is the leaf-node listen host; empty means Host.
 	LeafNodeHost string
+	// LeafNodeNoAdvertise keeps the leaf-node listener's own URL out of the
+	// INFO sent to leaves, so they only ever dial their configured remote
+	// (e.g. a proxy standing in for the WAN).
+	LeafNodeNoAdvertise bool
 	// LeafRemotes are hub leaf-node URLs (nats-leaf://host:port or
 	// nats://host:port) this server connects to as a leaf.
 	LeafRemotes []string
@@ -141,6 +145,7 @@ func (o EmbeddedOptions) ServerOptions() (*server.Options, error) {
 		}
 		opts.LeafNode.Host = lh
 		opts.LeafNode.Port = o.LeafNodePort
+		opts.LeafNode.NoAdvertise = o.LeafNodeNoAdvertise
 	}
 	for _, raw := range o.LeafRemotes {
 		u, err := url.Parse(raw)

@@ -259,6 +259,9 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
+		// No longer publishing: say so while set-up and the lease are
+		// retried (e.g. for the whole of a WAN cut), not "active".
+		r.setState(StateStandby)
 		if time.Since(began) > 2*hi {
 			bo.reset() // it served a good while: this failure starts a new series
 		}
