@@ -16,11 +16,12 @@ package e2e
 // Setups: the suite runs once per attackSetup. "no-auth" gives every role
 // (indexer, relays, workers, the attacker) the same unauthenticated
 // connection, so every defence asserted here is ckfrelay's own
-// validation. A setup with NATS auth (per-role users and permissions from
-// deploy/) is a small addition: a start function whose connect hands out
-// each role's credentials and sets authEnforced; the attacker's refused
-// publishes are then accepted as the expected outcome by attackerPublish
-// and the same assertions must hold.
+// validation. "auth" (attack_auth_test.go) runs every role under its own
+// user with the per-role permissions of deploy/auth; the attacker holds
+// relay dc-b's credentials. There each act its permissions forbid must be
+// refused by the server (a permission violation naming the subject), each
+// act they still allow must be caught by the same validation, and after
+// either the same assertions must hold.
 
 import (
 	"bytes"
@@ -72,6 +73,9 @@ type attackEnv struct {
 	// authEnforced: the server refuses what a role may not do, so an
 	// attacker's publish may fail with a permission error.
 	authEnforced bool
+	// attackerViolations is the attacker connection's record of refusals
+	// (authEnforced only).
+	attackerViolations func(t *testing.T) *violationLog
 }
 
 type attackSetup struct {
@@ -79,7 +83,7 @@ type attackSetup struct {
 	start func(t *testing.T) *attackEnv
 }
 
-var attackSetups = []attackSetup{{name: "no-auth", start: startNoAuth}}
+var attackSetups = []attackSetup{{name: "no-auth", start: startNoAuth}, {name: "auth", start: startAuth}}
 
 func startNoAuth(t *testing.T) *attackEnv {
 	srv := testenv.StartServer(t)
@@ -96,33 +100,31 @@ func forEachSetup(t *testing.T, body func(t *testing.T, env *attackEnv)) {
 
 // attackerPublish publishes as the attacker. Without auth it must succeed
 // (the attack is delivered and ckfrelay must defend itself); with auth a
-// refusal is the defence. It reports whether the message was stored.
+// refusal by the server is the defence. It reports whether the message was
+// stored.
 func (env *attackEnv) attackerPublish(t *testing.T, msg *nats.Msg) bool {
 	t.Helper()
 	_, js := env.connect(t, roleAttacker)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	_, err := js.PublishMsg(ctx, msg)
-	if err == nil {
-		return true
-	}
-	if env.authEnforced && (errors.Is(err, nats.ErrPermissionViolation) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse)) {
-		return false
-	}
-	t.Fatalf("attacker publish on %s: %v", msg.Subject, err)
-	return false
+	return env.attempt(t, msg.Subject, func(ctx context.Context) error {
+		_, err := js.PublishMsg(ctx, msg)
+		return err
+	})
 }
+
+// kvKeySubject is the subject a write of key in the lease bucket is
+// published on (what the permissions grant or refuse).
+func kvKeySubject(key string) string { return "$KV." + lease.DefaultBucket + "." + key }
 
 // attackerKV opens the lease bucket as the attacker (nil when refused).
 func (env *attackEnv) attackerKV(t *testing.T) jetstream.KeyValue {
 	t.Helper()
 	_, js := env.connect(t, roleAttacker)
-	kv, err := js.KeyValue(context.Background(), lease.DefaultBucket)
-	if err != nil {
-		if env.authEnforced {
-			return nil
-		}
-		t.Fatal(err)
+	var kv jetstream.KeyValue
+	if !env.attempt(t, "$JS.API.STREAM.INFO.KV_"+lease.DefaultBucket, func(ctx context.Context) (err error) {
+		kv, err = js.KeyValue(ctx, lease.DefaultBucket)
+		return err
+	}) {
+		return nil
 	}
 	return kv
 }
@@ -259,11 +261,14 @@ func TestAttackForgedEpochMarkerWithAnEmptyBody(t *testing.T) {
 		}
 		m.ObjectName, _ = wire.SnapshotObjectName(domain, "dc-a", forged, m.Sequence)
 		m.Digest, m.Size = sha256.Sum256(body), uint64(len(body))
+		// Storing the body is allowed to any relay of the domain (a
+		// documented limit of NATS permissions); the marker is not.
 		_, ajs := env.connect(t, roleAttacker)
 		if store, err := ajs.ObjectStore(context.Background(), wire.SnapshotBucket); err == nil {
 			_, _ = store.PutBytes(context.Background(), m.ObjectName, body)
 		}
 		delivered := env.attackerPublish(t, markerMsg(t, "dc-a", &m))
+		env.requireRefusedWithAuth(t, delivered, "publish a marker on dc-a's lane")
 
 		c.publish(t, 400)
 		c.exact(t)
@@ -303,6 +308,7 @@ func TestAttackForgedClearedEvent(t *testing.T) {
 		subj, _ := wire.WorkerEventsSubject(domain, "dc-a", victim)
 		delivered := env.attackerPublish(t, &nats.Msg{Subject: subj,
 			Data: []byte(fmt.Sprintf(`{"worker_id":%d,"event":{"event_id":1,"dp_rank":0,"data":"cleared"}}`, victim))})
+		env.requireRefusedWithAuth(t, delivered, "publish an event for a worker of dc-a")
 		c.publishing(t)
 		if delivered {
 			// Not preventable inside ckfrelay: the relay obeys a well-formed
@@ -327,7 +333,8 @@ func TestAttackJunkOnTheHeartbeatSubject(t *testing.T) {
 		before := c.publishing(t)
 		subj, _ := wire.NewLaneSubjects(domain, "dc-a")
 		for range 3 {
-			env.attackerPublish(t, &nats.Msg{Subject: subj.Heartbeat, Data: []byte{0xde, 0xad, 0xbe, 0xef}})
+			delivered := env.attackerPublish(t, &nats.Msg{Subject: subj.Heartbeat, Data: []byte{0xde, 0xad, 0xbe, 0xef}})
+			env.requireRefusedWithAuth(t, delivered, "publish on dc-a's heartbeat subject")
 			c.publish(t, 100) // the relay publishes after each junk message
 		}
 		c.exact(t)
@@ -352,19 +359,26 @@ func TestAttackEpochKeyAtTheMaximum(t *testing.T) {
 		c.exact(t)
 		before := c.publishing(t)
 		kv := env.attackerKV(t)
-		if kv == nil {
-			return // refused by the server
-		}
 		ctx := context.Background()
-		if _, err := kv.Put(ctx, "epoch."+domain+".dc-a", []byte(`{"epoch":18446744073709551615}`)); err != nil {
-			if env.authEnforced {
-				return
-			}
-			t.Fatal(err)
-		}
+		epochKey, leaseKey := "epoch."+domain+".dc-a", "lease."+domain+".dc-a"
+		wrote := kv != nil && env.attempt(t, kvKeySubject(epochKey), func(ctx context.Context) error {
+			_, err := kv.Put(ctx, epochKey, []byte(`{"epoch":18446744073709551615}`))
+			return err
+		})
+		env.requireRefusedWithAuth(t, wrote, "write dc-a's epoch key")
 		// Make the relay take a new epoch now (its lease renewal fails).
-		if err := kv.Delete(ctx, "lease."+domain+".dc-a"); err != nil {
-			t.Fatal(err)
+		deleted := kv != nil && env.attempt(t, kvKeySubject(leaseKey), func(ctx context.Context) error {
+			return kv.Delete(ctx, leaseKey)
+		})
+		env.requireRefusedWithAuth(t, deleted, "delete dc-a's lease key")
+		if !wrote {
+			// Refused by the server: dc-a keeps its epoch and lane.
+			c.publish(t, 400)
+			c.exact(t)
+			if after := c.publishing(t); after["dc-a"] != before["dc-a"] {
+				t.Fatalf("relay epoch moved %d → %d", before["dc-a"], after["dc-a"])
+			}
+			return
 		}
 		ra := c.relays["dc-a"]
 		waitFor(t, "relay standing by with epoch_exhausted", func() bool {
@@ -426,22 +440,20 @@ func TestAttackDeletedInputStream(t *testing.T) {
 		})
 		_, ajs := env.connect(t, roleAttacker)
 		start := time.Now()
-		if err := ajs.DeleteStream(ctx, jsx.EventStream); err != nil {
-			if env.authEnforced {
-				return
-			}
-			t.Fatal(err)
-		}
+		deleted := env.attempt(t, "$JS.API.STREAM.DELETE."+jsx.EventStream, func(ctx context.Context) error {
+			return ajs.DeleteStream(ctx, jsx.EventStream)
+		})
+		env.requireRefusedWithAuth(t, deleted, "delete the KVEVENTS stream")
 		// Keep deleting it for a while: the relay recreates it each time,
 		// one epoch per backoff period at most.
-		for time.Since(start) < 5*time.Second {
+		for deleted && time.Since(start) < 5*time.Second {
 			_ = ajs.DeleteStream(ctx, jsx.EventStream)
 			time.Sleep(100 * time.Millisecond)
 		}
 		after := c.publishing(t)
 		for dc := range after {
-			if grew := after[dc] - before[dc]; grew > 15 {
-				t.Fatalf("%s: epoch %d → %d in the attack's 5 s", dc, before[dc], after[dc])
+			if grew := after[dc] - before[dc]; grew > 15 || (!deleted && grew != 0) {
+				t.Fatalf("%s: epoch %d → %d in the attack's 5 s (stream deleted: %t)", dc, before[dc], after[dc], deleted)
 			}
 		}
 		// New events reach both lanes again.
@@ -479,6 +491,7 @@ func TestAttackLaneMapWithFakeDCs(t *testing.T) {
 		c.publish(t, 400)
 		c.exact(t, "dc-a", "dc-b")
 		kv := env.attackerKV(t)
+		delivered := false
 		if kv != nil {
 			ctx := context.Background()
 			e, err := kv.Get(ctx, "lanes."+domain)
@@ -503,9 +516,12 @@ func TestAttackLaneMapWithFakeDCs(t *testing.T) {
 				lanes[i] = fake
 			}
 			b, _ := json.Marshal(raw)
-			if _, err := kv.Put(ctx, "lanes."+domain, b); err != nil && !env.authEnforced {
-				t.Fatal(err)
-			}
+			// Every relay of the domain may write the shared lane map (a
+			// documented limit of NATS permissions): validation must hold.
+			delivered = env.attempt(t, kvKeySubject("lanes."+domain), func(ctx context.Context) error {
+				_, err := kv.Put(ctx, "lanes."+domain, b)
+				return err
+			})
 		}
 		// A real DC joins.
 		c.startRelay(t, "dc-c", nil)
@@ -516,7 +532,7 @@ func TestAttackLaneMapWithFakeDCs(t *testing.T) {
 		if len(m) > 256<<10 || strings.Contains(m, "ffffffff") {
 			t.Fatalf("/metrics is %d bytes (fake names exported: %t)", len(m), strings.Contains(m, "ffffffff"))
 		}
-		if kv != nil && !strings.Contains(m, indexer.MetricLaneMapRejected+`{entry="lane"}`) {
+		if delivered && !strings.Contains(m, indexer.MetricLaneMapRejected+`{entry="lane"}`) {
 			t.Fatal("refused lane map entries not counted")
 		}
 	})
@@ -537,9 +553,10 @@ func TestAttackMarkerNamingAHugeObject(t *testing.T) {
 		c.exact(t)
 		c.publishing(t)
 		_, ajs := env.connect(t, roleAttacker)
+		_, ojs := env.connect(t, roleOperator)
 		ctx := context.Background()
 		const huge = 64 << 20
-		genuine := lastMarker(t, ajs, "dc-a")
+		genuine := lastMarker(t, ojs, "dc-a") // the attacker may know it
 		for i, target := range []struct{ bucket, name string }{
 			{"elsewhere", "big"},
 			{wire.SnapshotBucket, ""}, // the pool's own name for a later sequence
@@ -550,20 +567,28 @@ func TestAttackMarkerNamingAHugeObject(t *testing.T) {
 			if target.name == "" {
 				m.ObjectName, _ = wire.SnapshotObjectName(domain, "dc-a", m.Lease.Epoch, m.Sequence)
 			}
-			store, err := ajs.ObjectStore(ctx, target.bucket)
-			if errors.Is(err, jetstream.ErrBucketNotFound) {
-				store, err = ajs.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: target.bucket, Storage: jetstream.MemoryStorage})
-			}
-			if err != nil {
-				if env.authEnforced {
-					continue
+			var store jetstream.ObjectStore
+			opened := env.attempt(t, "$JS.API.STREAM.INFO.OBJ_"+target.bucket, func(ctx context.Context) (err error) {
+				store, err = ajs.ObjectStore(ctx, target.bucket)
+				if errors.Is(err, jetstream.ErrBucketNotFound) {
+					store, err = ajs.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{Bucket: target.bucket, Storage: jetstream.MemoryStorage})
 				}
-				t.Fatal(err)
+				return err
+			})
+			if !opened {
+				// Only ckf-snapshots is open to relays.
+				if target.bucket == wire.SnapshotBucket {
+					t.Fatalf("%s refused its own snapshot bucket", attackerUser)
+				}
+				continue
 			}
+			env.requireRefusedWithAuth(t, target.bucket != wire.SnapshotBucket, "open bucket "+target.bucket)
 			if _, err := store.Put(ctx, jetstream.ObjectMeta{Name: m.ObjectName}, zeroReader(huge)); err != nil {
 				t.Fatal(err)
 			}
-			if !env.attackerPublish(t, markerMsg(t, "dc-a", &m)) {
+			delivered := env.attackerPublish(t, markerMsg(t, "dc-a", &m))
+			env.requireRefusedWithAuth(t, delivered, "publish a marker on dc-a's lane")
+			if !delivered {
 				continue
 			}
 			// A restarting indexer bootstraps from the newest marker.
@@ -589,6 +614,11 @@ func TestAttackMarkerNamingAHugeObject(t *testing.T) {
 			}
 			c.exact(t)
 		}
+		// Whatever the server refused, the index is exact and the relays
+		// publish.
+		c.publish(t, 200)
+		c.exact(t)
+		c.publishing(t)
 	})
 }
 

@@ -48,6 +48,9 @@ func testUsers() []User {
 	return us
 }
 
+// adminUser is the test server's operator (no permissions set).
+var adminUser = User{Name: "admin", Password: "pw-admin-test"}
+
 // permServer starts an embedded server whose config includes the rendered
 // accounts of the test domain.
 func permServer(t *testing.T) (*testenv.Server, map[string]User) {
@@ -57,6 +60,13 @@ func permServer(t *testing.T) (*testenv.Server, map[string]User) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// An unrestricted operator of the account (deploy/ ships none), the
+	// only user that may delete streams.
+	const open = "users: ["
+	if strings.Count(block, open) != 1 {
+		t.Fatalf("rendered accounts block has %d %q, want one", strings.Count(block, open), open)
+	}
+	block = strings.Replace(block, open, open+"\n      { user: \""+adminUser.Name+"\", password: \""+adminUser.Password+"\" }", 1)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "accounts.conf"), []byte(block), 0o600); err != nil {
 		t.Fatal(err)
