@@ -205,7 +205,7 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		return exitUsage
 	}
 	log = log.With().Str("service", serviceName).Logger()
-	if err := serve(ctx, o, log); err != nil {
+	if err := serve(ctx, o, log, env); err != nil {
 		log.Error().Err(err).Msg("global-indexer failed")
 		return exitError
 	}
@@ -213,8 +213,8 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 }
 
 // serve runs the indexer until ctx ends.
-func serve(ctx context.Context, o options, log zerolog.Logger) error {
-	tp, shutdownTracing, err := o.common.Tracer(ctx, serviceName)
+func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) string) error {
+	tp, shutdownTracing, err := o.common.Tracer(ctx, cli.Service{Name: serviceName, Domain: o.domain}, env)
 	if err != nil {
 		return fmt.Errorf("tracing: %w", err)
 	}
@@ -247,7 +247,7 @@ func serve(ctx context.Context, o options, log zerolog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("http listen %s: %w", o.httpAddr, err)
 	}
-	hs := &http.Server{Handler: api.Handler(svc, svc.APIMetrics(), reg), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: cli.TraceHTTP(api.Handler(svc, svc.APIMetrics(), reg), tp, serviceName), ReadHeaderTimeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	httpErr := make(chan error, 1)

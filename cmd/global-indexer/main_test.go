@@ -33,7 +33,7 @@ func envOf(m map[string]string) func(string) string {
 // defaultOptions are the options with no flag and no environment.
 func defaultOptions() options {
 	return options{
-		common: cli.Common{NatsPort: 4222, LogLevel: "info", LogFormat: "console"},
+		common: cli.Common{NatsPort: 4222, LogLevel: "info", LogFormat: "console", Tracing: cli.Tracing{SampleRatio: cli.DefaultSampleRatio}},
 		domain: "default", httpAddr: "127.0.0.1:8080",
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,

@@ -35,10 +35,11 @@ type options struct {
 	httpAddr string
 	mode     string
 	cfg      relay.Config
+	getenv   func(string) string
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
-	o := &options{cfg: relay.DefaultConfig("default", "")}
+	o := &options{cfg: relay.DefaultConfig("default", ""), getenv: getenv}
 	fs := flag.NewFlagSet("relay-producer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.common.Register(fs)
@@ -93,7 +94,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 }
 
 func serve(ctx context.Context, o *options, log zerolog.Logger) error {
-	tp, shutdownTracing, err := o.common.Tracer(ctx, "relay-producer")
+	tp, shutdownTracing, err := o.common.Tracer(ctx, cli.Service{Name: "relay-producer", Instance: o.cfg.Instance, Domain: o.cfg.Domain, DC: o.cfg.DC}, o.getenv)
 	if err != nil {
 		return err
 	}
@@ -114,7 +115,7 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", o.httpAddr, err)
 		}
-		hs := &http.Server{Handler: r.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+		hs := &http.Server{Handler: cli.TraceHTTP(r.Handler(reg), tp, "relay-producer"), ReadHeaderTimeout: 5 * time.Second}
 		go hs.Serve(ln)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

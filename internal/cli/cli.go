@@ -4,7 +4,6 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -17,13 +16,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ckfrelay/ckfrelay/pkg/natsembed"
 )
@@ -66,14 +58,13 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 
 // Common are the flags both binaries take.
 type Common struct {
-	NatsURL      string
-	JSDomain     string
-	NatsPort     int
-	StoreDir     string
-	LogLevel     string
-	LogFormat    string
-	OTLPEndpoint string
-	TraceStdout  bool
+	NatsURL   string
+	JSDomain  string
+	NatsPort  int
+	StoreDir  string
+	LogLevel  string
+	LogFormat string
+	Tracing
 }
 
 // Register adds the common flags to fs.
@@ -84,8 +75,7 @@ func (c *Common) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.StoreDir, "store-dir", "", "JetStream store directory of the embedded server (default: a new temporary directory)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", "console", "log format: console or json")
-	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP trace collector host:port; empty disables export")
-	fs.BoolVar(&c.TraceStdout, "trace-stdout", false, "write OpenTelemetry spans to stderr")
+	c.Tracing.register(fs)
 }
 
 // Logger builds the zerolog logger the flags ask for.
@@ -102,31 +92,6 @@ func (c *Common) Logger(w io.Writer) (zerolog.Logger, error) {
 		return zerolog.Nop(), fmt.Errorf("invalid --log-format %q (want console or json)", c.LogFormat)
 	}
 	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
-}
-
-// Tracer builds the tracer provider; shutdown flushes it.
-func (c *Common) Tracer(ctx context.Context, service string) (trace.TracerProvider, func(context.Context) error, error) {
-	var opts []sdktrace.TracerProviderOption
-	if c.OTLPEndpoint != "" {
-		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(c.OTLPEndpoint), otlptracehttp.WithInsecure())
-		if err != nil {
-			return nil, nil, fmt.Errorf("otlp exporter: %w", err)
-		}
-		opts = append(opts, sdktrace.WithBatcher(exp))
-	}
-	if c.TraceStdout {
-		exp, err := stdouttrace.New(stdouttrace.WithWriter(os.Stderr))
-		if err != nil {
-			return nil, nil, err
-		}
-		opts = append(opts, sdktrace.WithBatcher(exp))
-	}
-	if len(opts) == 0 {
-		return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
-	}
-	res := resource.NewSchemaless(semconv.ServiceName(service))
-	tp := sdktrace.NewTracerProvider(append(opts, sdktrace.WithResource(res))...)
-	return tp, tp.Shutdown, nil
 }
 
 // Conn is a NATS connection, plus the embedded server when one was started.

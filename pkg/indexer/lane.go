@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
@@ -645,6 +646,11 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 	_, span := r.svc.tracer.Start(pctx, SpanLaneApply,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
+			semconv.MessagingSystemKey.String("nats"),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("apply"),
+			semconv.MessagingDestinationName(m.Subject()),
+			semconv.MessagingMessageBodySize(len(m.Data())),
 			attribute.Int("lane", r.lane),
 			attribute.String("dc", r.dc),
 			attribute.Int64("sequence", int64(d.Sequence)),

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
@@ -215,10 +216,12 @@ type epochRun struct {
 	lastSnap  uint64
 
 	// batch tracing: the oldest pending event time and the span contexts
-	// of the applies whose effects the next delta publishes.
-	oldestEvent time.Time
-	applySpan   trace.SpanContext
-	inputSeq    uint64 // stream sequence of the last input message seen
+	// of the applies whose effects the next delta publishes (at most
+	// maxSpanLinks; linksDropped counts the rest).
+	oldestEvent  time.Time
+	applySpans   []trace.SpanContext
+	linksDropped int
+	inputSeq     uint64 // stream sequence of the last input message seen
 
 	inputStream   inputStream // the input stream incarnation inputSeq refers to
 	checkpointSeq uint64      // input sequence of the newest stored (or restored) checkpoint
@@ -238,14 +241,10 @@ func (e *epochRun) Enqueue(d ckf.Delta) error {
 		return err
 	}
 	e.buf = buf
-	ctx := e.ctx
-	if e.applySpan.IsValid() {
-		ctx = trace.ContextWithSpanContext(ctx, e.applySpan)
-	}
-	ctx, span := e.r.tracer.Start(ctx, "ckf.relay.publish_delta", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.String("ckf.dc", e.r.cfg.DC), attribute.Int("ckf.lane", e.lane),
-			attribute.Int64("ckf.epoch", int64(e.epoch)), attribute.Int64("ckf.sequence", int64(d.Sequence)),
-			attribute.Int("ckf.images", len(d.Images))))
+	msgID := wire.MsgID(wire.KindDelta, &e.identity, e.epoch, d.Sequence)
+	ctx, span := e.startPublishSpan(len(buf), msgID,
+		attribute.Int64("ckf.epoch", int64(e.epoch)), attribute.Int64("ckf.sequence", int64(d.Sequence)),
+		attribute.Int("ckf.images", len(d.Images)))
 	defer span.End()
 	msg := nats.NewMsg(e.r.subj.Delta)
 	msg.Data = buf
@@ -254,7 +253,7 @@ func (e *epochRun) Enqueue(d ckf.Delta) error {
 		msg.Header.Set(HeaderEventTime, strconv.FormatInt(e.oldestEvent.UnixNano(), 10))
 	}
 	start := time.Now()
-	err = e.publish(ctx, wire.KindDelta, msg, wire.MsgID(wire.KindDelta, &e.identity, e.epoch, d.Sequence))
+	err = e.publish(ctx, wire.KindDelta, msg, msgID)
 	e.r.m.publishSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		span.RecordError(err)
@@ -264,6 +263,44 @@ func (e *epochRun) Enqueue(d ckf.Delta) error {
 	e.r.m.deltas.Inc()
 	e.r.m.images.Add(uint64(len(d.Images)))
 	return nil
+}
+
+// maxSpanLinks bounds the links of one publish span (the SDK's default
+// link limit): a delta coalescing more input messages links the first ones
+// and counts the rest in ckf.links_dropped.
+const maxSpanLinks = 128
+
+// startPublishSpan starts the producer span of one delta. Its parent is
+// the first sampled apply span of the batch (the first one when none is
+// sampled), so a traced input message's trace continues to the indexer;
+// every coalesced input message's apply span is linked.
+func (e *epochRun) startPublishSpan(bodySize int, msgID string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	ctx := e.ctx
+	var parent trace.SpanContext
+	links := make([]trace.Link, 0, len(e.applySpans))
+	for _, sc := range e.applySpans {
+		if !parent.IsValid() || (!parent.IsSampled() && sc.IsSampled()) {
+			parent = sc
+		}
+		links = append(links, trace.Link{SpanContext: sc})
+	}
+	if parent.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, parent)
+	}
+	attrs = append(attrs,
+		semconv.MessagingSystemKey.String("nats"),
+		semconv.MessagingOperationTypeSend,
+		semconv.MessagingOperationName("publish"),
+		semconv.MessagingDestinationName(e.r.subj.Delta),
+		semconv.MessagingMessageID(msgID),
+		semconv.MessagingMessageBodySize(bodySize),
+		attribute.String("ckf.dc", e.r.cfg.DC), attribute.Int("ckf.lane", e.lane),
+		attribute.Int("ckf.coalesced_messages", len(e.applySpans)+e.linksDropped))
+	if e.linksDropped > 0 {
+		attrs = append(attrs, attribute.Int("ckf.links_dropped", e.linksDropped))
+	}
+	return e.r.tracer.Start(ctx, "ckf.relay.publish_delta", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithLinks(links...), trace.WithAttributes(attrs...))
 }
 
 // publish stores msg on the lane, expecting the lane's last sequence so a
@@ -520,8 +557,17 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 	}
 	ctx := r.prop.Extract(e.ctx, jsx.HeaderCarrier(msg.Headers()))
 	_, span := r.tracer.Start(ctx, "ckf.relay.apply_events", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("ckf.dc", r.cfg.DC), attribute.Int64("ckf.worker_id", int64(worker)),
+		trace.WithAttributes(
+			semconv.MessagingSystemKey.String("nats"),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("apply"),
+			semconv.MessagingDestinationName(msg.Subject()),
+			semconv.MessagingMessageBodySize(len(msg.Data())),
+			attribute.String("ckf.dc", r.cfg.DC), attribute.Int64("ckf.worker_id", int64(worker)),
 			attribute.Int("ckf.events", len(evs))))
+	if meta != nil {
+		span.SetAttributes(attribute.Int64("ckf.input_sequence", int64(meta.Sequence.Stream)))
+	}
 	applied := 0
 	for i := range evs {
 		ev := &evs[i]
@@ -551,7 +597,13 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 		if e.oldestEvent.IsZero() && meta != nil {
 			e.oldestEvent = meta.Timestamp
 		}
-		e.applySpan = span.SpanContext()
+		if sc := span.SpanContext(); sc.IsValid() {
+			if len(e.applySpans) < maxSpanLinks {
+				e.applySpans = append(e.applySpans, sc)
+			} else {
+				e.linksDropped++
+			}
+		}
 	}
 	return applied
 }
@@ -582,7 +634,7 @@ func eventErrorName(e ckf.EventError) string {
 // consecutive deltas.
 func (e *epochRun) flush() error {
 	batch := e.state.Flush()
-	defer func() { e.oldestEvent, e.applySpan = time.Time{}, trace.SpanContext{} }()
+	defer func() { e.oldestEvent, e.applySpans, e.linksDropped = time.Time{}, e.applySpans[:0], 0 }()
 	return e.publishBatch(batch)
 }
 
