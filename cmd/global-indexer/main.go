@@ -154,10 +154,10 @@ type logFlagError struct{ name, want string }
 func logFlagsError(c cli.Common) *logFlagError {
 	lvl := c
 	lvl.LogFormat = "json"
-	if _, err := lvl.Logger(io.Discard); err != nil {
+	if _, err := lvl.Logger(io.Discard, ""); err != nil {
 		return &logFlagError{"log-level", "want trace, debug, info, warn or error"}
 	}
-	if _, err := c.Logger(io.Discard); err != nil {
+	if _, err := c.Logger(io.Discard, ""); err != nil {
 		return &logFlagError{"log-format", "want console or json"}
 	}
 	return nil
@@ -199,12 +199,11 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		fmt.Fprintf(stderr, "%s: %v\n", serviceName, err)
 		return exitUsage
 	}
-	log, err := o.common.Logger(stdout)
+	log, err := o.common.Logger(stderr, serviceName)
 	if err != nil { // parseFlags checked the logging flags
 		fmt.Fprintf(stderr, "%s: %v\n", serviceName, err)
 		return exitUsage
 	}
-	log = log.With().Str("service", serviceName).Logger()
 	if err := serve(ctx, o, log, env); err != nil {
 		log.Error().Err(err).Msg("global-indexer failed")
 		return exitError
@@ -284,13 +283,13 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 // how the other binaries join it (cli.Connect already logged its URL).
 func logServing(log zerolog.Logger, o options, conn *cli.Conn, httpAddr string) {
 	ev := log.Info().
-		Str("http_addr", httpAddr).
+		Str("addr", httpAddr).
 		Str("match_url", "http://"+httpAddr+"/v1/match").
 		Str("match_subject", indexer.MatchSubject(o.domain)).
 		Str("micro_service", indexer.MicroServiceName).
 		Str("nats_url", conn.URL).
 		Str("domain", o.domain).
-		Str("max_apply_lag", o.maxApplyLag.String())
+		Dur("max_apply_lag_ms", o.maxApplyLag)
 	if o.common.JSDomain != "" {
 		ev = ev.Str("js_domain", o.common.JSDomain)
 	}

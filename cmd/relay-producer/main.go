@@ -81,7 +81,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		fmt.Fprintf(stderr, "relay-producer: %v\n", err)
 		return 2
 	}
-	log, err := o.common.Logger(stderr)
+	log, err := o.common.Logger(stderr, "relay-producer")
 	if err != nil {
 		fmt.Fprintf(stderr, "relay-producer: %v\n", err)
 		return 2
@@ -122,7 +122,7 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 			defer cancel()
 			hs.Shutdown(sctx)
 		}()
-		log.Info().Str("addr", "http://"+ln.Addr().String()).Msg("health, status and metrics")
+		log.Info().Str("addr", ln.Addr().String()).Msg("serving health, status and metrics over HTTP")
 	}
 	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).
 		Str("mode", o.cfg.CKF.Mode.String()).Msg("relay-producer starting")

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"io"
 	"os"
 	"strings"
 	"time"
@@ -76,22 +75,6 @@ func (c *Common) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", "console", "log format: console or json")
 	c.Tracing.register(fs)
-}
-
-// Logger builds the zerolog logger the flags ask for.
-func (c *Common) Logger(w io.Writer) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(c.LogLevel)
-	if err != nil || c.LogLevel == "" {
-		return zerolog.Nop(), fmt.Errorf("invalid --log-level %q (want debug, info, warn, error)", c.LogLevel)
-	}
-	switch c.LogFormat {
-	case "json":
-	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
-	default:
-		return zerolog.Nop(), fmt.Errorf("invalid --log-format %q (want console or json)", c.LogFormat)
-	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
 }
 
 // Conn is a NATS connection, plus the embedded server when one was started.

@@ -119,7 +119,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		nc:        nc,
 		js:        js,
 		cfg:       cfg,
-		log:       cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Logger(),
+		log:       cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Str("instance", "indexer-"+strconv.FormatUint(instance, 16)).Logger(),
 		tracer:    tp.Tracer(TracerName),
 		reg:       reg,
 		m:         newServiceMetrics(reg),
@@ -176,7 +176,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	defer s.shutdown(cancel, svc)
 
-	s.log.Info().Uint64("consumer_instance", uint64(s.instance)).Msg("indexer started")
+	s.log.Info().Msg("indexer started")
 	bo := newBackoff(s.cfg.BootstrapBackoffMin, s.cfg.BootstrapBackoffMax)
 	for rctx.Err() == nil {
 		ch, err := coord.WatchLaneMap(rctx, s.cfg.Domain)

@@ -154,7 +154,7 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 		return reject(cpLoadError, err, "checkpoint fetch failed")
 	}
 	r.m.checkpoints.With(cpRestored).Inc()
-	log.Info().Uint64("input_sequence", seq).Uint64("bytes", info.Size).Dur("took", time.Since(start)).
+	log.Info().Uint64("input_sequence", seq).Uint64("bytes", info.Size).Dur("took_ms", time.Since(start)).
 		Int("unique_blocks", state.UniqueBlocks()).Msg("exact state restored from the checkpoint")
 	return state, seq, true
 }
@@ -205,7 +205,7 @@ func (e *epochRun) checkpoint(ctx context.Context, trigger string) {
 	}
 	e.checkpointSeq = e.inputSeq
 	r.m.checkpoints.With(cpWritten).Inc()
-	r.log.Info().Str("trigger", trigger).Uint64("input_sequence", e.inputSeq).Int64("bytes", cw.n).Dur("took", took).
+	r.log.Info().Str("trigger", trigger).Uint64("input_sequence", e.inputSeq).Int64("bytes", cw.n).Dur("took_ms", took).
 		Str("object", name).Msg("checkpoint stored")
 }
 

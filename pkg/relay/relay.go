@@ -172,7 +172,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			wait := r.cfg.LeaseTTL / 3
 			var le *lease.Error
 			if errors.As(err, &le) && errors.Is(err, lease.ErrLeaseHeld) {
-				r.log.Info().Str("holder", le.Holder).Uint64("holder_epoch", le.Epoch).Msg("standby: lease held by another relay")
+				r.log.Info().Str("holder_instance", le.Holder).Uint64("holder_epoch", le.Epoch).Msg("standby: lease held by another relay")
 			} else {
 				r.log.Warn().Err(err).Msg("lease acquire failed")
 			}
@@ -417,7 +417,7 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx
 	}
 	e.state.Flush() // nothing was published yet: the snapshot covers it
 	log.Info().Uint64("input_sequence", e.inputSeq).Bool("from_checkpoint", restored).Uint64("checkpoint_sequence", restoredSeq).
-		Int("messages_replayed", replayed).Dur("took", time.Since(rebuildStart)).
+		Int("messages_replayed", replayed).Dur("took_ms", time.Since(rebuildStart)).
 		Int("unique_blocks", e.state.UniqueBlocks()).Msg("exact state rebuilt from the input stream")
 
 	if e.lastLane, err = jsx.LastLaneSequence(ctx, res.Lanes, r.subj.Filter); err != nil {
@@ -515,7 +515,7 @@ func (r *Relay) checkInputRetention(stream inputStream, from uint64) {
 	}
 	r.m.inputGap.Add(gap)
 	r.log.Error().Uint64("from_sequence", from).Uint64("first_stored_sequence", stream.firstSeq).Uint64("missing", gap).
-		Dur("input_max_age", stream.maxAge).Dur("checkpoint_interval", r.cfg.CheckpointInterval).
+		Dur("input_max_age_ms", stream.maxAge).Dur("checkpoint_interval_ms", r.cfg.CheckpointInterval).
 		Msg("the input stream no longer holds sequences this rebuild needs: events of this DC among them are missing from the exact state")
 }
 
@@ -526,7 +526,7 @@ func (r *Relay) warnRetention(stream inputStream) {
 		return
 	}
 	if r.cfg.CheckpointInterval == 0 || 2*r.cfg.CheckpointInterval > stream.maxAge {
-		r.log.Warn().Dur("input_max_age", stream.maxAge).Dur("checkpoint_interval", r.cfg.CheckpointInterval).
+		r.log.Warn().Dur("input_max_age_ms", stream.maxAge).Dur("checkpoint_interval_ms", r.cfg.CheckpointInterval).
 			Msg("input retention is less than twice the checkpoint interval: a restart may find events already dropped")
 	}
 }
