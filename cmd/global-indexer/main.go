@@ -83,6 +83,7 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	var o options
 	fs := flag.NewFlagSet(serviceName, flag.ContinueOnError)
 	fs.SetOutput(out)
+	cli.Usage(fs, "follows every DC lane of a domain and answers prefix-match queries over HTTP and NATS", map[string]string{"http-addr": cli.GroupConnection})
 	o.common.Register(fs)
 	fs.StringVar(&o.domain, "domain", "default", "indexer domain (one logical KV index namespace)")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address of the query API, health and metrics")

@@ -42,6 +42,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	o := &options{cfg: relay.DefaultConfig("default", ""), getenv: getenv}
 	fs := flag.NewFlagSet("relay-producer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	cli.Usage(fs, "consumes one DC's worker KV events from JetStream and publishes the pool's CKF lane under a fenced lease", nil)
 	o.common.Register(fs)
 	fs.StringVar(&o.cfg.Domain, "domain", "default", "indexer domain (one logical KV index namespace)")
 	fs.StringVar(&o.cfg.DC, "dc", "", "this relay's data center name (required)")

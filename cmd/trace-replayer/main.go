@@ -57,6 +57,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	o := &options{rcfg: replay.Config{WorkersPerDC: 4, CapacityBlocks: 4096, Duplication: 1, Affinity: 0.8, Seed: 1}}
 	fs := flag.NewFlagSet("trace-replayer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	cli.Usage(fs, "replays the Mooncake trace as simulated workers' KV events and checks the indexer's answers against the exact ground truth", nil)
 	fs.StringVar(&o.natsURL, "nats-url", nats.DefaultURL, "NATS server URL")
 	fs.StringVar(&o.domain, "domain", "default", "indexer domain")
 	fs.StringVar(&o.dcs, "dcs", "dc-a,dc-b", "comma-separated DC names (each needs a relay-producer)")

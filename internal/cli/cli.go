@@ -31,8 +31,16 @@ func EnvName(flagName string) string {
 // Parse parses args, then fills every flag not given on the command line
 // from its environment variable (looked up with getenv). A bad value names
 // its source.
+//
+// Every command gets --version: Parse adds it when Usage did not, prints
+// the version to fs.Output() and returns ErrVersion (which matches
+// flag.ErrHelp).
 func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	addVersionFlag(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := handleVersion(fs); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -42,7 +50,7 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] {
+		if set[f.Name] || notFromEnv[f.Name] {
 			return
 		}
 		env := EnvName(f.Name)

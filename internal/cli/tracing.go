@@ -54,7 +54,7 @@ func (t *Tracing) register(fs *flag.FlagSet) {
 	fs.StringVar(&t.OTLPCertFile, "otlp-cert-file", "", "PEM client certificate for mutual TLS to the collector")
 	fs.StringVar(&t.OTLPKeyFile, "otlp-key-file", "", "PEM key of --otlp-cert-file")
 	fs.BoolVar(&t.TraceStdout, "trace-stdout", false, "write OpenTelemetry spans to stderr")
-	fs.Func("trace-sample-ratio", "share of root spans traced (0..1); a message with a traceparent follows its parent (unset: OTEL_TRACES_SAMPLER[_ARG], else "+strconv.FormatFloat(DefaultSampleRatio, 'g', -1, 64)+")", func(s string) error {
+	fs.Func("trace-sample-ratio", "share of root spans traced, a `ratio` within 0..1; a message with a traceparent follows its parent (unset: OTEL_TRACES_SAMPLER[_ARG], else "+strconv.FormatFloat(DefaultSampleRatio, 'g', -1, 64)+")", func(s string) error {
 		v, err := strconv.ParseFloat(s, 64)
 		if err != nil || v < 0 || v > 1 {
 			return errors.New("want a ratio within 0..1")
