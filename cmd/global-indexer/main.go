@@ -247,7 +247,7 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 	if err != nil {
 		return fmt.Errorf("http listen %s: %w", o.httpAddr, err)
 	}
-	hs := &http.Server{Handler: cli.TraceHTTP(api.Handler(svc, svc.APIMetrics(), reg), tp, serviceName), ReadHeaderTimeout: 10 * time.Second}
+	hs := &http.Server{Handler: cli.TraceHTTP(api.Handler(svc, svc.APIMetrics(), reg, api.WithStatusInfo(api.StatusInfo{Domain: o.domain, Version: cli.Version()})), tp, serviceName), ReadHeaderTimeout: 10 * time.Second}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	httpErr := make(chan error, 1)

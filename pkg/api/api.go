@@ -1,6 +1,6 @@
 // Package api is the indexer's query surface: the JSON request/response
 // contract of POST /v1/match (shared by HTTP and the NATS micro endpoint),
-// GET /v1/lanes, /healthz, /readyz and /metrics.
+// GET /v1/lanes, /healthz, /readyz, /metrics and the status page at /.
 package api
 
 import (
@@ -186,6 +186,7 @@ type LaneStatus struct {
 	State             string `json:"state"`
 	Epoch             uint64 `json:"epoch"`
 	InstalledSequence uint64 `json:"installed_sequence"`
+	StreamLag         uint64 `json:"stream_lag_messages"`
 	LastFault         string `json:"last_fault,omitempty"`
 }
 
@@ -211,9 +212,36 @@ func NewMetrics(reg *metrics.Registry) *Metrics {
 	}
 }
 
-// Handler returns the HTTP mux of the API.
-func Handler(b Backend, m *Metrics, reg *metrics.Registry) http.Handler {
+// MatchLatency summarises the match latency histogram (percentiles are
+// bucket upper bounds).
+func (m *Metrics) MatchLatency() LatencyStats {
+	n := m.Latency.Count()
+	if n == 0 {
+		return LatencyStats{}
+	}
+	sec := func(q float64) time.Duration { return time.Duration(m.Latency.Quantile(q) * float64(time.Second)) }
+	return LatencyStats{Count: n, P50: sec(0.5), P99: sec(0.99)}
+}
+
+// Option adjusts Handler.
+type Option func(*handlerOptions)
+
+type handlerOptions struct {
+	info StatusInfo
+	now  func() time.Time
+}
+
+// WithStatusInfo names the indexer on the status page.
+func WithStatusInfo(info StatusInfo) Option { return func(o *handlerOptions) { o.info = info } }
+
+// Handler returns the HTTP mux of the API; GET / is the status page.
+func Handler(b Backend, m *Metrics, reg *metrics.Registry, opts ...Option) http.Handler {
+	ho := handlerOptions{now: time.Now}
+	for _, o := range opts {
+		o(&ho)
+	}
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", statusHandler(b, m, ho.info, ho.now))
 	mux.HandleFunc("POST /v1/match", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
 		if err != nil {

@@ -65,6 +65,7 @@ type laneStatus struct {
 	phase     string
 	epoch     uint64
 	installed uint64
+	lag       uint64
 	lastFault string
 }
 
@@ -101,6 +102,7 @@ func (r *laneRunner) Status() api.LaneStatus {
 		State:             r.st.phase,
 		Epoch:             r.st.epoch,
 		InstalledSequence: r.st.installed,
+		StreamLag:         r.st.lag,
 		LastFault:         r.st.lastFault,
 	}
 }
@@ -558,6 +560,9 @@ func faultKind(f consumer.Fault) string {
 func (r *laneRunner) handle(ctx context.Context, m jetstream.Msg) (out outcome, done bool) {
 	if meta, err := m.Metadata(); err == nil {
 		r.m.lag.Set(float64(meta.NumPending))
+		r.mu.Lock()
+		r.st.lag = meta.NumPending
+		r.mu.Unlock()
 	}
 	data := m.Data()
 	kind, err := wire.PeekKind(data)
