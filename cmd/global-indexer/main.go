@@ -22,15 +22,16 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 )
 
 // Exit codes.
@@ -166,7 +167,7 @@ func logFlagsError(c cli.Common) *logFlagError {
 
 // config builds the indexer config the options describe. tp may be nil (no
 // tracing).
-func (o options) config(log zerolog.Logger, reg *metrics.Registry, tp trace.TracerProvider) (indexer.Config, error) {
+func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.TracerProvider) (indexer.Config, error) {
 	pc := consumer.DefaultPoolConfig()
 	pc.WorkerCount, pc.QueueCapacity = o.workers, o.queue
 	pc.MaxDirtyToAppliedAge, pc.ControlTimeout = o.maxApplyLag, o.controlTimeout
@@ -233,7 +234,7 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 	}
 	defer conn.Close()
 
-	reg := metrics.NewRegistry()
+	reg := promx.NewRegistry(serviceName, cli.Version())
 	cfg, err := o.config(log, reg, tp)
 	if err != nil {
 		return err

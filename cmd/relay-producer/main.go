@@ -19,8 +19,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/relay"
 )
 
@@ -105,7 +105,7 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		return err
 	}
 	defer conn.Close()
-	reg := metrics.NewRegistry()
+	reg := promx.NewRegistry("relay-producer", cli.Version())
 	o.cfg.Logger, o.cfg.Tracer, o.cfg.Metrics = log, tp, reg
 	r, err := relay.New(conn.NC, conn.JS, o.cfg)
 	if err != nil {

@@ -5,16 +5,22 @@ package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 )
 
 // Limits on one match request.
@@ -200,27 +206,53 @@ type Backend interface {
 
 // Metrics counts API traffic.
 type Metrics struct {
-	Requests *metrics.CounterVec
-	Latency  *metrics.Histogram
+	Requests *prometheus.CounterVec
+	Latency  prometheus.Histogram
 }
 
-// NewMetrics registers the API metrics on reg.
-func NewMetrics(reg *metrics.Registry) *Metrics {
-	return &Metrics{
-		Requests: reg.NewCounterVec("ckf_api_requests_total", "Query API requests by endpoint and outcome.", "endpoint", "outcome"),
-		Latency:  reg.NewHistogram("ckf_api_match_seconds", "Match latency inside the server.", metrics.ExponentialBuckets(1e-6, 2, 20)),
+// MetricMatchDuration is the match latency histogram.
+const MetricMatchDuration = "ckf_api_match_duration_seconds"
+
+// NewMetrics registers the API metrics on reg (a private registry when
+// nil).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
 	}
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ckf_api_requests_total", Help: "Query API requests by endpoint and outcome."},
+			[]string{"endpoint", "outcome"}),
+		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricMatchDuration,
+			Help:    "Match latency inside the server; exemplars carry the request's trace id.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 20)}),
+	}
+	for _, c := range []prometheus.Collector{m.Requests, m.Latency} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
-// MatchLatency summarises the match latency histogram (percentiles are
-// bucket upper bounds).
+// MatchLatency summarises the match latency histogram; the percentiles
+// are the upper bounds of the buckets holding them.
 func (m *Metrics) MatchLatency() LatencyStats {
-	n := m.Latency.Count()
-	if n == 0 {
+	var pb dto.Metric
+	if err := m.Latency.Write(&pb); err != nil || pb.GetHistogram().GetSampleCount() == 0 {
 		return LatencyStats{}
 	}
-	sec := func(q float64) time.Duration { return time.Duration(m.Latency.Quantile(q) * float64(time.Second)) }
-	return LatencyStats{Count: n, P50: sec(0.5), P99: sec(0.99)}
+	h := pb.GetHistogram()
+	n := h.GetSampleCount()
+	q := func(q float64) time.Duration {
+		rank := uint64(math.Ceil(q * float64(n)))
+		for _, b := range h.GetBucket() {
+			if b.GetCumulativeCount() >= rank {
+				return time.Duration(b.GetUpperBound() * float64(time.Second))
+			}
+		}
+		return time.Duration(math.MaxInt64)
+	}
+	return LatencyStats{Count: n, P50: q(0.5), P99: q(0.99)}
 }
 
 // Option adjusts Handler.
@@ -235,7 +267,7 @@ type handlerOptions struct {
 func WithStatusInfo(info StatusInfo) Option { return func(o *handlerOptions) { o.info = info } }
 
 // Handler returns the HTTP mux of the API; GET / is the status page.
-func Handler(b Backend, m *Metrics, reg *metrics.Registry, opts ...Option) http.Handler {
+func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) http.Handler {
 	ho := handlerOptions{now: time.Now}
 	for _, o := range opts {
 		o(&ho)
@@ -245,11 +277,11 @@ func Handler(b Backend, m *Metrics, reg *metrics.Registry, opts ...Option) http.
 	mux.HandleFunc("POST /v1/match", func(w http.ResponseWriter, r *http.Request) {
 		body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
 		if err != nil {
-			m.Requests.With("match", "bad_request").Inc()
+			m.Requests.WithLabelValues("match", "bad_request").Inc()
 			writeError(w, http.StatusBadRequest, &RequestError{Reason: "reading body: " + err.Error()})
 			return
 		}
-		resp, status, err := Match(b, m, body)
+		resp, status, err := Match(r.Context(), b, m, body)
 		if err != nil {
 			writeError(w, status, err)
 			return
@@ -257,7 +289,7 @@ func Handler(b Backend, m *Metrics, reg *metrics.Registry, opts ...Option) http.
 		writeJSON(w, http.StatusOK, resp)
 	})
 	mux.HandleFunc("GET /v1/lanes", func(w http.ResponseWriter, r *http.Request) {
-		m.Requests.With("lanes", "ok").Inc()
+		m.Requests.WithLabelValues("lanes", "ok").Inc()
 		writeJSON(w, http.StatusOK, map[string]any{"lanes": b.Lanes()})
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -271,31 +303,32 @@ func Handler(b Backend, m *Metrics, reg *metrics.Registry, opts ...Option) http.
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	if reg != nil {
-		mux.Handle("GET /metrics", reg.Handler())
+		mux.Handle("GET /metrics", promx.Handler(reg))
 	}
 	return mux
 }
 
 // Match decodes body, runs it and returns the response or an error with
-// the HTTP status it maps to. The NATS endpoint uses it too.
-func Match(b Backend, m *Metrics, body []byte) (MatchResponse, int, error) {
+// the HTTP status it maps to. The NATS endpoint uses it too. The latency
+// exemplar is ctx's trace, when sampled.
+func Match(ctx context.Context, b Backend, m *Metrics, body []byte) (MatchResponse, int, error) {
 	q, err := DecodeMatchRequest(body)
 	if err != nil {
-		m.Requests.With("match", "bad_request").Inc()
+		m.Requests.WithLabelValues("match", "bad_request").Inc()
 		return MatchResponse{}, http.StatusBadRequest, err
 	}
 	start := time.Now()
 	resp, err := b.Match(q)
-	m.Latency.Observe(time.Since(start).Seconds())
+	promx.Observe(m.Latency, time.Since(start).Seconds(), trace.SpanContextFromContext(ctx))
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
-			m.Requests.With("match", "unavailable").Inc()
+			m.Requests.WithLabelValues("match", "unavailable").Inc()
 			return MatchResponse{}, http.StatusServiceUnavailable, err
 		}
-		m.Requests.With("match", "error").Inc()
+		m.Requests.WithLabelValues("match", "error").Inc()
 		return MatchResponse{}, http.StatusInternalServerError, err
 	}
-	m.Requests.With("match", "ok").Inc()
+	m.Requests.WithLabelValues("match", "ok").Inc()
 	return resp, http.StatusOK, nil
 }
 

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // laneTable answers with a fixed lane table (HTTP-layer stand-in).
@@ -22,8 +22,8 @@ func TestStatusPageRendersLanesLatencyAndTheMatchForm(t *testing.T) {
 		{Lane: 0, DC: "dc-a", State: "active", Epoch: 3, InstalledSequence: 1234, StreamLag: 7},
 		{Lane: 1, DC: "dc-b", State: "backoff", Epoch: 1, InstalledSequence: 9, LastFault: `decode <script>alert(1)</script>`},
 	}}
-	reg := metrics.NewRegistry()
-	m := NewMetrics(reg)
+	reg := prometheus.NewRegistry()
+	m := mustMetrics(t, reg)
 	h := Handler(b, m, reg, WithStatusInfo(StatusInfo{Domain: "prod", Version: "v1.2.3"}))
 	for range 3 {
 		rec := httptest.NewRecorder()
@@ -63,14 +63,14 @@ func TestStatusPageRendersLanesLatencyAndTheMatchForm(t *testing.T) {
 
 func TestStatusPageWithoutLanesOrQueries(t *testing.T) {
 	b := &laneTable{}
-	reg := metrics.NewRegistry()
-	h := Handler(b, NewMetrics(reg), reg, WithStatusInfo(StatusInfo{Domain: "d"}))
+	reg := prometheus.NewRegistry()
+	h := Handler(b, mustMetrics(t, reg), reg, WithStatusInfo(StatusInfo{Domain: "d"}))
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 	if !strings.Contains(rec.Body.String(), "no lane yet") || !strings.Contains(rec.Body.String(), "<td class=\"num\">–</td>") {
 		t.Fatal(rec.Body.String())
 	}
-	if d := (LatencyStats{}); NewMetrics(metrics.NewRegistry()).MatchLatency() != d {
+	if d := (LatencyStats{}); mustMetrics(t, nil).MatchLatency() != d {
 		t.Fatal("latency of no match")
 	}
 }

@@ -672,11 +672,11 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 		return r.poolRefused(err), true
 	}
 	r.m.deltas.Inc()
-	r.m.images.Add(uint64(len(d.Images)))
+	r.m.images.Add(float64(len(d.Images)))
 	r.setInstalled(r.cur.epoch, d.Sequence)
 	if t, ok := eventTime(m.Headers()); ok {
 		if lat := admitted.Sub(t); lat >= 0 {
-			r.m.latency.Observe(lat.Seconds())
+			r.m.observeLatency(lat.Seconds(), span.SpanContext())
 		}
 	}
 	return outcome{}, false

@@ -149,10 +149,10 @@ func (s *Service) replacePool(g *poolGen) (done bool, err error) {
 	next := newPoolGen(p)
 	s.gen.Store(next)
 	close(g.replaced)
-	s.m.poolRebuilds.Inc()
+	rebuilds := s.m.poolRebuilt()
 	s.dispatch.Add(1)
 	go s.dispatchFaults(next)
-	s.log.Warn().Uint64("rebuilds", s.m.poolRebuilds.Value()).Dur("next_min_interval_ms", s.limiter.interval).
+	s.log.Warn().Uint64("rebuilds", rebuilds).Dur("next_min_interval_ms", s.limiter.interval).
 		Msg("ingestion pool rebuilt; every lane bootstraps again")
 	return true, nil
 }

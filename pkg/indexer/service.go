@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -24,7 +25,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -47,7 +47,7 @@ type Service struct {
 	cfg      Config
 	log      zerolog.Logger
 	tracer   trace.Tracer
-	reg      *metrics.Registry
+	reg      *prometheus.Registry
 	m        *serviceMetrics
 	apiM     *api.Metrics
 	instance ckf.ConsumerInstanceID
@@ -109,7 +109,15 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	reg := cfg.Metrics
 	if reg == nil {
-		reg = metrics.NewRegistry()
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newServiceMetrics(reg)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
+	}
+	apiM, err := api.NewMetrics(reg)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
 	tp := cfg.Tracer
 	if tp == nil {
@@ -122,8 +130,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		log:       cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Str("instance", "indexer-"+strconv.FormatUint(instance, 16)).Logger(),
 		tracer:    tp.Tracer(TracerName),
 		reg:       reg,
-		m:         newServiceMetrics(reg),
-		apiM:      api.NewMetrics(reg),
+		m:         m,
+		apiM:      apiM,
 		instance:  ckf.ConsumerInstanceID(instance),
 		domainID:  domainID,
 		requester: "indexer-" + strconv.FormatUint(instance, 16),
@@ -142,7 +150,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 func (s *Service) ConsumerInstance() ckf.ConsumerInstanceID { return s.instance }
 
 // Metrics returns the registry holding the indexer and API metrics.
-func (s *Service) Metrics() *metrics.Registry { return s.reg }
+func (s *Service) Metrics() *prometheus.Registry { return s.reg }
 
 // APIMetrics returns the API metrics to pass to api.Handler, so HTTP and
 // the NATS endpoint count into the same series.
@@ -215,6 +223,15 @@ func (s *Service) shutdown(cancel context.CancelFunc, svc micro.Service) {
 	s.closing = true
 	s.mu.Unlock()
 	s.runnersWG.Wait()
+	// The lanes go away with the service: a registry that outlives it (a
+	// restarted service in the same process) keeps no stale lane series.
+	s.mu.Lock()
+	for _, r := range s.runners {
+		if r != nil {
+			r.m.remove()
+		}
+	}
+	s.mu.Unlock()
 	if err := svc.Stop(); err != nil {
 		s.log.Warn().Err(err).Msg("stopping the NATS endpoint")
 	}

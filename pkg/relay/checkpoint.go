@@ -104,7 +104,7 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 	}
 	log := r.log.With().Str("object", name).Logger()
 	reject := func(outcome string, err error, msg string) (*producer.State, uint64, bool) {
-		r.m.checkpoints.With(outcome).Inc()
+		r.m.checkpoints.WithLabelValues(outcome).Inc()
 		log.Warn().Err(err).Str("outcome", outcome).Msg(msg + "; replaying the whole input stream")
 		return nil, 0, false
 	}
@@ -112,7 +112,7 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 	defer cancel()
 	info, err := snaps.GetInfo(lctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		r.m.checkpoints.With(cpAbsent).Inc()
+		r.m.checkpoints.WithLabelValues(cpAbsent).Inc()
 		log.Info().Msg("no checkpoint; replaying the whole input stream")
 		return nil, 0, false
 	}
@@ -153,7 +153,7 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 	case err != nil:
 		return reject(cpLoadError, err, "checkpoint fetch failed")
 	}
-	r.m.checkpoints.With(cpRestored).Inc()
+	r.m.checkpoints.WithLabelValues(cpRestored).Inc()
 	log.Info().Uint64("input_sequence", seq).Uint64("bytes", info.Size).Dur("took_ms", time.Since(start)).
 		Int("unique_blocks", state.UniqueBlocks()).Msg("exact state restored from the checkpoint")
 	return state, seq, true
@@ -199,12 +199,12 @@ func (e *epochRun) checkpoint(ctx context.Context, trigger string) {
 	took := time.Since(start)
 	r.m.checkpointSeconds.Observe(took.Seconds())
 	if err != nil {
-		r.m.checkpoints.With(cpWriteError).Inc()
+		r.m.checkpoints.WithLabelValues(cpWriteError).Inc()
 		r.log.Warn().Err(err).Str("trigger", trigger).Uint64("input_sequence", e.inputSeq).Msg("checkpoint not stored")
 		return
 	}
 	e.checkpointSeq = e.inputSeq
-	r.m.checkpoints.With(cpWritten).Inc()
+	r.m.checkpoints.WithLabelValues(cpWritten).Inc()
 	r.log.Info().Str("trigger", trigger).Uint64("input_sequence", e.inputSeq).Int64("bytes", cw.n).Dur("took_ms", took).
 		Str("object", name).Msg("checkpoint stored")
 }

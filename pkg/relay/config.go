@@ -12,13 +12,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -67,9 +67,11 @@ type Config struct {
 	// Streams sizes the JetStream resources if the relay creates them.
 	Streams jsx.Options
 
-	Logger  zerolog.Logger
-	Tracer  trace.TracerProvider
-	Metrics *metrics.Registry
+	Logger zerolog.Logger
+	Tracer trace.TracerProvider
+	// Metrics receives the relay's series (nil: a private registry). One
+	// relay per registerer: a second registration fails New.
+	Metrics prometheus.Registerer
 }
 
 // DefaultConfig returns production defaults for domain and dc.

@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
+	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
@@ -99,6 +100,10 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	m, err := newRelayMetrics(cfg.Metrics, cfg.DC)
+	if err != nil {
+		return nil, fmt.Errorf("%w: metrics: %w", ErrConfig, err)
+	}
 	r := &Relay{
 		cfg:    cfg,
 		nc:     nc,
@@ -106,7 +111,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Relay, error) {
 		log:    cfg.Logger.With().Str("domain", cfg.Domain).Str("dc", cfg.DC).Str("instance", cfg.Instance).Logger(),
 		tracer: cfg.tracer(),
 		prop:   propagation.TraceContext{},
-		m:      newRelayMetrics(cfg.Metrics),
+		m:      m,
 		pool:   ckf.PoolID{Domain: dom, Dc: ckf.DcIDFromName(cfg.DC)},
 		subj:   subj,
 		status: Status{State: StateStarting, Domain: cfg.Domain, DC: cfg.DC, Instance: cfg.Instance, Lane: -1},
@@ -135,7 +140,7 @@ func (r *Relay) setState(s State) {
 		if x == s {
 			v = 1
 		}
-		r.m.state.With(string(x)).Set(v)
+		r.m.state.WithLabelValues(string(x)).Set(v)
 	}
 }
 
@@ -254,14 +259,14 @@ func (e *epochRun) Enqueue(d ckf.Delta) error {
 	}
 	start := time.Now()
 	err = e.publish(ctx, wire.KindDelta, msg, msgID)
-	e.r.m.publishSeconds.Observe(time.Since(start).Seconds())
+	promx.Observe(e.r.m.publishSeconds, time.Since(start).Seconds(), span.SpanContext())
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		return err
 	}
 	e.r.m.deltas.Inc()
-	e.r.m.images.Add(uint64(len(d.Images)))
+	e.r.m.images.Add(float64(len(d.Images)))
 	return nil
 }
 
@@ -459,7 +464,7 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-l.Done():
-			r.m.fences.With("lease_lost").Inc()
+			r.m.fences.WithLabelValues("lease_lost").Inc()
 			return ErrLeaseLost
 		case err := <-in.errs:
 			return err
@@ -513,7 +518,7 @@ func (r *Relay) checkInputRetention(stream inputStream, from uint64) {
 	if gap == 0 {
 		return
 	}
-	r.m.inputGap.Add(gap)
+	r.m.inputGap.Add(float64(gap))
 	r.log.Error().Uint64("from_sequence", from).Uint64("first_stored_sequence", stream.firstSeq).Uint64("missing", gap).
 		Dur("input_max_age_ms", stream.maxAge).Dur("checkpoint_interval_ms", r.cfg.CheckpointInterval).
 		Msg("the input stream no longer holds sequences this rebuild needs: events of this DC among them are missing from the exact state")
@@ -540,18 +545,18 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 	if err == nil {
 		e.inputSeq = meta.Sequence.Stream
 		r.update(func(s *Status) { s.InputSeq = meta.Sequence.Stream })
-		r.m.inputLag.Set(float64(meta.NumPending))
+		r.m.inputPending.Set(float64(meta.NumPending))
 	}
 	_, _, worker, err := wire.ParseWorkerEventsSubject(msg.Subject())
 	if err != nil {
-		r.m.badEvents.With("subject").Inc()
+		r.m.badEvents.WithLabelValues("subject").Inc()
 		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("bad event subject")
 		return 0
 	}
 	evs, err := ckf.DecodeRouterEventsInto(e.events, msg.Data())
 	e.events = evs
 	if err != nil {
-		r.m.badEvents.With("malformed").Inc()
+		r.m.badEvents.WithLabelValues("malformed").Inc()
 		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("malformed router event")
 		return 0
 	}
@@ -572,14 +577,14 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 	for i := range evs {
 		ev := &evs[i]
 		if ev.WorkerID != worker {
-			r.m.badEvents.With("worker_mismatch").Inc()
+			r.m.badEvents.WithLabelValues("worker_mismatch").Inc()
 			r.log.Warn().Uint64("subject_worker", worker).Uint64("event_worker", ev.WorkerID).Msg("event worker id differs from its subject; rejected")
 			continue
 		}
 		out := e.state.ApplyEvent(ev)
 		applied++
 		if out.UnknownRemovals > 0 {
-			r.m.unknownRemovals.Add(out.UnknownRemovals)
+			r.m.unknownRemovals.Add(float64(out.UnknownRemovals))
 		}
 		if out.FirstError != nil {
 			kind := "other"
@@ -587,13 +592,13 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 			if errors.As(out.FirstError, &ee) {
 				kind = ee.FailurePoint().String() + ":" + eventErrorName(ee)
 			}
-			r.m.eventErrors.With(kind).Inc()
+			r.m.eventErrors.WithLabelValues(kind).Inc()
 			r.log.Debug().Err(out.FirstError).Uint64("worker_id", ev.WorkerID).Uint64("event_id", ev.Event.EventID).Msg("event error")
 		}
 	}
 	span.End()
 	if applied > 0 {
-		r.m.events.Add(uint64(applied))
+		r.m.addEvents(applied)
 		if e.oldestEvent.IsZero() && meta != nil {
 			e.oldestEvent = meta.Timestamp
 		}
@@ -661,7 +666,7 @@ func (e *epochRun) publishedStats() {
 	e.r.update(func(s *Status) {
 		s.Sequence = seq
 		s.UniqueBlocks = unique
-		s.Events = e.r.m.events.Value()
+		s.Events = e.r.m.eventsApplied.Load()
 	})
 }
 
@@ -679,7 +684,7 @@ func (e *epochRun) fence(err error) error {
 	case errors.Is(err, producer.FenceSequenceExhausted):
 		reason = "sequence_exhausted"
 	}
-	e.r.m.fences.With(reason).Inc()
+	e.r.m.fences.WithLabelValues(reason).Inc()
 	return fmt.Errorf("relay: fenced (%s): %w", reason, err)
 }
 
@@ -717,7 +722,7 @@ func (e *epochRun) snapshot(trigger string) error {
 		return e.fence(err)
 	}
 	e.lastSnap = snap.Sequence
-	e.r.m.snapshots.With(trigger).Inc()
+	e.r.m.snapshots.WithLabelValues(trigger).Inc()
 	e.publishedStats()
 	e.r.log.Info().Str("trigger", trigger).Uint64("epoch", e.epoch).Uint64("sequence", snap.Sequence).
 		Int("bytes", len(body)).Str("object", name).Msg("barrier snapshot published")
