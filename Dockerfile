@@ -1,12 +1,21 @@
-# One image with every ckfrelay binary; docker-compose.yml picks the command.
+# Online build (docker compose up --build): compile every binary with the
+# public golang image, then two FROM scratch images:
+#   --target ckfrelay  relay-producer, global-indexer, trace-replayer, ckf-health
+#   --target nats      nats-server (from the nats-server/v2 module in go.mod), ckf-health
+# scripts/build-images.sh builds the same two images with no registry.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -o /out/ ./cmd/...
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/relay-producer ./cmd/global-indexer ./cmd/trace-replayer ./cmd/ckf-health ./cmd/nats-server
 
-FROM gcr.io/distroless/static-debian12:nonroot
-COPY --from=build /out/ /usr/local/bin/
+FROM scratch AS nats
+COPY --from=build /out/nats-server /out/ckf-health /
+EXPOSE 4222 7422 8222
+ENTRYPOINT ["/nats-server"]
+
+FROM scratch AS ckfrelay
+COPY --from=build /out/relay-producer /out/global-indexer /out/trace-replayer /out/ckf-health /
 EXPOSE 8080 9090
-ENTRYPOINT ["/usr/local/bin/global-indexer"]
+ENTRYPOINT ["/global-indexer"]

@@ -244,22 +244,3 @@ func TestOneTraceCrossesTheNATSHop(t *testing.T) {
 		t.Fatalf("span chain broken: apply←%s publish←%s lane_apply←%s", apply.Parent().SpanID(), publish.Parent().SpanID(), laneApply.Parent().SpanID())
 	}
 }
-
-func TestRelaysInDCLeafNodesReachTheHubIndexer(t *testing.T) {
-	topo := testenv.StartHubWithLeaves(t, "dc-a", "dc-b")
-	hub := topo.Hub()
-	hnc, hjs := hub.Connect(t), hub.JetStream(t)
-	ix := startIndexer(t, hnc, hjs, indexerConfig(t, nil))
-	for _, dc := range []string{"dc-a", "dc-b"} {
-		leaf := topo.Leaf(t, dc)
-		nc := leaf.Connect(t)
-		js, err := jetstream.NewWithDomain(nc, testenv.HubDomain)
-		if err != nil {
-			t.Fatal(err)
-		}
-		startRelay(t, nc, js, relayConfig(t, dc, "relay-"+dc, nil))
-	}
-	w := newWorkload(t, []string{"dc-a", "dc-b"}, 600, 6)
-	w.publish(t, hjs, 600)
-	w.converge(t, ix)
-}

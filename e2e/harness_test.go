@@ -156,6 +156,13 @@ func newWorkload(t testing.TB, dcs []string, requests int, seed uint64) *workloa
 // publish replays n more requests and publishes their events.
 func (w *workload) publish(t testing.TB, js jetstream.JetStream, n int) {
 	t.Helper()
+	w.publishPerDC(t, func(string) jetstream.JetStream { return js }, n)
+}
+
+// publishPerDC is publish with each DC's events sent to that DC's own
+// JetStream (its leaf server's domain), as workers do in a multi-DC site.
+func (w *workload) publishPerDC(t testing.TB, jsOf func(dc string) jetstream.JetStream, n int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var futures []jetstream.PubAckFuture
@@ -173,7 +180,7 @@ func (w *workload) publish(t testing.TB, js jetstream.JetStream, n int) {
 			t.Fatal(err)
 		}
 		subj, _ := wire.WorkerEventsSubject(domain, w.dcs[st.DC], st.Worker)
-		f, err := js.PublishAsync(subj, b)
+		f, err := jsOf(w.dcs[st.DC]).PublishAsync(subj, b)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -4,9 +4,9 @@
 # JetStream pipeline, each against its baseline, printing one table of
 # subject | baseline | ratio. Arguments are passed on, e.g.
 #
-#   ./scripts/bench.sh                          # defaults (~1 minute on 2 cores)
+#   ./scripts/bench.sh                          # defaults (~3 minutes on 2 cores)
 #   ./scripts/bench.sh --only e2e --e2e-requests 8000
-#   ./scripts/bench.sh --buckets 4194304 --json > bench.json
+#   ./scripts/bench.sh --only search --buckets 1048576 --queries 16384 --json > bench.json
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin

@@ -8,6 +8,7 @@
 package testenv
 
 import (
+	"net"
 	"os"
 	"sync"
 	"testing"
@@ -51,6 +52,40 @@ func WithLeafRemote(url string) Option {
 	return func(o *natsembed.EmbeddedOptions) { o.LeafRemotes = append(o.LeafRemotes, url) }
 }
 
+// WithConfigFile loads a nats-server config file (accounts, users,
+// permissions, TLS); the options above fill what it leaves unset.
+func WithConfigFile(path string) Option {
+	return func(o *natsembed.EmbeddedOptions) { o.ConfigFile = path }
+}
+
+// WithLeafDeny keeps subjects from crossing the server's leaf remotes in
+// either direction.
+func WithLeafDeny(subjects ...string) Option {
+	return func(o *natsembed.EmbeddedOptions) { o.LeafDeny = append(o.LeafDeny, subjects...) }
+}
+
+// WithPort listens for clients on a fixed port (default: random), e.g. to
+// start a server late at an address clients already dial.
+func WithPort(port int) Option {
+	return func(o *natsembed.EmbeddedOptions) { o.Port = port }
+}
+
+// WithLeafNodePort opens the leaf-node listener on a fixed port.
+func WithLeafNodePort(port int) Option {
+	return func(o *natsembed.EmbeddedOptions) { o.LeafNodePort = port }
+}
+
+// FreePort returns a 127.0.0.1 TCP port that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatalf("testenv: free port: %v", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 // Server is one embedded nats-server. Methods are safe for concurrent use;
 // the underlying server changes on Restart.
 type Server struct {
@@ -87,6 +122,13 @@ func StartServer(t testing.TB, opts ...Option) *Server {
 	srv, err := natsembed.RunEmbedded(o)
 	if err != nil {
 		t.Fatalf("testenv: start server: %v", err)
+	}
+	// Remember the ports picked, so Restart reuses them even after Shutdown.
+	o.Port = natsembed.ClientPort(srv)
+	if o.LeafNodePort != 0 {
+		if _, port, err := natsembed.LeafNodeAddr(srv); err == nil {
+			o.LeafNodePort = port
+		}
 	}
 	s := &Server{opts: o, srv: srv}
 	t.Cleanup(s.Shutdown)
@@ -158,20 +200,13 @@ func (s *Server) Shutdown() {
 
 // Restart shuts the server down and starts it again on the same client and
 // leaf-node ports with the same store directory, so JetStream state
-// survives and clients and leaves reconnect.
+// survives and clients and leaves reconnect. It also starts a server that
+// was Shutdown.
 func (s *Server) Restart(t testing.TB) {
 	t.Helper()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	o := s.opts
-	o.Port = natsembed.ClientPort(s.srv)
-	if o.LeafNodePort != 0 {
-		_, port, err := natsembed.LeafNodeAddr(s.srv)
-		if err != nil {
-			t.Fatalf("testenv: restart: %v", err)
-		}
-		o.LeafNodePort = port
-	}
 	s.srv.Shutdown()
 	s.srv.WaitForShutdown()
 	srv, err := natsembed.RunEmbedded(o)

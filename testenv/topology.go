@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 )
@@ -15,11 +16,20 @@ const leafUpTimeout = 20 * time.Second
 // Topology is a hub server plus one leaf-node server per DC, as the global
 // indexer's site and the DC sites are wired in production: every server has
 // its own JetStream domain (HubDomain for the hub, the DC name for a leaf).
+//
+// Each leaf reaches the hub through its own Link (the WAN), which a test may
+// Cut and Heal, and never lets worker events (LocalSubjects) cross it: they
+// stay in the DC's JetStream domain.
 type Topology struct {
 	hub    *Server
 	leaves map[string]*Server
+	links  map[string]*Link
 	dcs    []string
 }
+
+// LocalSubjects never cross a leaf link: each DC's input events are
+// captured by that DC's own KVEVENTS stream only.
+var LocalSubjects = []string{"kvevents.>"}
 
 // StartHubWithLeaves starts the hub, then one leaf per DC name, and waits
 // until every leaf connection is up on both ends. DC names must be distinct
@@ -38,9 +48,13 @@ func StartHubWithLeaves(t testing.TB, dcNames ...string) *Topology {
 		leaves: make(map[string]*Server, len(dcNames)),
 		dcs:    append([]string(nil), dcNames...),
 	}
-	hubURL := tp.hub.LeafNodeURL(t)
+	tp.links = make(map[string]*Link, len(dcNames))
+	hubAddr := strings.TrimPrefix(tp.hub.LeafNodeURL(t), "nats-leaf://")
 	for _, dc := range dcNames {
-		tp.leaves[dc] = StartServer(t, WithName(dc), WithDomain(dc), WithLeafRemote(hubURL))
+		link := NewLink(t, hubAddr)
+		tp.links[dc] = link
+		tp.leaves[dc] = StartServer(t, WithName(dc), WithDomain(dc), WithLeafRemote("nats-leaf://"+link.Addr()),
+			WithLeafDeny(LocalSubjects...))
 	}
 	tp.WaitLeavesConnected(t)
 	return tp
@@ -74,6 +88,17 @@ func (tp *Topology) Leaf(t testing.TB, dc string) *Server {
 		t.Fatalf("testenv: no leaf for DC %q (have %q)", dc, tp.dcs)
 	}
 	return s
+}
+
+// Link returns the WAN link of dc's leaf; it fails the test for an
+// unknown DC.
+func (tp *Topology) Link(t testing.TB, dc string) *Link {
+	t.Helper()
+	l, ok := tp.links[dc]
+	if !ok {
+		t.Fatalf("testenv: no link for DC %q (have %q)", dc, tp.dcs)
+	}
+	return l
 }
 
 // DCs returns the DC names in start order.

@@ -13,9 +13,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -23,6 +25,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/internal/bench"
+	"github.com/ckfrelay/ckfrelay/internal/benchplot"
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 )
 
@@ -36,8 +39,16 @@ type options struct {
 	only      string
 	buckets   uint64
 	blocks    int
+	queries   int
+	hot       int
+	accuracy  int
+	lanes     int
+	rates     []float64
+	rateTime  time.Duration
+	plots     string
 	chain     int
 	requests  int
+	repeat    int
 	samples   int
 	benchtime string
 	json      bool
@@ -49,13 +60,21 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs := flag.NewFlagSet("ckf-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cli.Usage(fs, "runs the CKF micro-benchmarks and the end-to-end latency/throughput pair, printing one report", map[string]string{"json": cli.GroupObservability, "quiet": cli.GroupObservability})
-	fs.StringVar(&o.only, "only", strings.Join(bench.Suites(), ","), "comma-separated suites to run: "+strings.Join(bench.Suites(), ", "))
-	fs.Uint64Var(&o.buckets, "buckets", 1<<20, "search: buckets per lane (a power of two, e.g. 4194304)")
+	fs.StringVar(&o.only, "only", strings.Join(bench.Suites(), ","), "comma-separated suites to run: "+strings.Join(bench.AllSuites(), ", ")+" (scale only when named)")
+	fs.Uint64Var(&o.buckets, "buckets", 1<<22, "search, scale: buckets per lane (a power of two)")
 	fs.IntVar(&o.blocks, "blocks", 128, "search: blocks per query")
+	fs.IntVar(&o.queries, "queries", 65536, "search, scale: distinct queries of the cold set (their rows do not fit any cache)")
+	fs.IntVar(&o.hot, "hot-queries", 64, "search, scale: distinct queries of the hot set (the first of the same queries; their rows stay in L2)")
+	fs.IntVar(&o.accuracy, "accuracy-queries", 100000, "scale: trace queries compared with the exact index")
+	fs.IntVar(&o.lanes, "lanes", 16, "scale: DC lanes")
 	fs.IntVar(&o.chain, "chain-blocks", 0, "search: length of the stored chains each lane holds a random prefix of (0 = 4×blocks; = blocks is the search's worst case)")
 	fs.IntVar(&o.requests, "e2e-requests", 4000, "e2e: replayed Mooncake requests for the throughput pair")
+	fs.IntVar(&o.repeat, "e2e-repeat", 1, "e2e: runs of the throughput pair on fresh batches (rows show the medians, --json every run)")
 	fs.IntVar(&o.samples, "latency-samples", 300, "e2e: probes per side of the latency pair")
 	fs.StringVar(&o.benchtime, "benchtime", "1s", "run time of each micro-benchmark body (go test -benchtime syntax: 1s, 500ms, 10000x)")
+	rates := fs.String("e2e-rates", "10000,50000,100000", "e2e: comma-separated paced input rates in events/s (empty: no paced sweep)")
+	fs.DurationVar(&o.rateTime, "e2e-rate-duration", 2*time.Second, "e2e: send time per paced rate and side")
+	fs.StringVar(&o.plots, "plots", "", "write SVG plots of the scale and paced e2e results into this directory (e.g. docs/bench)")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print progress on stderr")
 	if err := cli.Parse(fs, args, getenv); err != nil {
@@ -64,8 +83,27 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	if o.buckets == 0 || o.buckets&(o.buckets-1) != 0 {
 		return nil, fmt.Errorf("--buckets %d is not a power of two", o.buckets)
 	}
-	if o.blocks <= 0 || o.requests <= 0 || o.samples <= 0 {
-		return nil, fmt.Errorf("--blocks, --e2e-requests and --latency-samples must be positive")
+	if o.blocks <= 0 || o.requests <= 0 || o.repeat <= 0 || o.samples <= 0 || o.queries <= 0 || o.hot <= 0 {
+		return nil, fmt.Errorf("--blocks, --queries, --hot-queries, --e2e-requests and --latency-samples must be positive")
+	}
+	if o.accuracy <= 0 || o.lanes < 1 || o.lanes > 16 {
+		return nil, fmt.Errorf("--accuracy-queries must be positive and --lanes within 1..16")
+	}
+	for _, r := range strings.Split(*rates, ",") {
+		if r = strings.TrimSpace(r); r == "" {
+			continue
+		}
+		v, err := strconv.ParseFloat(r, 64)
+		if err != nil || !(v > 0) || math.IsInf(v, 0) {
+			return nil, fmt.Errorf("--e2e-rates: %q is not a positive rate", r)
+		}
+		o.rates = append(o.rates, v)
+	}
+	if o.rateTime <= 0 {
+		return nil, fmt.Errorf("--e2e-rate-duration must be positive")
+	}
+	if o.hot > o.queries {
+		return nil, fmt.Errorf("--hot-queries %d exceeds --queries %d", o.hot, o.queries)
 	}
 	if o.chain != 0 && o.chain < o.blocks {
 		return nil, fmt.Errorf("--chain-blocks %d is shorter than --blocks %d", o.chain, o.blocks)
@@ -105,8 +143,12 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	cfg := bench.SuiteConfig{
 		Only:           suites,
-		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, ChainBlocks: o.chain},
+		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, Queries: o.queries, HotQueries: o.hot, ChainBlocks: o.chain},
+		Scale:          bench.ScaleConfig{Lanes: o.lanes, Buckets: o.buckets, HotQueries: o.hot, ColdQueries: o.queries, AccuracyQueries: o.accuracy},
+		Rates:          bench.RateConfig{Rates: o.rates, Duration: o.rateTime},
+		NoRates:        len(o.rates) == 0,
 		E2ERequests:    o.requests,
+		E2ERepeat:      o.repeat,
 		LatencySamples: o.samples,
 		Progress: func(format string, a ...any) {
 			if !o.quiet {
@@ -124,6 +166,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rep.Info["gomaxprocs"] = runtime.GOMAXPROCS(0)
 	rep.Info["benchtime"] = o.benchtime
 	rep.Info["wall_seconds"] = time.Since(start).Round(time.Millisecond).Seconds()
+	if o.plots != "" {
+		files, err := benchplot.WriteReport(o.plots, rep)
+		if err != nil {
+			fmt.Fprintln(stderr, "ckf-bench:", err)
+			return 1
+		}
+		for _, f := range files {
+			cfg.Progress("wrote %s", f)
+		}
+	}
 	if o.json {
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
@@ -139,6 +191,30 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 
 func printTable(w io.Writer, rep *bench.Report) {
 	fmt.Fprintf(w, "ckf-bench  %s  GOMAXPROCS=%v  benchtime=%v  wall=%vs\n", rep.Info["go"], rep.Info["gomaxprocs"], rep.Info["benchtime"], rep.Info["wall_seconds"])
+	if n, ok := rep.Info["search_table_bytes"]; ok {
+		fmt.Fprintf(w, "search: %v buckets, %v cold / %v hot queries; table %v bytes, huge pages advised %v, %v bytes on huge pages\n",
+			rep.Info["search_buckets"], rep.Info["search_queries"], rep.Info["search_hot_queries"], n, rep.Info["search_hugepages_advised"], rep.Info["search_hugepage_bytes"])
+	}
+	if ui, ok := rep.Info["search_cold_under_ingest"].(bench.UnderIngest); ok {
+		fmt.Fprintf(w, "search: cold queries while one goroutine applies %.2fM images/s: p50 %.0f ns, p99 %.0f ns over %d queries\n",
+			ui.ImagesPerSec/1e6, ui.P50Ns, ui.P99Ns, ui.Queries)
+	}
+	if sr := rep.Scale; sr != nil {
+		a := sr.Accuracy
+		fmt.Fprintf(w, "scale: %d DCs × %d buckets, %d memberships (%d unique blocks, %d requests over %d trace copies), CKF on huge pages %v\n",
+			sr.Lanes, sr.Buckets, sr.Memberships, sr.UniqueBlocks, sr.Requests, sr.TraceCopies, sr.HugePages)
+		fmt.Fprintf(w, "scale accuracy over %d queries (%d DC answers): under %d, inflated %d (%.4f%%), wrong best DC %d (%.4f%%)\n",
+			a.Queries, a.Answers, a.Under, a.Inflated, a.InflatedPct, a.WrongBest, a.WrongBestPct)
+	}
+	if runs, ok := rep.Info["e2e_runs"].([]bench.E2ERun); ok && len(runs) > 1 {
+		for i, r := range runs {
+			fmt.Fprintf(w, "e2e run %d: pipeline %.0f events/s (%.1fms, %.1f CPU-µs/event), raw %.0f events/s (%.1fms, %.1f CPU-µs/event), ratio %.2f\n",
+				i+1, r.PipelineEventsPerSec, r.PipelineMs, r.PipelineCPUMicrosPerEvent, r.RawEventsPerSec, r.RawMs, r.RawCPUMicrosPerEvent, r.Ratio)
+		}
+	}
+	if b, ok := rep.Info["e2e_pipeline_behind_at_events_per_sec"]; ok {
+		fmt.Fprintf(w, "e2e paced: pipeline first falls behind at %v events/s (behind = applied < 90%% of the target or a drain > 25%% of the send time)\n", b)
+	}
 	if n, ok := rep.Info["e2e_events"]; ok {
 		fmt.Fprintf(w, "e2e: %v requests → %v events in %v messages (%v bytes); pipeline %vms, raw %vms; %v latency probes per side\n",
 			rep.Info["e2e_requests"], n, rep.Info["e2e_messages"], rep.Info["e2e_payload_bytes"], rep.Info["e2e_elapsed_ms"], rep.Info["raw_elapsed_ms"], rep.Info["latency_samples"])

@@ -32,6 +32,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
+	"github.com/ckfrelay/ckfrelay/pkg/lease"
 )
 
 // Exit codes.
@@ -117,12 +118,17 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	if err := logFlagsError(o.common); err != nil {
 		return options{}, bad(err.name, "%s", err.want)
 	}
+	if err := o.common.ValidateConnection(); err != nil {
+		return options{}, fmt.Errorf("%w: %w", errUsage, err)
+	}
 	embedded := o.common.NatsURL == ""
 	switch {
 	case embedded && (o.common.NatsPort < -1 || o.common.NatsPort == 0 || o.common.NatsPort > 65535):
 		return options{}, bad("nats-port", "want 1..65535, or -1 for a free port")
 	case embedded && o.common.JSDomain != "":
 		return options{}, bad("js-domain", "needs --nats-url: the embedded nats-server has no JetStream domain")
+	case o.common.JSReplicas < 1 || o.common.JSReplicas > 5:
+		return options{}, bad("js-replicas", "want 1..5")
 	case o.workers < 1:
 		return options{}, bad("workers", "want at least 1")
 	case o.queue < 1:
@@ -180,6 +186,8 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 
 		SnapshotFetchTimeout: o.fetchTimeout,
 	}
+	cfg.Streams.Replicas = o.common.JSReplicas
+	cfg.LeaseOptions = append(cfg.LeaseOptions, lease.WithReplicas(o.common.JSReplicas))
 	if o.expectedBlocks > 0 {
 		f, err := ckf.NewConfig(o.expectedBlocks).Format()
 		if err != nil {
@@ -235,6 +243,9 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 	defer conn.Close()
 
 	reg := promx.NewRegistry(serviceName, cli.Version())
+	if err := conn.Stats.RegisterMetrics(reg); err != nil {
+		return err
+	}
 	cfg, err := o.config(log, reg, tp)
 	if err != nil {
 		return err

@@ -34,7 +34,7 @@ func envOf(m map[string]string) func(string) string {
 // defaultOptions are the options with no flag and no environment.
 func defaultOptions() options {
 	return options{
-		common: cli.Common{NatsPort: 4222, LogLevel: "info", LogFormat: "console", Tracing: cli.Tracing{SampleRatio: cli.DefaultSampleRatio}},
+		common: cli.Common{NatsPort: 4222, LogLevel: "info", LogFormat: "console", Tracing: cli.Tracing{SampleRatio: cli.DefaultSampleRatio}, Security: cli.Security{ConnectTimeout: cli.DefaultConnectTimeout}, JSReplicas: 1},
 		domain: "default", httpAddr: "127.0.0.1:8080",
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
@@ -400,7 +400,7 @@ func TestRunWithJetStreamDomain(t *testing.T) {
 }
 
 func TestRunFailsOnUnreachableNATS(t *testing.T) {
-	code := run(context.Background(), []string{"--nats-url", "nats://127.0.0.1:1", "--http-addr", "127.0.0.1:0"}, envOf(nil), io.Discard, io.Discard)
+	code := run(context.Background(), []string{"--nats-url", "nats://127.0.0.1:1", "--nats-connect-timeout", "300ms", "--http-addr", "127.0.0.1:0"}, envOf(nil), io.Discard, io.Discard)
 	if code != exitError {
 		t.Fatalf("exit code %d, want %d", code, exitError)
 	}

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
@@ -31,11 +32,12 @@ func main() {
 }
 
 type options struct {
-	common   cli.Common
-	httpAddr string
-	mode     string
-	cfg      relay.Config
-	getenv   func(string) string
+	common        cli.Common
+	httpAddr      string
+	mode          string
+	inputJSDomain string
+	cfg           relay.Config
+	getenv        func(string) string
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
@@ -53,8 +55,12 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.DurationVar(&o.cfg.PublishInterval, "publish-interval", o.cfg.PublishInterval, "longest wait before applied events are published")
 	fs.DurationVar(&o.cfg.SnapshotInterval, "snapshot-interval", o.cfg.SnapshotInterval, "period of barrier snapshots")
 	fs.DurationVar(&o.cfg.CheckpointInterval, "checkpoint-interval", o.cfg.CheckpointInterval, "period of exact-state checkpoints to the object store (a restart replays only the input after the latest); 0 disables")
+	fs.Uint64Var(&o.cfg.MaxTrackedBlocks, "max-tracked-blocks", 0, "bound on the distinct blocks the relay tracks; past it stored events are refused and the tracked_blocks fault is reported (0: 4 × --expected-blocks)")
+	fs.DurationVar(&o.cfg.Streams.EventMaxAge, "input-max-age", o.cfg.Streams.EventMaxAge, "max age of the KVEVENTS input stream when this relay creates it (0: unlimited); at least twice --checkpoint-interval")
+	fs.Int64Var(&o.cfg.Streams.EventMaxBytes, "input-max-bytes", o.cfg.Streams.EventMaxBytes, "max size in bytes of the KVEVENTS input stream when this relay creates it (0: unlimited)")
 	fs.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat-interval", o.cfg.HeartbeatInterval, "period of drain markers / heartbeats")
 	fs.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", o.cfg.LeaseTTL, "producer lease time-to-live")
+	fs.StringVar(&o.inputJSDomain, "input-js-domain", "", "JetStream domain of the input stream KVEVENTS (the DC's own, so workers publish locally and a WAN cut loses nothing); empty: the same as --js-domain")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "health and metrics listen address (empty disables)")
 	if err := cli.Parse(fs, args, getenv); err != nil {
 		return nil, err
@@ -62,11 +68,18 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	if o.cfg.DC == "" {
 		return nil, errors.New("--dc is required")
 	}
+	if err := o.common.ValidateConnection(); err != nil {
+		return nil, err
+	}
 	mode, err := ckf.ParseHashMode(o.mode)
 	if err != nil {
 		return nil, err
 	}
 	o.cfg.CKF.Mode = mode
+	if err := o.common.ValidateReplicas(); err != nil {
+		return nil, err
+	}
+	o.cfg.Streams.Replicas = o.common.JSReplicas
 	if err := o.cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -106,7 +119,15 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	}
 	defer conn.Close()
 	reg := promx.NewRegistry("relay-producer", cli.Version())
+	if err := conn.Stats.RegisterMetrics(reg); err != nil {
+		return err
+	}
 	o.cfg.Logger, o.cfg.Tracer, o.cfg.Metrics = log, tp, reg
+	if o.inputJSDomain != "" {
+		if o.cfg.InputJS, err = jetstream.NewWithDomain(conn.NC, o.inputJSDomain); err != nil {
+			return fmt.Errorf("--input-js-domain %q: %w", o.inputJSDomain, err)
+		}
+	}
 	r, err := relay.New(conn.NC, conn.JS, o.cfg)
 	if err != nil {
 		return err
@@ -126,6 +147,7 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		log.Info().Str("addr", ln.Addr().String()).Msg("serving health, status and metrics over HTTP")
 	}
 	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).
-		Str("mode", o.cfg.CKF.Mode.String()).Msg("relay-producer starting")
+		Str("mode", o.cfg.CKF.Mode.String()).Str("js_domain", o.common.JSDomain).Str("input_js_domain", o.inputJSDomain).
+		Int("js_replicas", o.common.JSReplicas).Msg("relay-producer starting")
 	return r.Run(ctx)
 }

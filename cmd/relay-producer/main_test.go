@@ -33,6 +33,14 @@ func TestParseFlagsAndEnvironment(t *testing.T) {
 	if err != nil || o.cfg.CheckpointInterval != time.Minute {
 		t.Fatalf("default checkpoint interval: %v %+v", err, o)
 	}
+	if o.cfg.Streams.EventMaxAge != 24*time.Hour || o.cfg.Streams.EventMaxBytes != 16<<30 || o.cfg.MaxTrackedBlocks != 0 {
+		t.Fatalf("default bounds: %+v", o.cfg.Streams)
+	}
+	o, err = parse([]string{"--dc", "a", "--max-tracked-blocks", "5000000", "--input-max-age", "1h"},
+		env(map[string]string{"CKFRELAY_INPUT_MAX_BYTES": "1000000"}), &out)
+	if err != nil || o.cfg.MaxTrackedBlocks != 5_000_000 || o.cfg.Streams.EventMaxAge != time.Hour || o.cfg.Streams.EventMaxBytes != 1_000_000 {
+		t.Fatalf("bounds: %v %+v", err, o)
+	}
 }
 
 func TestBadConfigExitsWithUsageError(t *testing.T) {
@@ -49,6 +57,8 @@ func TestBadConfigExitsWithUsageError(t *testing.T) {
 		{[]string{"--dc", "a", "--log-level", "loud"}, nil, "log-level"},
 		{[]string{"--dc", "a", "--checkpoint-interval", "-1s"}, nil, "checkpoint interval"},
 		{[]string{"--dc", "a", "extra"}, nil, "unexpected argument"},
+		{[]string{"--dc", "a", "--input-max-age", "90s"}, nil, "twice the checkpoint interval"},
+		{[]string{"--dc", "a", "--max-tracked-blocks", "10"}, nil, "max tracked blocks"},
 	} {
 		var out bytes.Buffer
 		if code := run(context.Background(), c.args, env(c.env), &out); code != 2 {

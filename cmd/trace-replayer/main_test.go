@@ -4,7 +4,18 @@ import (
 	"bytes"
 	"context"
 	"strings"
+	"sync"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/indexer"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/pkg/relay"
+	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
 func TestParseRejectsBadFlags(t *testing.T) {
@@ -38,5 +49,87 @@ func TestParseReadsTheEnvironment(t *testing.T) {
 	}
 	if len(o.rcfg.DCs) != 3 || o.speed != 0 || !o.repeat {
 		t.Fatalf("%+v", o)
+	}
+}
+
+func TestPerDCPublishersAndNATSQueriesVerifyAMultiDCSite(t *testing.T) {
+	topo := testenv.StartHubWithLeaves(t, "dc-a", "dc-b")
+	hub := topo.Hub()
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	icfg := indexer.Config{Domain: "rp", Streams: jsx.Options{Memory: true}}
+	icfg.Pool = consumer.DefaultPoolConfig()
+	icfg.Pool.MaxDirtyToAppliedAge = time.Minute
+	ix, err := indexer.New(hub.Connect(t), hub.JetStream(t), icfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = ix.Run(ctx) }()
+	args := []string{"--nats-url", hub.URL(), "--query-via", "nats", "--domain", "rp", "--speed", "0",
+		"--max-requests", "300", "--workers-per-dc", "2", "--verify-timeout", "60s"}
+	var urls []string
+	for _, dc := range topo.DCs() {
+		leaf := topo.Leaf(t, dc)
+		nc := leaf.Connect(t)
+		hubJS, err := jetstream.NewWithDomain(nc, testenv.HubDomain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := relay.DefaultConfig("rp", dc)
+		cfg.CKF = ckf.NewConfig(1 << 15)
+		cfg.Streams = jsx.Options{Memory: true}
+		cfg.InputJS = leaf.JetStream(t)
+		r, err := relay.New(nc, hubJS, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = r.Run(ctx) }()
+		urls = append(urls, dc+"="+leaf.URL())
+	}
+	args = append(args, "--dc-nats-urls", strings.Join(urls, ","))
+	var out, errb bytes.Buffer
+	if code := run(ctx, args, func(string) string { return "" }, &out, &errb); code != 0 {
+		t.Fatalf("exit %d\nstdout:\n%s\nstderr:\n%s", code, out.String(), errb.String())
+	}
+	if !strings.Contains(out.String(), "no false negative") {
+		t.Fatalf("no verification line:\n%s", out.String())
+	}
+	// Each DC's events were stored in that DC only.
+	for _, dc := range topo.DCs() {
+		s, err := topo.Leaf(t, dc).JetStream(t).Stream(ctx, jsx.EventStream)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for subj := range mustSubjects(t, ctx, s) {
+			if !strings.HasPrefix(subj, "kvevents.rp."+dc+".") {
+				t.Fatalf("%s's input stream holds %s", dc, subj)
+			}
+		}
+	}
+}
+
+func mustSubjects(t *testing.T, ctx context.Context, s jetstream.Stream) map[string]uint64 {
+	t.Helper()
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(info.State.Subjects) == 0 {
+		t.Fatal("empty input stream")
+	}
+	return info.State.Subjects
+}
+
+func TestParseRejectsAnUnknownDCInDCNatsURLs(t *testing.T) {
+	for _, v := range []string{"dc-x=nats://h:4222", "dc-a", "dc-a="} {
+		if _, err := parse([]string{"--dcs", "dc-a,dc-b", "--dc-nats-urls", v}, func(string) string { return "" }, &bytes.Buffer{}); err == nil {
+			t.Fatalf("--dc-nats-urls %q accepted", v)
+		}
+	}
+	if _, err := parse([]string{"--query-via", "grpc"}, func(string) string { return "" }, &bytes.Buffer{}); err == nil {
+		t.Fatal("--query-via grpc accepted")
 	}
 }

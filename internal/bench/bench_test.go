@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
@@ -27,10 +28,11 @@ func TestMain(m *testing.M) {
 
 func tinySuite() SuiteConfig {
 	return SuiteConfig{
-		Search:         SearchConfig{Buckets: 1 << 12, Blocks: 32, Queries: 8, Seed: 3},
+		Search:         SearchConfig{Buckets: 1 << 12, Blocks: 32, Queries: 64, HotQueries: 8, Seed: 3},
 		Producer:       ProducerConfig{ExpectedBlocks: 1 << 12},
 		Pool:           PoolBenchConfig{ExpectedBlocks: 1 << 10, Sets: 8},
 		E2ERequests:    300,
+		Rates:          RateConfig{Rates: []float64{2000}, Duration: 300 * time.Millisecond, ProbeGap: 5 * time.Millisecond},
 		LatencySamples: 10,
 	}
 }
@@ -43,14 +45,16 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Pairs) != 5 {
-		t.Fatalf("%d pair descriptions, want 5 (search, producer, pool, e2e events, e2e latency)", len(rep.Pairs))
+	if len(rep.Pairs) != 7 {
+		t.Fatalf("%d pair descriptions, want 7 (search hot and cold, producer, pool, e2e events, e2e latency, e2e paced)", len(rep.Pairs))
 	}
 	want := map[string]bool{
-		"search/query ns/op": true, "search/query allocs/op": true,
+		"search/hot ns/op": true, "search/hot allocs/op": true, "search/hot p50 ns": true, "search/hot p99 ns": true,
+		"search/cold ns/op": true, "search/cold allocs/op": true, "search/cold p50 ns": true, "search/cold p99 ns": true,
 		"producer/store+remove ns/op": true, "producer/store+remove allocs/op": true,
 		"pool/deltas images/s": true, "pool/deltas allocs/op": true,
 		"e2e/events events/s": true, "e2e/latency p50 µs": true, "e2e/latency p99 µs": true,
+		"e2e/paced 2000/s p50 µs": true, "e2e/paced 2000/s p99 µs": true, "e2e/paced 2000/s applied events/s": true, "e2e/paced 2000/s drain ms": true,
 	}
 	for _, m := range rep.Metrics {
 		key := m.Name + " " + m.Unit
@@ -59,6 +63,12 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 			continue
 		}
 		delete(want, key)
+		if m.Unit == "ms" { // a drain may round to zero
+			if m.Subject < 0 || m.Baseline < 0 {
+				t.Errorf("%s: subject %v baseline %v", key, m.Subject, m.Baseline)
+			}
+			continue
+		}
 		if m.Unit == "allocs/op" {
 			if m.Subject < 0 || m.Baseline < 0 || (m.Ratio == nil && m.Baseline != 0) {
 				t.Errorf("%s: subject %v baseline %v ratio %v", key, m.Subject, m.Baseline, m.Ratio)
@@ -75,10 +85,21 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 	for key := range want {
 		t.Errorf("row %q missing", key)
 	}
+	if ui, ok := rep.Info["search_cold_under_ingest"].(UnderIngest); !ok || !(ui.ImagesPerSec > 0) || ui.Queries < minPercentileSamples || ui.P99Ns < ui.P50Ns {
+		t.Errorf("search under ingest: %+v", rep.Info["search_cold_under_ingest"])
+	}
+	if len(rep.E2ERates) != 1 {
+		t.Fatalf("%d paced rates, want 1", len(rep.E2ERates))
+	}
+	for _, side := range []RateSide{rep.E2ERates[0].Pipeline, rep.E2ERates[0].Raw} {
+		if side.Events < 600 || side.Probes == 0 || side.SendSeconds <= 0 || side.AppliedPerSec <= 0 {
+			t.Errorf("paced side %+v", side)
+		}
+	}
 	// The search replaces a linear scan: on a 32-block query it must not
 	// be slower than probing every position.
 	for _, m := range rep.Metrics {
-		if m.Name == "search/query" && m.Unit == "allocs/op" && m.Subject != 0 {
+		if (m.Name == "search/hot" || m.Name == "search/cold") && m.Unit == "allocs/op" && m.Subject != 0 {
 			t.Errorf("FindPrefixMatches allocates %.2f per query", m.Subject)
 		}
 	}
@@ -160,9 +181,11 @@ func TestRatio(t *testing.T) {
 }
 
 func BenchmarkSearch(b *testing.B) {
-	p := SearchPair(SearchConfig{})
-	b.Run("subject=FindPrefixMatches", p.Subject)
-	b.Run("baseline=LinearProbe", p.Baseline)
+	hot, cold := SearchPairs(SearchConfig{})
+	b.Run("queries=hot/subject=FindPrefixMatches", hot.Subject)
+	b.Run("queries=hot/baseline=LinearProbe", hot.Baseline)
+	b.Run("queries=cold/subject=FindPrefixMatches", cold.Subject)
+	b.Run("queries=cold/baseline=LinearProbe", cold.Baseline)
 }
 
 func BenchmarkProducer(b *testing.B) {

@@ -8,25 +8,33 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 )
 
-// SearchConfig sizes the prefix-search pair.
+// SearchConfig sizes the prefix-search pairs.
 type SearchConfig struct {
-	// Buckets is the bucket count of every lane (a power of two; default 1<<20).
+	// Buckets is the bucket count of every lane (a power of two; default
+	// 1<<22, Dynamo's 16-DC shape).
 	Buckets uint64
 	// Blocks is the query length (default 128).
 	Blocks int
-	// Queries is the number of distinct queries cycled through (default 64).
+	// Queries is the number of distinct queries of the cold set (default
+	// 65,536): their probed rows (~100 MB at 128 blocks) are far beyond
+	// L3, so each query meets cold rows as a router seeing new prompts does.
 	Queries int
-	// ChainBlocks is the length of each query's chain in the table; every
-	// lane holds a uniformly random prefix of it (default 4×Blocks, as in
-	// pkg/consumer's BenchmarkFindPrefixMatches: most lanes then match the
-	// whole query and the rest stop at scattered depths). ChainBlocks =
-	// Blocks spreads the lanes' depths over the whole query, the search's
-	// worst case.
+	// HotQueries is the hot set, the first HotQueries of the same queries
+	// cycled through (default 64: shared system prompts whose rows stay in
+	// L2).
+	HotQueries int
+	// ChainBlocks sets the depth distribution: every lane holds each query
+	// chain to a depth drawn uniformly from 0..ChainBlocks, clipped to
+	// Blocks (default 4×Blocks, as in pkg/consumer's
+	// BenchmarkFindPrefixMatches: most lanes then match the whole query and
+	// the rest stop at scattered depths). ChainBlocks = Blocks spreads the
+	// lanes' depths over the whole query, the search's worst case.
 	ChainBlocks int
 	// Seed makes the table and the queries reproducible.
 	Seed uint64
@@ -34,13 +42,16 @@ type SearchConfig struct {
 
 func (c SearchConfig) withDefaults() SearchConfig {
 	if c.Buckets == 0 {
-		c.Buckets = 1 << 20
+		c.Buckets = 1 << 22
 	}
 	if c.Blocks == 0 {
 		c.Blocks = 128
 	}
 	if c.Queries == 0 {
-		c.Queries = 64
+		c.Queries = 65536
+	}
+	if c.HotQueries == 0 {
+		c.HotQueries = min(64, c.Queries)
 	}
 	if c.ChainBlocks == 0 {
 		c.ChainBlocks = 4 * c.Blocks
@@ -48,11 +59,13 @@ func (c SearchConfig) withDefaults() SearchConfig {
 	return c
 }
 
-// SearchPair compares consumer.Indexer.FindPrefixMatches on a full 16-lane
-// table with a linear probe of every query position on every lane, over the
-// same words in the same transposed layout. The fixture (two tables of
-// Buckets×16 words) is built on first use and shared by both bodies.
-func SearchPair(cfg SearchConfig) Pair {
+// SearchPairs returns the hot and the cold pair: consumer.Indexer's
+// FindPrefixMatches on a full 16-lane table against a linear probe of every
+// query position on every lane, over the same words in the same transposed
+// layout, cycling through HotQueries and through all Queries queries. The
+// fixture (two tables of Buckets×16 words) is built on first use and shared
+// by all four bodies.
+func SearchPairs(cfg SearchConfig) (hot, cold Pair) {
 	cfg = cfg.withDefaults()
 	var (
 		once sync.Once
@@ -67,11 +80,14 @@ func SearchPair(cfg SearchConfig) Pair {
 		}
 		return fx
 	}
-	return Pair{
-		Name:     "search",
-		Subject:  func(b *testing.B) { get(b).BenchFindPrefixMatches(b) },
-		Baseline: func(b *testing.B) { get(b).BenchLinearProbe(b) },
+	pair := func(name string, n int) Pair {
+		return Pair{
+			Name:     name,
+			Subject:  func(b *testing.B) { f := get(b); f.BenchFindPrefixMatches(b, f.queries[:n]) },
+			Baseline: func(b *testing.B) { f := get(b); f.BenchLinearProbe(b, f.queries[:n]) },
+		}
 	}
+	return pair("search hot", cfg.HotQueries), pair("search cold", cfg.Queries)
 }
 
 // SearchFixture is a 16-lane consumer indexer and an identical linear-probe
@@ -80,6 +96,9 @@ func SearchPair(cfg SearchConfig) Pair {
 type SearchFixture struct {
 	cfg     SearchConfig
 	ix      *consumer.Indexer
+	ings    [ckf.LaneCount]*consumer.LaneIngestor
+	ids     [ckf.LaneCount]ckf.ProducerIdentity
+	leases  [ckf.LaneCount]ckf.LaneLease
 	linear  *LinearProbe
 	queries [][]ckf.LocalBlockHash
 }
@@ -89,8 +108,15 @@ type SearchFixture struct {
 // a snapshot of its words.
 func NewSearchFixture(cfg SearchConfig) (*SearchFixture, error) {
 	cfg = cfg.withDefaults()
-	if cfg.Blocks <= 0 || cfg.Queries <= 0 || cfg.ChainBlocks < cfg.Blocks {
-		return nil, fmt.Errorf("bench: search needs positive blocks and queries and chains at least as long as queries, got %d, %d and %d", cfg.Blocks, cfg.Queries, cfg.ChainBlocks)
+	if cfg.Blocks <= 0 || cfg.Queries <= 0 || cfg.HotQueries <= 0 || cfg.HotQueries > cfg.Queries || cfg.ChainBlocks < cfg.Blocks {
+		return nil, fmt.Errorf("bench: search needs positive blocks and queries, at most as many hot queries as queries and chains at least as long as queries, got %d, %d, %d and %d", cfg.Blocks, cfg.Queries, cfg.HotQueries, cfg.ChainBlocks)
+	}
+	fx := &SearchFixture{cfg: cfg}
+	// Expected stored positions per lane: E[min(U(0..chain), blocks)].
+	b, c := float64(cfg.Blocks), float64(cfg.ChainBlocks)
+	perChain := (b*(b+1)/2 + b*(c-b)) / (c + 1)
+	if need, slots := float64(cfg.Queries)*perChain, 0.6*float64(cfg.Buckets)*float64(ckf.SlotsPerBucket); need > slots {
+		return nil, fmt.Errorf("bench: %d queries store about %.0f positions per lane, more than 60%% of %d buckets' slots: raise --buckets or lower --queries", cfg.Queries, need, cfg.Buckets)
 	}
 	domain, err := ckf.DomainFromName("ckf-bench")
 	if err != nil {
@@ -120,21 +146,23 @@ func NewSearchFixture(cfg SearchConfig) (*SearchFixture, error) {
 	queries := make([][]ckf.LocalBlockHash, cfg.Queries)
 	seqs := make([][]ckf.SequenceHash, cfg.Queries)
 	for i := range queries {
-		chain := make([]ckf.LocalBlockHash, cfg.ChainBlocks)
-		for j := range chain {
-			chain[j] = ckf.LocalBlockHash(rng.Uint64())
+		q := make([]ckf.LocalBlockHash, cfg.Blocks)
+		for j := range q {
+			q[j] = ckf.LocalBlockHash(rng.Uint64())
 		}
-		queries[i], seqs[i] = chain[:cfg.Blocks], ckf.SequenceHashes(nil, chain)
+		queries[i], seqs[i] = q, ckf.SequenceHashes(nil, q)
 	}
 	words := make([]uint64, cfg.Buckets)
 	for l := range ckf.LaneCount {
-		fillLane(words, addressing, seqs, rng)
+		fillLane(words, addressing, seqs, cfg.ChainBlocks, rng)
 		ing, err := ix.ClaimLane(l)
 		if err != nil {
 			return nil, err
 		}
+		fx.ings[l] = ing
 		id := ckf.ProducerIdentity{Pool: *pools[l], ProducerIncarnation: 1, LayoutGeneration: 1, Format: format}
 		lease := ckf.LaneLease{ConsumerInstance: instance, PhysicalLane: uint8(l), AssignmentEpoch: 1}
+		fx.ids[l], fx.leases[l] = id, lease
 		if err := ing.Assign(id, lease); err != nil {
 			return nil, err
 		}
@@ -146,27 +174,32 @@ func NewSearchFixture(cfg SearchConfig) (*SearchFixture, error) {
 	if ix.ReadyLanes() != ckf.LaneMask {
 		return nil, fmt.Errorf("bench: ready lanes %016b after installing all 16", ix.ReadyLanes())
 	}
-	return &SearchFixture{cfg: cfg, ix: ix, linear: linear, queries: queries}, nil
+	fx.ix, fx.linear, fx.queries = ix, linear, queries
+	return fx, nil
 }
 
-// fillLane clears words, inserts each query chain to a random depth, then
-// fills every still-empty slot with a random fingerprint with probability
-// 0.8: only occupancy and the fingerprint distribution matter for probe cost
-// and false positives, so this stands in for millions of hashed chains.
-func fillLane(words []uint64, a ckf.Addressing, seqs [][]ckf.SequenceHash, rng *rand.Rand) {
+// fillLane clears words, inserts each query chain to a depth drawn from
+// 0..chainBlocks (clipped to the query), then tops the lane up to 80% slot
+// occupancy with random fingerprints: only occupancy and the fingerprint
+// distribution matter for probe cost and false positives, so this stands in
+// for millions of hashed chains.
+func fillLane(words []uint64, a ckf.Addressing, seqs [][]ckf.SequenceHash, chainBlocks int, rng *rand.Rand) {
 	clear(words)
+	stored := 0
 	for _, seq := range seqs {
-		for _, h := range seq[:rng.IntN(len(seq)+1)] {
+		for _, h := range seq[:min(rng.IntN(chainBlocks+1), len(seq))] {
 			p := a.Prepare(uint64(h))
 			for _, bk := range [2]uint32{p.BucketA, p.BucketB} {
 				if s := ckf.FirstEmpty(words[bk]); s >= 0 {
 					words[bk] = ckf.WithSlot(words[bk], s, p.Fingerprint)
+					stored++
 					break
 				}
 			}
 		}
 	}
-	const occupied = 0.8 * (1 << 16)
+	slots := float64(len(words)) * float64(ckf.SlotsPerBucket)
+	occupied := max(0, (0.8*slots-float64(stored))/(slots-float64(stored))) * (1 << 16)
 	for bk, w := range words {
 		occ, fps := rng.Uint64(), rng.Uint64()
 		for s := range int(ckf.SlotsPerBucket) {
@@ -192,37 +225,65 @@ func (f *SearchFixture) Linear(q []ckf.LocalBlockHash, depths *[ckf.LaneCount]ui
 	f.linear.Depths(q, depths)
 }
 
-// BenchFindPrefixMatches measures one query per op; steady state must not
-// allocate.
-func (f *SearchFixture) BenchFindPrefixMatches(b *testing.B) {
-	var s consumer.QueryScratch
-	var out consumer.QueryResult
-	for _, q := range f.queries { // grow the scratch
-		if err := f.ix.FindPrefixMatches(q, &s, &out); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.ReportAllocs()
-	b.ResetTimer()
-	i := 0
-	for b.Loop() {
-		if err := f.ix.FindPrefixMatches(f.queries[i%len(f.queries)], &s, &out); err != nil {
-			b.Fatal(err)
-		}
-		i++
+// Pair is the subject and baseline over the first n queries.
+func (f *SearchFixture) Pair(name string, n int) Pair {
+	qs := f.queries[:min(max(n, 1), len(f.queries))]
+	return Pair{
+		Name:     name,
+		Subject:  func(b *testing.B) { f.BenchFindPrefixMatches(b, qs) },
+		Baseline: func(b *testing.B) { f.BenchLinearProbe(b, qs) },
 	}
 }
 
-// BenchLinearProbe measures one linear query per op.
-func (f *SearchFixture) BenchLinearProbe(b *testing.B) {
-	var depths [ckf.LaneCount]uint32
+// Config returns the fixture's configuration, defaults filled in.
+func (f *SearchFixture) Config() SearchConfig { return f.cfg }
+
+// TableMemory reports the consumer table's size and huge-page backing.
+func (f *SearchFixture) TableMemory() consumer.TableMemory { return f.ix.TableMemory() }
+
+// BenchFindPrefixMatches measures one query per op, cycling through qs;
+// steady state must not allocate. A separate pass then times each query on
+// its own and reports p50-ns and p99-ns.
+func (f *SearchFixture) BenchFindPrefixMatches(b *testing.B, qs [][]ckf.LocalBlockHash) {
+	var s consumer.QueryScratch
+	var out consumer.QueryResult
+	if err := f.ix.FindPrefixMatches(qs[0], &s, &out); err != nil { // grow the scratch
+		b.Fatal(err)
+	}
 	b.ReportAllocs()
-	b.ResetTimer()
 	i := 0
 	for b.Loop() {
-		f.linear.Depths(f.queries[i%len(f.queries)], &depths)
+		if err := f.ix.FindPrefixMatches(qs[i%len(qs)], &s, &out); err != nil {
+			b.Fatal(err)
+		}
 		i++
 	}
+	b.StopTimer()
+	var failed error
+	lat := TimeEach(max(len(qs), minPercentileSamples), func(k int) {
+		if err := f.ix.FindPrefixMatches(qs[(i+k)%len(qs)], &s, &out); err != nil {
+			failed = err
+		}
+	})
+	if failed != nil {
+		b.Fatal(failed)
+	}
+	reportPercentiles(b, lat)
+}
+
+// BenchLinearProbe measures one linear query per op, then its percentiles.
+func (f *SearchFixture) BenchLinearProbe(b *testing.B, qs [][]ckf.LocalBlockHash) {
+	var depths [ckf.LaneCount]uint32
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		f.linear.Depths(qs[i%len(qs)], &depths)
+		i++
+	}
+	b.StopTimer()
+	reportPercentiles(b, TimeEach(max(len(qs), minPercentileSamples), func(k int) {
+		f.linear.Depths(qs[(i+k)%len(qs)], &depths)
+	}))
 }
 
 // CompareDepths runs every query through both algorithms. The search may
@@ -312,4 +373,81 @@ func (t *LinearProbe) Depths(locals []ckf.LocalBlockHash, depths *[ckf.LaneCount
 	for ; active != 0; active &= active - 1 {
 		depths[bits.TrailingZeros16(active)] = uint32(len(locals))
 	}
+}
+
+// UnderIngest is a query latency measured while deltas are applied.
+type UnderIngest struct {
+	ImagesPerSec float64 `json:"images_per_sec"`
+	Queries      int     `json:"queries"`
+	P50Ns        float64 `json:"p50_ns"`
+	P99Ns        float64 `json:"p99_ns"`
+}
+
+// QueryUnderIngest times the first n queries one by one (cycling, so a
+// set larger than the caches stays cold) on one goroutine while another
+// applies 64-image deltas round-robin over the 16 lanes as fast as it can,
+// the work of the ingestion pool's workers. Each image rewrites its
+// bucket's current word, so answers do not change but every store and
+// cache-line invalidation is real.
+func (f *SearchFixture) QueryUnderIngest(n, samples int) (UnderIngest, error) {
+	qs := f.queries[:min(max(n, 1), len(f.queries))]
+	const perDelta = 64
+	stop := make(chan struct{})
+	done := make(chan error, 1)
+	var images int64
+	var elapsed time.Duration
+	go func() {
+		rng := rand.New(rand.NewPCG(9, 9))
+		var deltas [ckf.LaneCount]ckf.Delta
+		for l := range ckf.LaneCount {
+			deltas[l] = ckf.Delta{Identity: f.ids[l], Lease: f.leases[l], BaseSequence: 1, Sequence: 2, Images: make([]ckf.BucketImage, perDelta)}
+		}
+		t0 := time.Now()
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				elapsed = time.Since(t0)
+				done <- nil
+				return
+			default:
+			}
+			l := i % ckf.LaneCount
+			d := &deltas[l]
+			// Distinct buckets: a random run of perDelta consecutive ones.
+			start := rng.Uint64N(f.cfg.Buckets - perDelta)
+			for k := range d.Images {
+				bk := start + uint64(k)
+				d.Images[k] = ckf.BucketImage{Bucket: bk, Value: f.linear.words[bk*ckf.LaneCount+uint64(l)].Load()}
+			}
+			if out := f.ings[l].ApplyDelta(d); out.Kind != consumer.OutcomeDeltaApplied {
+				elapsed = time.Since(t0)
+				done <- fmt.Errorf("bench: ingest lane %d: %v", l, out)
+				return
+			}
+			images += perDelta
+			d.BaseSequence++
+			d.Sequence++
+		}
+	}()
+	var s consumer.QueryScratch
+	var out consumer.QueryResult
+	var failed error
+	lat := TimeEach(max(samples, len(qs)), func(k int) {
+		if err := f.ix.FindPrefixMatches(qs[k%len(qs)], &s, &out); err != nil {
+			failed = err
+		}
+	})
+	close(stop)
+	if err := <-done; err != nil {
+		return UnderIngest{}, err
+	}
+	if failed != nil {
+		return UnderIngest{}, failed
+	}
+	return UnderIngest{
+		ImagesPerSec: float64(images) / elapsed.Seconds(),
+		Queries:      len(lat),
+		P50Ns:        float64(lat.Quantile(0.5).Nanoseconds()),
+		P99Ns:        float64(lat.Quantile(0.99).Nanoseconds()),
+	}, nil
 }

@@ -7,16 +7,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-
-	"github.com/ckfrelay/ckfrelay/pkg/natsembed"
 )
 
 // EnvPrefix prefixes the environment variable of every flag.
@@ -40,7 +36,7 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
-	if err := handleVersion(fs); err != nil {
+	if err := HandleVersion(fs); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -72,6 +68,14 @@ type Common struct {
 	LogLevel  string
 	LogFormat string
 	Tracing
+	// NatsConfig is a nats-server config file for the embedded server.
+	NatsConfig string
+	// Security authenticates the connection and turns TLS on (nats.go).
+	Security Security
+	// JSReplicas is the replica count of every stream, KV and Object Store
+	// bucket the binary creates (1..5; production runs 3 on a clustered
+	// JetStream).
+	JSReplicas int
 }
 
 // Register adds the common flags to fs.
@@ -83,6 +87,17 @@ func (c *Common) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", "console", "log format: console or json")
 	c.Tracing.register(fs)
+	fs.StringVar(&c.NatsConfig, "nats-config", "", "nats-server config file (accounts, users, permissions, TLS) for the embedded server; without it the embedded server listens on 127.0.0.1 only")
+	c.Security.Register(fs)
+	fs.IntVar(&c.JSReplicas, "js-replicas", 1, "replicas of every stream, KV and Object Store bucket created (1..5; production: 3 on a clustered JetStream); existing ones keep theirs")
+}
+
+// ValidateReplicas reports a --js-replicas outside 1..5.
+func (c *Common) ValidateReplicas() error {
+	if c.JSReplicas < 1 || c.JSReplicas > 5 {
+		return fmt.Errorf("invalid --js-replicas %d (want 1..5)", c.JSReplicas)
+	}
+	return nil
 }
 
 // Conn is a NATS connection, plus the embedded server when one was started.
@@ -90,8 +105,11 @@ type Conn struct {
 	NC       *nats.Conn
 	JS       jetstream.JetStream
 	Embedded *server.Server
-	URL      string
-	cleanup  []func()
+	// URL is the server URL with its credentials redacted (safe to log).
+	URL string
+	// Stats counts the connection's asynchronous errors.
+	Stats   *ConnStats
+	cleanup []func()
 }
 
 // Close drains the connection and stops the embedded server.
@@ -106,39 +124,26 @@ func (c *Conn) Close() {
 
 // Connect dials NatsURL, or starts an embedded server when it is empty.
 func (c *Common) Connect(name string, log zerolog.Logger) (*Conn, error) {
-	conn := &Conn{URL: c.NatsURL}
+	if err := c.ValidateConnection(); err != nil {
+		return nil, err
+	}
+	raw := c.NatsURL
+	conn := &Conn{}
 	if c.NatsURL == "" {
-		dir := c.StoreDir
-		if dir == "" {
-			tmp, err := os.MkdirTemp("", "ckfrelay-js-")
-			if err != nil {
-				return nil, err
-			}
-			dir = tmp
-			conn.cleanup = append(conn.cleanup, func() { os.RemoveAll(tmp) })
-		}
-		srv, err := natsembed.RunEmbedded(natsembed.EmbeddedOptions{Port: c.NatsPort, StoreDir: dir, ServerName: name})
+		srv, url, err := c.startEmbedded(conn, name, log)
 		if err != nil {
 			conn.Close()
-			return nil, fmt.Errorf("embedded nats-server: %w", err)
+			return nil, err
 		}
-		conn.Embedded = srv
-		conn.URL = srv.ClientURL()
-		conn.cleanup = append(conn.cleanup, func() { srv.Shutdown(); srv.WaitForShutdown() })
-		log.Info().Str("url", conn.URL).Str("store_dir", dir).Msg("embedded nats-server started (JetStream on); other processes may join it with --nats-url")
+		conn.Embedded, raw = srv, url
 	}
-	nc, err := nats.Connect(conn.URL, nats.Name(name), nats.MaxReconnects(-1), nats.ReconnectWait(250*time.Millisecond),
-		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
-			if err != nil {
-				log.Warn().Err(err).Msg("nats disconnected")
-			}
-		}),
-		nats.ReconnectHandler(func(nc *nats.Conn) { log.Info().Str("url", nc.ConnectedUrl()).Msg("nats reconnected") }))
+	conn.URL = RedactURL(raw)
+	nc, stats, err := Dial(raw, name, c.Security, log)
 	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("connect %s: %w", conn.URL, err)
+		return nil, err
 	}
-	conn.NC = nc
+	conn.NC, conn.Stats = nc, stats
 	var js jetstream.JetStream
 	if c.JSDomain != "" {
 		js, err = jetstream.NewWithDomain(nc, c.JSDomain)

@@ -23,8 +23,9 @@ var groupOrder = []string{GroupConnection, GroupIdentity, GroupTuning, GroupObse
 // Usage for its own exceptions.
 var flagGroups = map[string]string{
 	"nats-url": GroupConnection, "js-domain": GroupConnection, "nats-port": GroupConnection,
-	"store-dir": GroupConnection, "indexer-url": GroupConnection,
-	"domain": GroupIdentity, "dc": GroupIdentity, "dcs": GroupIdentity, "instance": GroupIdentity,
+	"store-dir": GroupConnection, "indexer-url": GroupConnection, "input-js-domain": GroupConnection,
+	"js-replicas": GroupTuning,
+	"domain":      GroupIdentity, "dc": GroupIdentity, "dcs": GroupIdentity, "instance": GroupIdentity,
 	"expected-blocks": GroupIdentity, "seed": GroupIdentity, "mode": GroupIdentity,
 	"http-addr": GroupObservability, "status-interval": GroupObservability,
 	"version": GroupGeneral, "help": GroupGeneral,
@@ -125,8 +126,9 @@ func quoteIfString(f *flag.Flag, def string) string {
 	return def
 }
 
-// handleVersion prints the version when --version was given.
-func handleVersion(fs *flag.FlagSet) error {
+// HandleVersion prints the version and returns ErrVersion when --version was
+// given (for a command that parses with fs.Parse rather than Parse).
+func HandleVersion(fs *flag.FlagSet) error {
 	f := fs.Lookup(versionFlag)
 	if f == nil {
 		return nil

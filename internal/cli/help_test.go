@@ -16,8 +16,8 @@ func TestUsageGroupsFlagsAndNamesTheirVariables(t *testing.T) {
 	fs.SetOutput(&out)
 	var c Common
 	c.Register(fs)
-	fs.String("nats-creds", "", "credentials file")  // a NATS flag defined elsewhere: placed by its prefix
-	fs.String("domain", "default", "indexer domain") // identity
+	fs.String("nats-test-future", "", "a future NATS flag") // placed by its prefix, unregistered
+	fs.String("domain", "default", "indexer domain")        // identity
 	fs.Duration("publish-interval", time.Second, "publish period")
 	fs.Bool("json", false, "JSON report")
 	Usage(fs, "does one thing well", map[string]string{"json": GroupObservability})
@@ -49,7 +49,7 @@ func TestUsageGroupsFlagsAndNamesTheirVariables(t *testing.T) {
 		return best
 	}
 	for name, want := range map[string]string{
-		"nats-url": "Connection:", "nats-creds": "Connection:", "js-domain": "Connection:",
+		"nats-url": "Connection:", "nats-test-future": "Connection:", "nats-creds": "Connection:", "js-domain": "Connection:", "js-replicas": "Tuning:",
 		"domain": "Identity:", "publish-interval": "Tuning:",
 		"log-level": "Observability:", "otlp-endpoint": "Observability:", "trace-sample-ratio": "Observability:",
 		"json": "Observability:", "version": "General:",
@@ -59,7 +59,7 @@ func TestUsageGroupsFlagsAndNamesTheirVariables(t *testing.T) {
 		}
 	}
 	for _, want := range []string{
-		"--nats-url string  [$CKFRELAY_NATS_URL]", "--nats-creds string  [$CKFRELAY_NATS_CREDS]",
+		"--nats-url string  [$CKFRELAY_NATS_URL]", "--nats-test-future string  [$CKFRELAY_NATS_TEST_FUTURE]",
 		"--publish-interval duration  [$CKFRELAY_PUBLISH_INTERVAL]", `(default "default")`, "(default 1s)",
 	} {
 		if !strings.Contains(help, want) {

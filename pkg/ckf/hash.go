@@ -96,7 +96,13 @@ func LocalBlockHashesWith(dst []LocalBlockHash, tokens []uint32, blockSize int, 
 	if o.Eagle {
 		window++
 	}
-	buf := make([]byte, 0, 4*window)
+	// A stack buffer keeps the common block sizes allocation-free (the
+	// engine bridge hashes every stored block through here).
+	var stack [257 * 4]byte
+	buf := stack[:0]
+	if 4*window > len(stack) {
+		buf = make([]byte, 0, 4*window)
+	}
 	for start := 0; start+window <= len(tokens); start += blockSize {
 		buf = buf[:0]
 		for _, t := range tokens[start : start+window] {

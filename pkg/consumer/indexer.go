@@ -24,7 +24,9 @@ type Indexer struct {
 	manifest   atomic.Pointer[Manifest]
 	table      *table
 	addressing ckf.Addressing
-	window     int
+	// fast is addressing for the query path (hash_fast.go).
+	fast   fastAddressing
+	window int
 	// readyLanes and claimedLanes hold 16-bit masks; atomic Or/And set and
 	// clear single bits.
 	readyLanes   atomic.Uint32
@@ -52,7 +54,7 @@ func NewIndexer(m *Manifest, search ckf.PrefixSearchConfig) (*Indexer, error) {
 	if err != nil {
 		return nil, err
 	}
-	ix := &Indexer{table: t, addressing: addressing, window: search.VerificationWindow}
+	ix := &Indexer{table: t, addressing: addressing, fast: newFastAddressing(addressing), window: search.VerificationWindow}
 	ix.manifest.Store(m)
 	return ix, nil
 }
@@ -84,6 +86,10 @@ func (ix *Indexer) ConfigureLane(lane int, pool ckf.PoolID) error {
 	ix.manifest.Store(next)
 	return nil
 }
+
+// TableMemory reports the table's size and whether it sits on huge pages
+// (it reads /proc/self/smaps: for benchmarks and diagnostics, not hot paths).
+func (ix *Indexer) TableMemory() TableMemory { return ix.table.memory() }
 
 // ReadyLanes returns the ready mask with one acquire load.
 func (ix *Indexer) ReadyLanes() uint16 { return uint16(ix.readyLanes.Load()) }
@@ -167,7 +173,7 @@ type QueryScratch struct {
 // prepared into fingerprints and buckets.
 type queryProber struct {
 	table      *table
-	addressing ckf.Addressing
+	addressing fastAddressing
 	// locals feed the chain; nil when the caller supplied the whole chain.
 	locals []ckf.LocalBlockHash
 	// seq[:hashed] holds the sequence hashes computed so far.
@@ -185,7 +191,7 @@ func (q *queryProber) prepared(pos int) ckf.Probe {
 		if pos >= q.hashed {
 			q.extend(pos)
 		}
-		pr = q.addressing.Prepare(uint64(q.seq[pos]))
+		pr = q.addressing.prepare(uint64(q.seq[pos]))
 		q.probes[pos] = pr
 	}
 	return pr
@@ -199,7 +205,7 @@ func (q *queryProber) extend(pos int) {
 		i = 1
 	}
 	for ; i <= pos; i++ {
-		q.seq[i] = ckf.NextSequenceHash(q.seq[i-1], q.locals[i])
+		q.seq[i] = nextSequenceHash(q.seq[i-1], q.locals[i])
 	}
 	q.hashed = pos + 1
 }
@@ -257,7 +263,7 @@ func (ix *Indexer) findWithCapturedReady(n int, captured uint16, s *QueryScratch
 		}
 		q.probes = q.probes[:n]
 		clear(q.probes)
-		q.table, q.addressing = ix.table, ix.addressing
+		q.table, q.addressing = ix.table, ix.fast
 		searchPrefixDepths(n, captured, ix.window, q, &depths)
 	}
 	for mask := captured; mask != 0; mask &= mask - 1 {

@@ -18,7 +18,9 @@ package consumer
 //     assignment epoch, delta ids, outstanding images and the outstanding
 //     FIFO). SubmitDelta takes only mu and never blocks while holding it (the
 //     enqueue is non-blocking). Pool.configMu serialises ConfigureLane and
-//     Close and is never held with a lane lock.
+//     Close and is never held with a lane lock. worker.attachMu (taken
+//     after configMu) orders a runtime lane claim against the worker's exit,
+//     so every claim is released by the worker or never made.
 //   - Epochs. Every admission change that invalidates queued work (assign,
 //     retire) bumps adm.epoch under mu and mirrors it into the atomic
 //     publishedEpoch. Commands carry the epoch they were admitted under; the
@@ -477,6 +479,15 @@ type pauseHook struct {
 	release chan struct{}
 }
 
+// hold signals entered and waits for release or quit.
+func (h *pauseHook) hold(quit <-chan struct{}) {
+	h.entered <- struct{}{}
+	select {
+	case <-h.release:
+	case <-quit:
+	}
+}
+
 // laneControl is the shared per-lane state; see the contract above.
 type laneControl struct {
 	lane           int
@@ -496,6 +507,9 @@ type laneControl struct {
 	// activationPause is a test hook taken once before the next snapshot
 	// activation guard.
 	activationPause atomic.Pointer[pauseHook]
+	// deltaPanic is a test hook: the worker panics while applying the next
+	// delta of this lane, as a bug in the ingestor would.
+	deltaPanic atomic.Bool
 }
 
 func (c *laneControl) leaseMatchesLocked(lease ckf.LaneLease) bool {
@@ -554,6 +568,13 @@ type worker struct {
 	done   chan struct{} // closed when the goroutine exits, for any reason
 	failed atomic.Bool
 	lanes  [ckf.LaneCount]*workerLane
+
+	// attachMu orders a runtime ConfigureLane against the worker's exit:
+	// either the lane's ingestor is published before releaseIngestors runs
+	// (which then releases it), or the attachment sees released and claims
+	// nothing, so no claim outlives the worker.
+	attachMu sync.Mutex
+	released bool
 }
 
 // Pool is GlobalCkfIngestionPool: bounded lane-sticky ingestion for one
@@ -573,8 +594,13 @@ type Pool struct {
 	watchdogOnce  sync.Once
 	watchInterval time.Duration
 
-	configMu sync.Mutex
-	closed   atomic.Bool
+	configMu  sync.Mutex
+	closed    atomic.Bool
+	closeDone chan struct{} // closed when the first Close has failed closed
+
+	// configurePause is a test hook taken once by the next ConfigureLane,
+	// after its worker check and before it claims the lane.
+	configurePause atomic.Pointer[pauseHook]
 }
 
 // NewPool starts the workers and the lag watchdog for indexer and claims the
@@ -604,6 +630,7 @@ func newPool(indexer *Indexer, cfg PoolConfig, now func() time.Time) (*Pool, err
 		quit:         make(chan struct{}),
 		watchdogStop: make(chan struct{}),
 		watchdogDone: make(chan struct{}),
+		closeDone:    make(chan struct{}),
 		watchInterval: min(max(cfg.MaxDirtyToAppliedAge/4, 100*time.Microsecond),
 			10*time.Millisecond),
 	}
@@ -669,12 +696,23 @@ func (p *Pool) ConfigureLane(lane int, pool ckf.PoolID) error {
 	if p.closed.Load() {
 		return &IngestionError{Kind: ErrPoolClosed, Lane: lane}
 	}
-	// A failed worker has already released its ingestors and would never
-	// release a new one.
-	if lane >= 0 && lane < ckf.LaneCount {
-		if err := p.ensureWorker(p.lanes[lane].worker); err != nil {
-			return err
-		}
+	if lane < 0 || lane >= ckf.LaneCount {
+		return p.indexer.ConfigureLane(lane, pool) // the indexer's lane error
+	}
+	w := p.workers[p.lanes[lane].worker]
+	if err := p.ensureWorker(w.index); err != nil {
+		return err
+	}
+	if h := p.configurePause.Swap(nil); h != nil {
+		h.hold(p.quit)
+	}
+	// A failed worker releases its ingestors once and would never release a
+	// new one: the worker may fail after the check above, so check again
+	// under attachMu, which its exit path also takes.
+	w.attachMu.Lock()
+	defer w.attachMu.Unlock()
+	if w.released || w.failed.Load() {
+		return &IngestionError{Kind: ErrWorkerFailed, Worker: w.index}
 	}
 	if err := p.indexer.ConfigureLane(lane, pool); err != nil {
 		return err
@@ -1117,10 +1155,12 @@ func (p *Pool) releaseLocked(c *laneControl, id uint64) {
 	c.adm.outstandingImages -= images
 }
 
+// releaseDelta drops an outstanding delta entry. The deferred unlock keeps
+// an accounting-underflow panic from leaving the admission lock held.
 func (p *Pool) releaseDelta(c *laneControl, id uint64) {
 	c.mu.Lock()
+	defer c.mu.Unlock()
 	p.releaseLocked(c, id)
-	c.mu.Unlock()
 }
 
 // markWorkerFailed records a failed worker once, clears the ready bits of
@@ -1164,15 +1204,22 @@ func (p *Pool) runWorker(w *worker) {
 	for {
 		select {
 		case cmd := <-w.queue:
-			p.process(w, &cmd)
-			if cmd.op == opDelta {
-				p.releaseDelta(p.lanes[cmd.lane], cmd.deltaID)
-			}
+			p.processReleasing(w, &cmd)
 		case <-p.quit:
 			p.retireAll(w)
 			return
 		}
 	}
+}
+
+// processReleasing processes cmd and then releases a delta's outstanding
+// entry, also while a panic unwinds (the seed drops the permit then), so a
+// failed worker leaves no entry for the lag watchdog to misreport.
+func (p *Pool) processReleasing(w *worker, cmd *command) {
+	if cmd.op == opDelta {
+		defer p.releaseDelta(p.lanes[cmd.lane], cmd.deltaID)
+	}
+	p.process(w, cmd)
 }
 
 // discardQueued releases the permits of deltas stranded in a failed worker's
@@ -1206,6 +1253,11 @@ func (p *Pool) retireAll(w *worker) {
 }
 
 func (p *Pool) releaseIngestors(w *worker) {
+	// Every attachment that will ever reach this worker happened before
+	// released is set; later ones refuse to claim.
+	w.attachMu.Lock()
+	w.released = true
+	w.attachMu.Unlock()
 	for _, wl := range w.lanes {
 		if wl != nil && wl.load() != nil {
 			wl.ingestor.Release()
@@ -1217,12 +1269,7 @@ func (p *Pool) releaseIngestors(w *worker) {
 func (p *Pool) process(w *worker, cmd *command) {
 	switch cmd.op {
 	case opTestPause:
-		h := cmd.ctl.pause
-		h.entered <- struct{}{}
-		select {
-		case <-h.release:
-		case <-p.quit:
-		}
+		cmd.ctl.pause.hold(p.quit)
 		return
 	case opTestCrash:
 		panic("consumer: pool: injected ingestion worker failure")
@@ -1257,6 +1304,9 @@ func (p *Pool) process(w *worker, cmd *command) {
 		p.observeOutcome(c, epoch, s.Lease, out, disp, hasDisp)
 		cmd.ctl.reply <- controlReply{outcome: out, disposition: disp, hasDisposition: hasDisp}
 	case opDelta:
+		if c.deltaPanic.Swap(false) {
+			panic("consumer: pool: injected panic while applying a delta")
+		}
 		out := ing.ApplyDelta(&cmd.delta)
 		if out.Kind == OutcomeLaneDeactivated {
 			disp, hasDisp := ing.LastFailureDisposition()
@@ -1290,11 +1340,7 @@ func (p *Pool) installGuarded(c *laneControl, ing *LaneIngestor, epoch uint64, s
 	}()
 	return ing.InstallSnapshotGuarded(s, func() bool {
 		if h := c.activationPause.Swap(nil); h != nil {
-			h.entered <- struct{}{}
-			select {
-			case <-h.release:
-			case <-p.quit:
-			}
+			h.hold(p.quit)
 		}
 		c.mu.Lock()
 		if c.fenced.Load() || c.adm.epoch != epoch || !c.leaseMatchesLocked(s.Lease) ||
@@ -1392,14 +1438,17 @@ func (p *Pool) stopWatchdog() {
 // Close fails closed: it stops the watchdog, retires every lane (clearing
 // its ready bit), asks the workers to stop without queueing behind a full
 // queue, and waits for them; the workers release their ingestors. Every
-// later call returns ErrPoolClosed. Close is idempotent and always returns nil.
+// later call returns ErrPoolClosed. Close is idempotent and always returns
+// nil; a concurrent Close returns only once the first has failed closed.
 func (p *Pool) Close() error {
 	p.configMu.Lock()
 	first := p.closed.CompareAndSwap(false, true)
 	p.configMu.Unlock()
 	if !first {
+		<-p.closeDone
 		return nil
 	}
+	defer close(p.closeDone)
 	p.stopWatchdog()
 	// Retire before stopping workers: a command in application re-checks
 	// the epoch before returning, and queued tails become no-ops.

@@ -65,3 +65,34 @@ func (p *Pool) closeWatchdogForTest() { p.stopWatchdog() }
 func newPoolWithClock(indexer *Indexer, cfg PoolConfig, now func() time.Time) (*Pool, error) {
 	return newPool(indexer, cfg, now)
 }
+
+// pauseNextConfigure holds the next ConfigureLane after its worker check and
+// before it claims the lane.
+func (p *Pool) pauseNextConfigure() (entered <-chan struct{}, release func()) {
+	h := &pauseHook{entered: make(chan struct{}, 1), release: make(chan struct{})}
+	p.configurePause.Store(h)
+	return h.entered, func() { close(h.release) }
+}
+
+// panicNextDeltaForTest makes lane's worker panic while applying the lane's
+// next delta, as a bug in the ingestor would.
+func (p *Pool) panicNextDeltaForTest(lane int) { p.lanes[lane].deltaPanic.Store(true) }
+
+// corruptOutstandingImagesForTest breaks lane's image accounting so the next
+// release underflows, as a bookkeeping bug would.
+func (p *Pool) corruptOutstandingImagesForTest(lane int) {
+	c := p.lanes[lane]
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.adm.outstandingImages = 0
+}
+
+// waitWorkerExit waits until lane's worker goroutine has exited.
+func (p *Pool) waitWorkerExit(t testing.TB, lane int) {
+	t.Helper()
+	select {
+	case <-p.workers[p.lanes[lane].worker].done:
+	case <-time.After(hookWait):
+		t.Fatalf("worker of lane %d did not exit", lane)
+	}
+}

@@ -44,6 +44,44 @@ func searchPrefixDepths(n int, initialMask uint16, window int, p prober, depths 
 	runPrefixSearch(n, initialMask, window, p, depths, true, nil)
 }
 
+// Memory-level parallelism of the search (latency hints only: the probe
+// sequence, and so every result, is the plain search's).
+const (
+	// expLookahead is how many exponential positions are touched ahead of
+	// the one being probed.
+	expLookahead = 3
+	// specLevels is the depth of the binary-search subtree touched at once:
+	// 3 levels, 7 midpoints.
+	specLevels = 3
+)
+
+// touchSubtree touches the midpoints the binary search of (lo, hi) may probe
+// in its next levels rounds, whatever the answers: 2^levels - 1 positions at
+// most, breadth first so the nearest rounds' rows are requested first.
+func touchSubtree(p prober, lo, hi, levels int) {
+	var queue [1 << specLevels][2]int
+	queue[0] = [2]int{lo, hi}
+	cur := queue[:1]
+	for range levels {
+		var next [1 << specLevels][2]int
+		k := 0
+		for _, iv := range cur {
+			if iv[1]-iv[0] <= 1 {
+				continue
+			}
+			mid := iv[0] + (iv[1]-iv[0])/2
+			p.prefetch(mid)
+			next[k], next[k+1] = [2]int{iv[0], mid}, [2]int{mid, iv[1]}
+			k += 2
+		}
+		if k == 0 {
+			return
+		}
+		queue = next
+		cur = queue[:k]
+	}
+}
+
 // lanesOf returns the lowest lane of a non-empty mask; the &15 lets the
 // compiler drop bounds checks on [16] arrays.
 func lanesOf(m uint16) int { return bits.TrailingZeros16(m) & 15 }
@@ -81,13 +119,22 @@ func runPrefixSearch(n int, initialMask uint16, window int, p prober, depths *[c
 	}
 
 	// Exponential phase: 1, 2, 4, ... until every sampling lane has missed.
+	// Its positions do not depend on the answers, so the phase touches
+	// expLookahead positions ahead of the probe: their misses overlap, and
+	// a query that stops early wastes at most a few touches.
 	sampling := active
-	if n > 1 {
-		p.prefetch(1)
+	ahead := 1
+	for range expLookahead {
+		if ahead >= n {
+			break
+		}
+		p.prefetch(ahead)
+		ahead *= 2
 	}
 	for pos := 1; pos < n && sampling != 0; pos *= 2 {
-		if 2*pos < n {
-			p.prefetch(2 * pos)
+		if ahead < n {
+			p.prefetch(ahead)
+			ahead *= 2
 		}
 		hits := p.probe(pos)
 		for m := sampling; m != 0; m &= m - 1 {
@@ -101,16 +148,37 @@ func runPrefixSearch(n int, initialMask uint16, window int, p prober, depths *[c
 		sampling &= hits
 	}
 
-	// Binary phase: lanes sharing a midpoint share one probe.
+	// Binary phase: lanes sharing a midpoint share one probe. The probe
+	// sequence is the plain binary search's, so results are unchanged, but
+	// memory is fetched a subtree at a time: when a lane's interval is not
+	// covered by an earlier touch, all midpoints of its next specLevels
+	// rounds (up to 7 positions) are touched together. One miss latency
+	// then pays for three rounds instead of one, as a k-ary search's would.
 	var groupPos [ckf.LaneCount]int
 	var groupLanes [ckf.LaneCount]uint16
+	var covered [ckf.LaneCount]uint8 // rounds still covered by a touched subtree
 	for {
 		k := 0
+		var touchedLo, touchedHi [ckf.LaneCount]int // intervals touched this round
+		t := 0
 		for m := active; m != 0; m &= m - 1 {
 			l := lanesOf(m)
 			if upper[l]-lower[l] <= 1 {
 				continue
 			}
+			if covered[l] == 0 {
+				i := 0
+				for i < t && (touchedLo[i] != lower[l] || touchedHi[i] != upper[l]) {
+					i++
+				}
+				if i == t { // lanes sharing an interval share its subtree
+					touchSubtree(p, lower[l], upper[l], specLevels)
+					touchedLo[t], touchedHi[t] = lower[l], upper[l]
+					t++
+				}
+				covered[l] = specLevels
+			}
+			covered[l]--
 			mid := lower[l] + (upper[l]-lower[l])/2
 			g := 0
 			for g < k && groupPos[g] != mid {
@@ -124,9 +192,6 @@ func runPrefixSearch(n int, initialMask uint16, window int, p prober, depths *[c
 		}
 		if k == 0 {
 			break
-		}
-		for g := range k {
-			p.prefetch(groupPos[g])
 		}
 		for g := range k {
 			mid := groupPos[g]

@@ -3,6 +3,7 @@ package consumer
 import (
 	"math"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
@@ -21,6 +22,9 @@ const (
 type table struct {
 	words       []atomic.Uint64
 	bucketCount uint64
+	// hugeAdvised: the words are a mapping the kernel accepted
+	// MADV_HUGEPAGE for (see allocWords).
+	hugeAdvised bool
 }
 
 // newTable allocates bucketCount*16 words. Sizes whose byte count overflows
@@ -30,7 +34,34 @@ func newTable(bucketCount uint64) (*table, error) {
 	if bucketCount == 0 || bucketCount > math.MaxInt/rowBytes {
 		return nil, ckfBuildError(&ckf.BuildError{Kind: ckf.ErrCapacityOverflow})
 	}
-	return &table{words: make([]atomic.Uint64, bucketCount*ckf.LaneCount), bucketCount: bucketCount}, nil
+	t := &table{bucketCount: bucketCount}
+	t.words, t.hugeAdvised = allocWords(t, bucketCount*ckf.LaneCount)
+	return t, nil
+}
+
+// HugePagesEnv names the environment variable that, set to "off", keeps
+// every new table on the Go heap instead of a huge-page mapping (Linux).
+const HugePagesEnv = "CKFRELAY_TABLE_HUGEPAGES"
+
+// TableMemory describes where an indexer's table lives.
+type TableMemory struct {
+	// Bytes is the table's size: buckets × 16 lanes × 8 bytes.
+	Bytes uint64
+	// HugePagesAdvised: the table is its own mapping advised MADV_HUGEPAGE.
+	HugePagesAdvised bool
+	// HugePageBytes is how much of it the kernel backs with 2 MiB pages
+	// right now (Linux /proc/self/smaps; 0 elsewhere). Pages are only
+	// backed once written.
+	HugePageBytes uint64
+}
+
+func (t *table) memory() TableMemory {
+	size := uintptr(len(t.words)) * 8
+	return TableMemory{
+		Bytes:            uint64(size),
+		HugePagesAdvised: t.hugeAdvised,
+		HugePageBytes:    min(hugePageBytes(uintptr(unsafe.Pointer(&t.words[0])), size), uint64(size)),
+	}
 }
 
 func (t *table) row(bucket uint64) *[ckf.LaneCount]atomic.Uint64 {

@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
@@ -30,6 +31,10 @@ const (
 	// read a snapshot body from the Object Store; each attempt also gets
 	// SnapshotFetchBytesPerSecond's share of the body size on top.
 	DefaultSnapshotFetchTimeout = 10 * time.Second
+	// DefaultSupersededFaultAfter is how long an active lane may drop
+	// superseded traffic without seeing any of its installed epoch before
+	// it reports a superseded_traffic fault and bootstraps again.
+	DefaultSupersededFaultAfter = 5 * time.Second
 	// DefaultSnapshotFetchAttempts is how many times a bootstrap tries a
 	// snapshot body read that timed out before it records a lane fault.
 	DefaultSnapshotFetchAttempts = 3
@@ -84,10 +89,21 @@ type Config struct {
 	// body 5s, and one stall would cost the whole bootstrap.
 	SnapshotFetchTimeout  time.Duration
 	SnapshotFetchAttempts int
+	// SupersededFaultAfter: see DefaultSupersededFaultAfter. A relay sends
+	// a heartbeat or a drain marker every second, so a lane whose installed
+	// epoch is alive never goes that long without current traffic; one that
+	// does while older epochs keep arriving is following an epoch its
+	// producer never used, and says so (lane fault, /v1/lanes, readiness)
+	// instead of dropping the real traffic.
+	SupersededFaultAfter time.Duration
 	// Streams sizes the JetStream resources when this process creates them.
 	Streams jsx.Options
 	// LeaseOptions tune the lease coordinator (bucket name, storage).
 	LeaseOptions []lease.Option
+	// Setup paces the retries of the start-up steps (ensure the lane
+	// stream and snapshot store, open the lease bucket) while NATS or the
+	// hub's JetStream is unreachable. The zero value uses retry's defaults.
+	Setup retry.Policy
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
@@ -119,6 +135,9 @@ func (c Config) withDefaults() Config {
 	if c.SnapshotFetchAttempts == 0 {
 		c.SnapshotFetchAttempts = DefaultSnapshotFetchAttempts
 	}
+	if c.SupersededFaultAfter == 0 {
+		c.SupersededFaultAfter = DefaultSupersededFaultAfter
+	}
 	return c
 }
 
@@ -135,6 +154,9 @@ func (c Config) Validate() error {
 	if err := c.Pool.Validate(); err != nil {
 		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "pool", Err: err}
 	}
+	if err := c.Streams.Validate(); err != nil {
+		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "streams", Err: err}
+	}
 	if err := c.Search.Validate(); err != nil {
 		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "search", Err: err}
 	}
@@ -149,6 +171,9 @@ func (c Config) Validate() error {
 	}
 	if c.SnapshotFetchAttempts < 0 {
 		return configError("snapshot_fetch_attempts", "negative count %d", c.SnapshotFetchAttempts)
+	}
+	if c.SupersededFaultAfter < 0 {
+		return configError("superseded_fault_after", "negative duration %s", c.SupersededFaultAfter)
 	}
 	if c.StatePollInterval < 0 {
 		return configError("state_poll_interval", "negative interval %s", c.StatePollInterval)

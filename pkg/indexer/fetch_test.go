@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -29,8 +31,8 @@ type failingReads struct {
 }
 
 func (f *failingReads) install(s *Service) {
-	real := s.getObject
-	s.getObject = func(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error) {
+	real := s.readObject
+	s.readObject = func(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error) {
 		d, ok := ctx.Deadline()
 		if !ok {
 			f.noDeadline.Store(true)
@@ -40,7 +42,7 @@ func (f *failingReads) install(s *Service) {
 		if f.calls.Add(1) <= f.n.Load() {
 			return nil, f.err
 		}
-		return real(ctx, store, name)
+		return real(ctx, store, mk, format)
 	}
 }
 

@@ -2,7 +2,10 @@ package indexer
 
 import (
 	"context"
+	"crypto/sha256"
 	"errors"
+	"fmt"
+	"io"
 	"net"
 	"os"
 	"strconv"
@@ -43,6 +46,16 @@ type laneRunner struct {
 	// Run goroutine only.
 	localEpoch uint64
 	cur        current
+	// granted is the highest pool epoch the lease coordinator was last
+	// seen to have granted (a cache of its epoch counter).
+	granted uint64
+	// supersededSince is when the lane began dropping superseded traffic
+	// without seeing any of its installed epoch (zero: not dropping).
+	supersededSince time.Time
+	// distrusted is the epoch a superseded_traffic fault retired (0: none):
+	// the lane does not bootstrap from a marker of it again, or the latest
+	// marker would put it straight back, until another epoch is installed.
+	distrusted uint64
 	// gen is the pool generation of the last bootstrap attempt (nil when
 	// it failed before reaching the pool); an installed lane is consumed
 	// through it.
@@ -194,6 +207,13 @@ func (r *laneRunner) run(ctx context.Context) {
 			next = out.next
 			continue
 		}
+		if out.fault == faultSuperseded && r.gen != nil {
+			// Fail closed: the installed epoch is not what the producer
+			// publishes, so its content may be anything (a forged empty
+			// body blanks the lane); answer nothing for the lane until a
+			// live epoch is installed.
+			r.gen.pool.Indexer().RetireLaneReadiness(r.lane)
+		}
 		r.m.fault(out.fault)
 		r.log.Warn().Str("fault", out.fault).Str("detail", out.detail).Uint64("epoch", r.cur.epoch).
 			Msg("lane retired; bootstrapping again")
@@ -308,7 +328,66 @@ func (r *laneRunner) latestMarker(ctx context.Context) (*markerAt, error) {
 		r.m.malformed(malformedForeignPool)
 		return nil, laneError(ErrSnapshotInvalid, r.lane, nil, "marker at stream sequence %d names pool %s", raw.Sequence, m.Identity.Pool)
 	}
+	if !r.epochGranted(ctx, m.Lease.Epoch) {
+		r.m.ungranted(wire.KindSnapshotMarker.String())
+		return nil, laneError(ErrSnapshotInvalid, r.lane, nil, "marker at stream sequence %d: epoch %d was never granted to the pool (granted: %d)",
+			raw.Sequence, m.Lease.Epoch, r.granted)
+	}
 	return &markerAt{marker: m, streamSeq: raw.Sequence}, nil
+}
+
+// epochGranted reports whether the lease coordinator has granted the pool
+// epoch: anyone who can publish on the lane subjects can claim any epoch,
+// but only a relay that took the lease moved the pool's epoch counter. A
+// cached grant answers most calls. An epoch above it re-reads the counter
+// before it is refused, because a genuine new epoch's first marker can
+// arrive before this runner has looked at the counter since it moved.
+// A failed read refuses for now (the message is dropped; a lane that
+// needs the epoch bootstraps again from the latest marker later).
+func (r *laneRunner) epochGranted(ctx context.Context, epoch uint64) bool {
+	if epoch <= r.granted {
+		return true
+	}
+	cur, err := r.svc.coord.CurrentEpoch(ctx, r.svc.cfg.Domain, r.dc)
+	if err != nil {
+		r.log.Warn().Err(err).Uint64("epoch", epoch).Msg("reading the pool's granted epoch failed; refusing the epoch for now")
+		return false
+	}
+	r.granted = cur
+	return epoch <= cur
+}
+
+// ungrantedOutcome counts and skips a lane message whose epoch the lease
+// coordinator never granted: the lane stays as it is.
+func (r *laneRunner) ungrantedOutcome(kind wire.MessageKind, epoch uint64) (outcome, bool) {
+	r.m.ungranted(kind.String())
+	r.log.Warn().Str("kind", kind.String()).Uint64("epoch", epoch).Uint64("granted", r.granted).
+		Msg("lane message under an epoch the lease coordinator never granted; skipped")
+	return outcome{}, false
+}
+
+// sawCurrent records traffic of the installed epoch.
+func (r *laneRunner) sawCurrent() { r.supersededSince = time.Time{} }
+
+// dropSuperseded counts a dropped message of an older epoch. Once the lane
+// has dropped such traffic for Config.SupersededFaultAfter without seeing
+// any of its own epoch, its installed epoch is not what its producer
+// publishes under: it reports a fault and bootstraps again (from the
+// latest marker, itself checked against the granted epoch).
+func (r *laneRunner) dropSuperseded(kind wire.MessageKind, epoch uint64) (outcome, bool) {
+	r.m.superseded(kind.String())
+	now := r.svc.now()
+	if r.supersededSince.IsZero() {
+		r.supersededSince = now
+		return outcome{}, false
+	}
+	if waited := now.Sub(r.supersededSince); waited >= r.svc.cfg.SupersededFaultAfter {
+		r.distrusted = r.cur.epoch
+		return outcome{fault: faultSuperseded, requestSnapshot: true,
+			detail: fmt.Sprintf("dropped traffic of epoch %d (and older) for %s without any of the installed epoch %d",
+				epoch, waited.Round(time.Millisecond), r.cur.epoch)}, true
+	}
+	return outcome{}, false
 }
 
 // bootstrap installs the snapshot of at (or of the latest marker when at is
@@ -321,6 +400,10 @@ func (r *laneRunner) bootstrap(ctx context.Context, at *markerAt) error {
 		}
 	}
 	mk := &at.marker
+	if r.distrusted != 0 && mk.Lease.Epoch == r.distrusted {
+		return laneError(ErrSnapshotInvalid, r.lane, nil, "marker at stream sequence %d is of epoch %d, retired for superseded traffic; waiting for a marker of the epoch the producer publishes under",
+			at.streamSeq, mk.Lease.Epoch)
+	}
 	r.gen = nil
 	g, err := r.svc.ensurePool(mk.Identity.Format)
 	if err != nil {
@@ -354,6 +437,8 @@ func (r *laneRunner) bootstrap(ctx context.Context, at *markerAt) error {
 		return laneError(ErrInstall, r.lane, nil, "install sequence %d: %s", mk.Sequence, out)
 	}
 	r.cur = current{identity: mk.Identity, epoch: mk.Lease.Epoch, lease: lease, streamSeq: at.streamSeq}
+	r.supersededSince = time.Time{}
+	r.distrusted = 0
 	r.setInstalled(mk.Lease.Epoch, mk.Sequence)
 	r.m.bootstrap("installed")
 	r.log.Info().Uint64("epoch", mk.Lease.Epoch).Uint64("sequence", mk.Sequence).
@@ -361,49 +446,96 @@ func (r *laneRunner) bootstrap(ctx context.Context, at *markerAt) error {
 	return nil
 }
 
-// fetchSnapshot reads the marker's body object, checks its size and digest
-// and decodes its words in the indexer format.
+// fetchSnapshot reads the marker's body object and decodes its words in
+// the indexer format. Everything the marker says about the object is
+// checked before a byte of it is read: the bucket is the configured one,
+// the name is the one this pool's relay gives that (epoch, sequence), the
+// declared size is the format's body size, and the stored object's info
+// agrees (size, digest). The read itself is then limited to that size and
+// decodes straight into the words, so a bootstrap holds one body of the
+// configured format at most, whatever the bus or the store say.
 func (r *laneRunner) fetchSnapshot(ctx context.Context, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error) {
+	if err := r.checkObject(mk, format); err != nil {
+		r.m.malformed(malformedObject)
+		return nil, err
+	}
 	store := r.svc.res.Snapshots
-	if mk.ObjectBucket != wire.SnapshotBucket {
-		var err error
-		if store, err = r.svc.js.ObjectStore(ctx, mk.ObjectBucket); err != nil {
-			return nil, laneError(ErrSnapshotFetch, r.lane, err, "object store %s", mk.ObjectBucket)
+	ictx, cancel := context.WithTimeout(ctx, r.svc.cfg.SnapshotFetchTimeout)
+	info, err := store.GetInfo(ictx, mk.ObjectName)
+	cancel()
+	if err != nil {
+		return nil, laneError(ErrSnapshotFetch, r.lane, err, "object info %s/%s", mk.ObjectBucket, mk.ObjectName)
+	}
+	if info.Deleted || info.Size != mk.Size || info.Digest != wire.ObjectDigest(mk.Digest) {
+		r.m.malformed(malformedObject)
+		return nil, laneError(ErrSnapshotInvalid, r.lane, nil, "object %s holds %d bytes (digest %s, deleted %t); the marker says %d bytes (digest %s)",
+			mk.ObjectName, info.Size, info.Digest, info.Deleted, mk.Size, wire.ObjectDigest(mk.Digest))
+	}
+	words, err := r.readBody(ctx, store, mk, format)
+	if err != nil {
+		var de *wire.DecodeError
+		if errors.As(err, &de) {
+			r.countMalformed(err)
+			return nil, laneError(ErrSnapshotInvalid, r.lane, err, "object %s", mk.ObjectName)
 		}
-	}
-	body, err := r.readBody(ctx, store, mk)
-	if err != nil {
 		return nil, laneError(ErrSnapshotFetch, r.lane, err, "object %s/%s", mk.ObjectBucket, mk.ObjectName)
-	}
-	if err := mk.VerifyBody(body); err != nil {
-		r.countMalformed(err)
-		return nil, laneError(ErrSnapshotInvalid, r.lane, err, "object %s", mk.ObjectName)
-	}
-	words, err := wire.DecodeSnapshotBody(body, format, nil)
-	if err != nil {
-		r.countMalformed(err)
-		return nil, laneError(ErrSnapshotInvalid, r.lane, err, "object %s", mk.ObjectName)
 	}
 	return words, nil
 }
 
-// readBody reads the marker's body object, retrying an attempt that timed
-// out: a stalled chunk transfer is a property of that read, not of the
-// snapshot, and the next read of the same object usually goes through.
-// Every attempt has its own deadline, scaled by the size the marker declares.
-func (r *laneRunner) readBody(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker) ([]byte, error) {
+// checkObject checks the body location and size a marker declares.
+func (r *laneRunner) checkObject(mk *wire.SnapshotMarker, format ckf.FormatIdentity) error {
+	if mk.ObjectBucket != wire.SnapshotBucket {
+		return laneError(ErrSnapshotInvalid, r.lane, nil, "marker names object bucket %q; bodies are read only from %s", mk.ObjectBucket, wire.SnapshotBucket)
+	}
+	want, err := wire.SnapshotObjectName(r.svc.cfg.Domain, r.dc, mk.Lease.Epoch, mk.Sequence)
+	if err != nil || mk.ObjectName != want {
+		return laneError(ErrSnapshotInvalid, r.lane, err, "marker names object %q, the pool's body of epoch %d sequence %d is %q",
+			mk.ObjectName, mk.Lease.Epoch, mk.Sequence, want)
+	}
+	if size := wire.SnapshotBodySize(format.BucketCount); mk.Size != size {
+		return laneError(ErrSnapshotInvalid, r.lane, nil, "marker declares %d bytes, a body of the indexer format is %d", mk.Size, size)
+	}
+	return nil
+}
+
+// readBody reads the marker's body, retrying an attempt that timed out: a
+// stalled chunk transfer is a property of that read, not of the snapshot,
+// and the next read of the same object usually goes through. Every attempt
+// has its own deadline, scaled by the size the marker declares.
+func (r *laneRunner) readBody(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error) {
 	cfg := r.svc.cfg
 	timeout := cfg.SnapshotFetchTimeout + time.Duration(mk.Size)*time.Second/SnapshotFetchBytesPerSecond
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, timeout)
-		body, err := r.svc.getObject(actx, store, mk.ObjectName)
+		words, err := r.svc.readObject(actx, store, mk, format)
 		cancel()
 		if err == nil || ctx.Err() != nil || attempt >= cfg.SnapshotFetchAttempts || !isTimeout(err) {
-			return body, err
+			return words, err
 		}
 		r.m.fetchRetried()
 		r.log.Warn().Err(err).Int("attempt", attempt).Str("object", mk.ObjectName).Msg("snapshot read timed out; retrying")
 	}
+}
+
+// readSnapshotObject streams the marker's object into words: at most
+// mk.Size bytes (plus one, to see the end) are read, and the SHA-256 of
+// what was read must be the marker's digest.
+func readSnapshotObject(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error) {
+	res, err := store.Get(ctx, mk.ObjectName)
+	if err != nil {
+		return nil, err
+	}
+	defer res.Close()
+	h := sha256.New()
+	words, err := wire.ReadSnapshotBody(io.TeeReader(io.LimitReader(res, int64(mk.Size)+1), h), format, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := mk.VerifyDigest(h); err != nil {
+		return nil, err
+	}
+	return words, nil
 }
 
 // isTimeout reports whether err is a read or request deadline passing.
@@ -586,18 +718,19 @@ func (r *laneRunner) handle(ctx context.Context, m jetstream.Msg) (out outcome, 
 		if err != nil {
 			return r.malformed(err, m.Subject())
 		}
-		return r.handleDrain(&dm)
+		return r.handleDrain(ctx, &dm)
 	case wire.KindSnapshotMarker:
 		sm, err := wire.DecodeSnapshotMarker(data)
 		if err != nil {
 			return r.malformed(err, m.Subject())
 		}
-		return r.handleMarker(m, &sm)
-	default: // heartbeat: validated, carries nothing the lane needs
-		if _, err := wire.DecodeHeartbeat(data); err != nil {
+		return r.handleMarker(ctx, m, &sm)
+	default: // heartbeat: validated; it carries nothing the lane applies
+		hb, err := wire.DecodeHeartbeat(data)
+		if err != nil {
 			return r.malformed(err, m.Subject())
 		}
-		return outcome{}, false
+		return r.handleHeartbeat(ctx, &hb)
 	}
 }
 
@@ -616,6 +749,10 @@ const (
 	trafficSuperseded
 	trafficNewer
 	trafficForeign
+	// trafficMismatch: the installed epoch under another identity. A relay
+	// keeps one identity per epoch (its incarnation is the epoch), so this
+	// is not a take-over: it is skipped rather than obeyed.
+	trafficMismatch
 )
 
 func (r *laneRunner) classify(id *ckf.ProducerIdentity, epoch uint64) traffic {
@@ -624,8 +761,10 @@ func (r *laneRunner) classify(id *ckf.ProducerIdentity, epoch uint64) traffic {
 		return trafficForeign
 	case epoch < r.cur.epoch:
 		return trafficSuperseded
-	case epoch > r.cur.epoch || *id != r.cur.identity:
+	case epoch > r.cur.epoch:
 		return trafficNewer
+	case *id != r.cur.identity:
+		return trafficMismatch
 	}
 	return trafficCurrent
 }
@@ -636,16 +775,22 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 		r.m.malformed(malformedForeignPool)
 		r.log.Warn().Str("pool", d.Identity.Pool.String()).Msg("delta of another pool on the lane; skipped")
 		return outcome{}, false
+	case trafficMismatch:
+		r.m.malformed(malformedIdentity)
+		return outcome{}, false
 	case trafficSuperseded:
-		r.m.superseded(wire.KindDelta.String())
 		r.log.Debug().Uint64("epoch", d.Lease.Epoch).Uint64("current_epoch", r.cur.epoch).
 			Uint64("sequence", d.Sequence).Msg("superseded delta dropped")
-		return outcome{}, false
+		return r.dropSuperseded(wire.KindDelta, d.Lease.Epoch)
 	case trafficNewer:
+		if !r.epochGranted(ctx, d.Lease.Epoch) {
+			return r.ungrantedOutcome(wire.KindDelta, d.Lease.Epoch)
+		}
 		// The marker of a newer epoch precedes its deltas; bootstrap from
 		// the latest one.
 		return outcome{fault: "newer_epoch", detail: "delta of epoch " + strconv.FormatUint(d.Lease.Epoch, 10) + " without its marker"}, true
 	}
+	r.sawCurrent()
 	cd := d.ToCkf(r.cur.lease)
 	pctx := propagation.TraceContext{}.Extract(ctx, jsx.HeaderCarrier(m.Headers()))
 	_, span := r.svc.tracer.Start(pctx, SpanLaneApply,
@@ -728,17 +873,23 @@ func eventTime(h nats.Header) (time.Time, bool) {
 	return time.Unix(0, ns), true
 }
 
-func (r *laneRunner) handleDrain(dm *wire.DrainMarker) (outcome, bool) {
+func (r *laneRunner) handleDrain(ctx context.Context, dm *wire.DrainMarker) (outcome, bool) {
 	switch r.classify(&dm.Identity, dm.Lease.Epoch) {
 	case trafficForeign:
 		r.m.malformed(malformedForeignPool)
 		return outcome{}, false
-	case trafficSuperseded:
-		r.m.superseded(wire.KindDrainMarker.String())
+	case trafficMismatch:
+		r.m.malformed(malformedIdentity)
 		return outcome{}, false
+	case trafficSuperseded:
+		return r.dropSuperseded(wire.KindDrainMarker, dm.Lease.Epoch)
 	case trafficNewer:
+		if !r.epochGranted(ctx, dm.Lease.Epoch) {
+			return r.ungrantedOutcome(wire.KindDrainMarker, dm.Lease.Epoch)
+		}
 		return outcome{fault: "newer_epoch", detail: "drain marker of epoch " + strconv.FormatUint(dm.Lease.Epoch, 10) + " without its marker"}, true
 	}
+	r.sawCurrent()
 	res, err := r.gen.pool.CompleteDrain(dm.ToCkf(r.cur.lease))
 	if err != nil {
 		return r.poolRefused(err), true
@@ -752,16 +903,43 @@ func (r *laneRunner) handleDrain(dm *wire.DrainMarker) (outcome, bool) {
 	return outcome{healthy: true}, false
 }
 
-func (r *laneRunner) handleMarker(m jetstream.Msg, sm *wire.SnapshotMarker) (outcome, bool) {
+// handleHeartbeat tells the lane its installed epoch is still alive (or
+// that it is not).
+func (r *laneRunner) handleHeartbeat(ctx context.Context, hb *wire.Heartbeat) (outcome, bool) {
+	switch r.classify(&hb.Identity, hb.Lease.Epoch) {
+	case trafficForeign:
+		r.m.malformed(malformedForeignPool)
+	case trafficMismatch:
+		r.m.malformed(malformedIdentity)
+	case trafficSuperseded:
+		return r.dropSuperseded(wire.KindHeartbeat, hb.Lease.Epoch)
+	case trafficNewer:
+		// Its marker precedes it on the lane; only a forged one is counted.
+		if !r.epochGranted(ctx, hb.Lease.Epoch) {
+			return r.ungrantedOutcome(wire.KindHeartbeat, hb.Lease.Epoch)
+		}
+	case trafficCurrent:
+		r.sawCurrent()
+	}
+	return outcome{}, false
+}
+
+func (r *laneRunner) handleMarker(ctx context.Context, m jetstream.Msg, sm *wire.SnapshotMarker) (outcome, bool) {
 	switch r.classify(&sm.Identity, sm.Lease.Epoch) {
 	case trafficForeign:
 		r.m.malformed(malformedForeignPool)
 		return outcome{}, false
-	case trafficSuperseded:
-		r.m.superseded(wire.KindSnapshotMarker.String())
+	case trafficMismatch:
+		r.m.malformed(malformedIdentity)
 		return outcome{}, false
+	case trafficSuperseded:
+		return r.dropSuperseded(wire.KindSnapshotMarker, sm.Lease.Epoch)
 	case trafficCurrent:
+		r.sawCurrent()
 		return outcome{}, false // an active lane skips forward snapshots
+	}
+	if !r.epochGranted(ctx, sm.Lease.Epoch) {
+		return r.ungrantedOutcome(wire.KindSnapshotMarker, sm.Lease.Epoch)
 	}
 	meta, err := m.Metadata()
 	if err != nil {

@@ -58,9 +58,20 @@ const (
 	// MetricWorkerFailures counts ingestion worker failures (recovered
 	// panics) reported by the pool.
 	MetricWorkerFailures = "ckf_indexer_worker_failures_total"
+	// MetricUngrantedEpoch counts lane messages refused because their epoch
+	// is above every epoch the lease coordinator has granted the pool, even
+	// after re-reading the lease bucket (forged traffic) {lane, dc, kind}.
+	MetricUngrantedEpoch = "ckf_indexer_ungranted_epoch_total"
+	// MetricLaneMapRejected counts lane map entries refused on read (bad DC
+	// name, DC id not derived from the name, duplicate), and maps that did
+	// not decode at all (entry="map").
+	MetricLaneMapRejected = "ckf_indexer_lane_map_rejected_total"
 	// MetricPoolRebuilds counts ingestion pools rebuilt after a worker
 	// failure.
 	MetricPoolRebuilds = "ckf_indexer_pool_rebuilds_total"
+	// MetricSetupRetries counts start-up steps retried while NATS or the
+	// hub's JetStream was unreachable.
+	MetricSetupRetries = "ckf_indexer_setup_retries_total"
 )
 
 // Lane runner phases, reported by Lanes() and MetricLaneState.
@@ -78,7 +89,18 @@ var phases = []string{PhasePending, PhaseBootstrapping, PhaseActive, PhaseBackof
 const (
 	malformedSubject     = "subject_mismatch"
 	malformedForeignPool = "foreign_pool"
+	// malformedIdentity: traffic of the installed epoch under another
+	// producer identity (a relay keeps one identity per epoch).
+	malformedIdentity = "identity_mismatch"
+	// malformedObject: a marker naming a body outside the configured
+	// bucket or this pool's object names, or whose stored object disagrees
+	// with it (size, digest) before any byte is read.
+	malformedObject = "snapshot_object"
 )
+
+// faultSuperseded is the fault kind of a lane that dropped superseded
+// traffic for Config.SupersededFaultAfter without any of its own epoch.
+const faultSuperseded = "superseded_traffic"
 
 type serviceMetrics struct {
 	laneState        *prometheus.GaugeVec
@@ -97,6 +119,9 @@ type serviceMetrics struct {
 	workerFailures   prometheus.Counter
 	poolRebuilds     prometheus.Counter
 	rebuildCount     atomic.Uint64 // poolRebuilds, readable for logs
+	setupRetries     prometheus.Counter
+	ungranted        *prometheus.CounterVec
+	laneMapRejected  *prometheus.CounterVec
 }
 
 // perLane are the vectors whose series a lane owns.
@@ -106,7 +131,7 @@ func (m *serviceMetrics) perLane() []interface {
 	return []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{m.laneState, m.laneReady, m.installed, m.lag, m.faults, m.malformed, m.superseded, m.bootstraps,
-		m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency}
+		m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.ungranted}
 }
 
 func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
@@ -134,9 +159,15 @@ func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
 			Buckets: prometheus.ExponentialBuckets(1e-4, 2, 20)}, []string{"lane", "dc"}),
 		workerFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricWorkerFailures, Help: "Ingestion worker failures reported by the pool."}),
 		poolRebuilds:   prometheus.NewCounter(prometheus.CounterOpts{Name: MetricPoolRebuilds, Help: "Ingestion pools rebuilt after a worker failure."}),
+		setupRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricSetupRetries,
+			Help: "Start-up steps retried while NATS or the hub's JetStream was unreachable."}),
+		ungranted: counters(MetricUngrantedEpoch, "Lane messages refused: their epoch was never granted by the lease coordinator.", "kind"),
+		laneMapRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLaneMapRejected,
+			Help: "Lane map entries (entry=lane) or whole maps (entry=map) refused on read."}, []string{"entry"}),
 	}
 	for _, c := range []prometheus.Collector{m.laneState, m.laneReady, m.installed, m.lag, m.faults, m.malformed, m.superseded,
-		m.bootstraps, m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.workerFailures, m.poolRebuilds} {
+		m.bootstraps, m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.workerFailures, m.poolRebuilds,
+		m.setupRetries, m.ungranted, m.laneMapRejected} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -195,6 +226,9 @@ func (lm *laneMetrics) superseded(kind string) {
 }
 func (lm *laneMetrics) bootstrap(outcome string) {
 	lm.m.bootstraps.WithLabelValues(lm.lane, lm.dc, outcome).Inc()
+}
+func (lm *laneMetrics) ungranted(kind string) {
+	lm.m.ungranted.WithLabelValues(lm.lane, lm.dc, kind).Inc()
 }
 func (lm *laneMetrics) snapshotRequested() {
 	lm.m.snapshotRequests.WithLabelValues(lm.lane, lm.dc).Inc()

@@ -48,6 +48,8 @@ type fakeRelay struct {
 	eventTime time.Time
 	// lastDelta is the wire form of the last published delta.
 	lastDelta wire.Delta
+	// bumps counts bump calls (trust_test.go).
+	bumps uint64
 }
 
 const relayLeaseTTL = time.Minute

@@ -20,6 +20,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
+	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
@@ -81,9 +82,11 @@ type Service struct {
 
 	scratch sync.Pool // *consumer.QueryScratch
 
-	// getObject reads a snapshot body; tests replace it (before Run) to
-	// inject Object Store failures.
-	getObject func(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error)
+	// readObject reads and decodes a snapshot body; tests replace it
+	// (before Run) to inject Object Store failures.
+	readObject func(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error)
+	// now is the clock of the superseded-traffic fault; tests replace it.
+	now func() time.Time
 }
 
 // New validates cfg and builds a service on nc and js (which must be bound
@@ -124,22 +127,21 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		tp = noop.NewTracerProvider()
 	}
 	s := &Service{
-		nc:        nc,
-		js:        js,
-		cfg:       cfg,
-		log:       cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Str("instance", "indexer-"+strconv.FormatUint(instance, 16)).Logger(),
-		tracer:    tp.Tracer(TracerName),
-		reg:       reg,
-		m:         m,
-		apiM:      apiM,
-		instance:  ckf.ConsumerInstanceID(instance),
-		domainID:  domainID,
-		requester: "indexer-" + strconv.FormatUint(instance, 16),
-		stopFault: make(chan struct{}),
-		limiter:   rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
-		getObject: func(ctx context.Context, store jetstream.ObjectStore, name string) ([]byte, error) {
-			return store.GetBytes(ctx, name)
-		},
+		nc:         nc,
+		js:         js,
+		cfg:        cfg,
+		log:        cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Str("instance", "indexer-"+strconv.FormatUint(instance, 16)).Logger(),
+		tracer:     tp.Tracer(TracerName),
+		reg:        reg,
+		m:          m,
+		apiM:       apiM,
+		instance:   ckf.ConsumerInstanceID(instance),
+		domainID:   domainID,
+		requester:  "indexer-" + strconv.FormatUint(instance, 16),
+		stopFault:  make(chan struct{}),
+		limiter:    rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
+		readObject: readSnapshotObject,
+		now:        time.Now,
 	}
 	s.labels.Store(&[ckf.LaneCount]laneLabel{})
 	s.scratch.New = func() any { return new(consumer.QueryScratch) }
@@ -164,13 +166,38 @@ func (s *Service) Run(ctx context.Context) error {
 	if !s.started.CompareAndSwap(false, true) {
 		return &Error{Kind: ErrAlreadyRunning, Lane: -1}
 	}
-	res, err := jsx.Ensure(ctx, s.js, s.cfg.Streams)
-	if err != nil {
-		return setupError(ctx, "ensure streams", err)
+	// The hub (or the indexer's own server) may start after the indexer:
+	// retry with backoff instead of exiting, so any start order converges.
+	// Only the lane side is ensured here; input streams live with the relays.
+	var res *jsx.Resources
+	var coord *lease.Coordinator
+	pol := s.cfg.Setup
+	user := pol.OnRetry
+	pol.OnRetry = func(attempt int, err error, wait time.Duration) {
+		s.m.setupRetries.Inc()
+		s.log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in_ms", wait).Msg("start-up step failed; retrying")
+		if user != nil {
+			user(attempt, err, wait)
+		}
 	}
-	coord, err := lease.New(ctx, s.js, s.cfg.LeaseOptions...)
+	err := pol.Do(ctx, func(ctx context.Context) error {
+		var err error
+		if res, err = jsx.EnsureLanes(ctx, s.js, s.cfg.Streams); err != nil {
+			if errors.Is(err, jsx.ErrInvalidOptions) {
+				return retry.Permanent(fmt.Errorf("ensure streams: %w", err))
+			}
+			return fmt.Errorf("ensure streams: %w", err)
+		}
+		if coord, err = lease.New(ctx, s.js, s.cfg.LeaseOptions...); err != nil {
+			if errors.Is(err, lease.ErrInvalidOption) {
+				return retry.Permanent(fmt.Errorf("lease coordinator: %w", err))
+			}
+			return fmt.Errorf("lease coordinator: %w", err)
+		}
+		return nil
+	})
 	if err != nil {
-		return setupError(ctx, "lease coordinator", err)
+		return setupError(ctx, "setup", err)
 	}
 	s.res, s.coord = res, coord
 
@@ -197,6 +224,9 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 		for m := range ch {
 			bo.reset()
+			if s.laneMapRefused(m) {
+				continue
+			}
 			s.applyLaneMap(m)
 		}
 		if rctx.Err() == nil {
@@ -241,6 +271,22 @@ func (s *Service) shutdown(cancel context.CancelFunc, svc micro.Service) {
 		_ = g.pool.Close() // always nil
 	}
 	s.log.Info().Msg("indexer stopped")
+}
+
+// laneMapRefused reports a lane map that must not be obeyed at all (it did
+// not decode: the running lanes stay as they are) and the entries that were
+// refused on read (the rest of the map applies).
+func (s *Service) laneMapRefused(m lease.LaneMap) bool {
+	if m.Err != nil {
+		s.m.laneMapRejected.WithLabelValues("map").Inc()
+		s.log.Error().Err(m.Err).Uint64("revision", m.Revision).Msg("lane map does not decode; not obeyed, running lanes kept")
+		return true
+	}
+	for _, r := range m.Rejected {
+		s.m.laneMapRejected.WithLabelValues("lane").Inc()
+		s.log.Error().Str("entry", r).Uint64("revision", m.Revision).Msg("lane map entry refused")
+	}
+	return false
 }
 
 // applyLaneMap starts a runner for every lane entry not yet running. Lanes

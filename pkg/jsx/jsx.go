@@ -34,46 +34,98 @@ type Options struct {
 	// EventMaxAge bounds the input stream (0 = unlimited: a relay rebuilds
 	// its exact state from the whole input stream).
 	EventMaxAge time.Duration
+	// EventMaxBytes bounds the input stream's size (0 = unlimited); the
+	// oldest events go first.
+	EventMaxBytes int64
 	// Memory selects memory storage (tests).
 	Memory bool
+	// Replicas is the replica count of every stream and bucket this
+	// process creates (0 = 1; production runs 3 on a clustered JetStream).
+	// Existing resources keep theirs.
+	Replicas int
+}
+
+// ErrInvalidOptions is wrapped by every invalid Options error.
+var ErrInvalidOptions = errors.New("jsx: invalid options")
+
+// Validate reports an unusable field.
+func (o Options) Validate() error {
+	if o.Replicas < 0 || o.Replicas > MaxReplicas {
+		return fmt.Errorf("%w: replicas %d, want 1..%d", ErrInvalidOptions, o.Replicas, MaxReplicas)
+	}
+	return nil
+}
+
+// MaxReplicas is JetStream's largest replica count.
+const MaxReplicas = 5
+
+func (o Options) replicas() int { return max(o.Replicas, 1) }
+
+func (o Options) storage() jetstream.StorageType {
+	if o.Memory {
+		return jetstream.MemoryStorage
+	}
+	return jetstream.FileStorage
 }
 
 // Resources are the handles Ensure returns.
 type Resources struct {
+	// Events is nil when only the lane side was ensured (EnsureLanes).
 	Events    jetstream.Stream
 	Lanes     jetstream.Stream
 	Snapshots jetstream.ObjectStore
 }
 
 // Ensure creates (or finds) the input stream, the lane stream and the
-// snapshot object store.
+// snapshot object store in one JetStream domain (a single site).
 func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Resources, error) {
+	res, err := EnsureLanes(ctx, js, o)
+	if err != nil {
+		return nil, err
+	}
+	if res.Events, err = EnsureEvents(ctx, js, o); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// EnsureEvents creates (or finds) the input stream KVEVENTS. In a
+// multi-DC deployment each DC's JetStream domain holds its own, so workers
+// publish locally and a WAN cut loses nothing.
+func EnsureEvents(ctx context.Context, js jetstream.JetStream, o Options) (jetstream.Stream, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	return ensureStream(ctx, js, jetstream.StreamConfig{
+		Name:        EventStream,
+		Description: "ckfrelay worker KV events (Dynamo RouterEvent JSON)",
+		Subjects:    []string{wire.WorkerEventsPrefix + ".>"},
+		Storage:     o.storage(),
+		Replicas:    o.replicas(),
+		MaxAge:      o.EventMaxAge,
+		MaxBytes:    maxBytes(o.EventMaxBytes),
+		Discard:     jetstream.DiscardOld,
+	})
+}
+
+// EnsureLanes creates (or finds) the lane stream and the snapshot object
+// store: the router site's side (Resources.Events stays nil).
+func EnsureLanes(ctx context.Context, js jetstream.JetStream, o Options) (*Resources, error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
 	if o.LaneMaxAge == 0 {
 		o.LaneMaxAge = 24 * time.Hour
 	}
 	if o.LaneMaxBytes == 0 {
 		o.LaneMaxBytes = 1 << 30
 	}
-	storage := jetstream.FileStorage
-	if o.Memory {
-		storage = jetstream.MemoryStorage
-	}
-	events, err := ensureStream(ctx, js, jetstream.StreamConfig{
-		Name:        EventStream,
-		Description: "ckfrelay worker KV events (Dynamo RouterEvent JSON)",
-		Subjects:    []string{wire.WorkerEventsPrefix + ".>"},
-		Storage:     storage,
-		MaxAge:      o.EventMaxAge,
-		Discard:     jetstream.DiscardOld,
-	})
-	if err != nil {
-		return nil, err
-	}
 	lanes, err := ensureStream(ctx, js, jetstream.StreamConfig{
 		Name:        LaneStream,
 		Description: "ckfrelay lanes: snapshot markers, deltas, drain markers, heartbeats",
 		Subjects:    []string{wire.LaneSubjectPrefix + ".>"},
-		Storage:     storage,
+		Storage:     o.storage(),
+		Replicas:    o.replicas(),
 		MaxAge:      o.LaneMaxAge,
 		MaxBytes:    o.LaneMaxBytes,
 		Discard:     jetstream.DiscardOld,
@@ -83,16 +135,13 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Resources,
 	if err != nil {
 		return nil, err
 	}
-	objStorage := jetstream.FileStorage
-	if o.Memory {
-		objStorage = jetstream.MemoryStorage
-	}
 	snaps, err := js.ObjectStore(ctx, wire.SnapshotBucket)
 	if errors.Is(err, jetstream.ErrBucketNotFound) {
 		snaps, err = js.CreateObjectStore(ctx, jetstream.ObjectStoreConfig{
 			Bucket:      wire.SnapshotBucket,
 			Description: "ckfrelay barrier snapshot bodies",
-			Storage:     objStorage,
+			Storage:     o.storage(),
+			Replicas:    o.replicas(),
 		})
 		if errors.Is(err, jetstream.ErrBucketExists) || errors.Is(err, jetstream.ErrStreamNameAlreadyInUse) {
 			snaps, err = js.ObjectStore(ctx, wire.SnapshotBucket)
@@ -101,7 +150,15 @@ func Ensure(ctx context.Context, js jetstream.JetStream, o Options) (*Resources,
 	if err != nil {
 		return nil, fmt.Errorf("jsx: object store %s: %w", wire.SnapshotBucket, err)
 	}
-	return &Resources{Events: events, Lanes: lanes, Snapshots: snaps}, nil
+	return &Resources{Lanes: lanes, Snapshots: snaps}, nil
+}
+
+// maxBytes maps "unlimited" (0) to JetStream's -1.
+func maxBytes(n int64) int64 {
+	if n <= 0 {
+		return -1
+	}
+	return n
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.StreamConfig) (jetstream.Stream, error) {

@@ -39,6 +39,11 @@ const (
 	ErrContention
 	// ErrCorruptRecord: a stored value does not decode.
 	ErrCorruptRecord
+	// ErrEpochExhausted: the pool's epoch counter is at its maximum; no
+	// further epoch can be granted (the counter never wraps). An operator
+	// must inspect the epoch key (a value that high was not written by a
+	// relay).
+	ErrEpochExhausted
 )
 
 func (k ErrorKind) Error() string { return "lease: " + k.String() }
@@ -67,6 +72,8 @@ func (k ErrorKind) String() string {
 		return "compare-and-set contention"
 	case ErrCorruptRecord:
 		return "corrupt record"
+	case ErrEpochExhausted:
+		return "epoch counter exhausted"
 	}
 	return fmt.Sprintf("unknown error kind %d", uint8(k))
 }

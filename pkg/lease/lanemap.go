@@ -32,6 +32,13 @@ type LaneMap struct {
 	Lanes   [ckf.LaneCount]*LaneEntry
 	// Revision is the KV revision the map was read at (0: never written).
 	Revision uint64
+	// Rejected lists the stored entries that failed validation on read
+	// (bad DC name, DC id not derived from the name, duplicate name); they
+	// are left out of Lanes, so they are neither obeyed nor written back.
+	Rejected []string
+	// Err is set by WatchLaneMap when the stored value does not decode at
+	// all; Lanes is then empty and the map must not be obeyed.
+	Err error
 }
 
 // Lookup returns the lane owned by pool.
@@ -128,6 +135,8 @@ func (m *LaneMap) UnmarshalJSON(b []byte) error {
 	}
 	m.Version = in.Version
 	m.Lanes = [ckf.LaneCount]*LaneEntry{}
+	m.Rejected = nil
+	seen := make(map[string]bool, ckf.LaneCount)
 	for i, e := range in.Lanes {
 		if e == nil {
 			continue
@@ -148,6 +157,13 @@ func (m *LaneMap) UnmarshalJSON(b []byte) error {
 		if err != nil {
 			return fmt.Errorf("lane %d routing_scope_source: %w", i, err)
 		}
+		// Anyone who can write the bucket can write this map: an entry is
+		// checked before it can name a lane, a subject or a metric label.
+		if reason := entryProblem(e, seen); reason != "" {
+			m.Rejected = append(m.Rejected, fmt.Sprintf("lane %d: %s", i, reason))
+			continue
+		}
+		seen[e.DcName] = true
 		m.Lanes[i] = &LaneEntry{
 			DcName: e.DcName,
 			Pool: ckf.PoolID{
@@ -161,6 +177,28 @@ func (m *LaneMap) UnmarshalJSON(b []byte) error {
 		}
 	}
 	return nil
+}
+
+// maxRejectedName bounds how much of a rejected DC name a report quotes.
+const maxRejectedName = 32
+
+// entryProblem says why a stored lane entry must not be obeyed, "" when it
+// is valid. seen holds the names of the valid entries before it.
+func entryProblem(e *laneEntryJSON, seen map[string]bool) string {
+	if err := ValidateName(e.DcName); err != nil {
+		name := e.DcName
+		if len(name) > maxRejectedName {
+			name = name[:maxRejectedName] + "…"
+		}
+		return fmt.Sprintf("dc name %q (%d bytes) is not 1..%d characters of [A-Za-z0-9_-]", name, len(e.DcName), MaxNameLen)
+	}
+	if seen[e.DcName] {
+		return fmt.Sprintf("dc %s is registered twice", e.DcName)
+	}
+	if ckf.DcID(e.DcID) != ckf.DcIDFromName(e.DcName) {
+		return fmt.Sprintf("dc %s: dc_id %d is not derived from its name", e.DcName, e.DcID)
+	}
+	return ""
 }
 
 func parseDigest(s string) (ckf.Digest16, error) {
@@ -290,7 +328,8 @@ func (c *Coordinator) Register(ctx context.Context, domain, dcName string, pool 
 // when unregistered), then every change. The channel holds at most one map
 // and a slow reader gets the newest one, never a stale backlog. The watch
 // goroutine stops and the channel closes when ctx ends. A stored value that
-// does not decode is skipped. Fails with ErrInvalidName or a watch error.
+// does not decode is delivered as a map with Err set (and no lanes); entries
+// that fail validation are left out and listed in Rejected. Fails with ErrInvalidName or a watch error.
 func (c *Coordinator) WatchLaneMap(ctx context.Context, domain string) (<-chan LaneMap, error) {
 	if err := ValidateName(domain); err != nil {
 		return nil, err
@@ -322,7 +361,8 @@ func (c *Coordinator) WatchLaneMap(ctx context.Context, domain string) (<-chan L
 					}
 				case e.Operation() == jetstream.KeyValuePut:
 					if err := json.Unmarshal(e.Value(), &m); err != nil {
-						continue
+						// Reported, not obeyed: the reader keeps its lanes.
+						m = LaneMap{Domain: domain, Err: corrupt(domain, "", lanesKey(domain), err)}
 					}
 					m.Revision = e.Revision()
 				default:

@@ -224,12 +224,12 @@ func TestLaneMapJSON(t *testing.T) {
 	m.Version = 7
 	at := time.Unix(0, 1_700_000_000_123_456_789)
 	m.Lanes[3] = &lease.LaneEntry{DcName: "dc-a", Pool: testPool(t, "dc-a"), RegisteredAt: at}
-	m.Lanes[15] = &lease.LaneEntry{DcName: "dc-b", Pool: ckf.PoolID{Dc: 42}, RegisteredAt: at}
+	m.Lanes[15] = &lease.LaneEntry{DcName: "dc-b", Pool: testPool(t, "dc-b"), RegisteredAt: at}
 	b, err := json.Marshal(&m)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(string(b), `"dc_id":42`) || !strings.Contains(string(b), `"lanes":[null,null,null,{`) {
+	if !strings.Contains(string(b), fmt.Sprintf(`"dc_id":%d`, uint64(ckf.DcIDFromName("dc-b")))) || !strings.Contains(string(b), `"lanes":[null,null,null,{`) {
 		t.Fatalf("stored form = %s", b)
 	}
 	var back lease.LaneMap

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,7 +72,8 @@ func WithProducer(incarnation, layoutGeneration uint64) AcquireOption {
 // takes a fresh epoch, strictly above every epoch ever handed out for the
 // pool, so a re-acquire by the same owner also fences that owner's older
 // Lease values. Fails with ErrInvalidName, ErrInvalidArgument, ErrLeaseHeld
-// (carrying the holder, its epoch and expiry), ErrCorruptRecord or
+// (carrying the holder, its epoch and expiry), ErrCorruptRecord,
+// ErrEpochExhausted (the counter is at its maximum and never wraps) or
 // ErrContention.
 //
 // Order matters for fencing: the lease is read first, then the epoch counter
@@ -157,7 +159,15 @@ func (c *Coordinator) bumpEpoch(ctx context.Context, domain, dc, key string, flo
 			return 0, false, corrupt(domain, dc, key, err)
 		}
 	}
-	next := max(cur.Epoch, floor) + 1
+	top := max(cur.Epoch, floor)
+	if top == math.MaxUint64 {
+		// Wrapping to 0 would hand out an epoch below every one consumers
+		// have seen, and they would drop the pool's traffic as superseded.
+		e := newError(ErrEpochExhausted, domain, dc, fmt.Sprintf("key %s holds %d; no higher epoch exists", key, top))
+		e.Epoch = top
+		return 0, false, e
+	}
+	next := top + 1
 	if _, err := c.casPut(ctx, key, epochRecord{Epoch: next}, rev); err != nil {
 		if isConflict(err) {
 			return 0, false, nil
@@ -303,6 +313,39 @@ func (l *Lease) lostError(detail string, cause error) *Error {
 	e := newError(ErrLeaseLost, l.domain, l.dc, detail)
 	e.Holder, e.Epoch, e.ExpiresAt, e.Err = l.owner, l.epoch, l.expiresAt, cause
 	return e
+}
+
+// Verify reads the pool's lease record from the KV bucket and confirms it
+// is still this lease (same owner and epoch) and unexpired. A record that
+// names another owner or epoch, an absent record or an expired one ends the
+// lease (Done closes) and returns an error matching ErrLeaseLost; a read
+// error is returned as is and leaves the lease held. Publishers call it
+// before acting on evidence that someone else wrote on their lane, to tell
+// a successor (lease moved) from a stray writer (lease still ours).
+func (l *Lease) Verify(ctx context.Context) error {
+	data, _, present, err := l.c.latest(ctx, l.key)
+	if err != nil {
+		return err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.err != nil {
+		return l.err
+	}
+	if !present {
+		return l.endLocked(l.lostError("lease record removed", nil))
+	}
+	var rec leaseRecord
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return l.endLocked(l.lostError("lease record corrupt", err))
+	}
+	if rec.Owner != l.owner || rec.Epoch != l.epoch {
+		return l.endLocked(l.lostError(fmt.Sprintf("lease now held by %s at epoch %d", rec.Owner, rec.Epoch), nil))
+	}
+	if !l.c.now().Before(time.Unix(0, rec.ExpiresAt)) {
+		return l.endLocked(l.lostError("expired", nil))
+	}
+	return nil
 }
 
 // Renew extends the lease by its TTL with a compare-and-set on the revision

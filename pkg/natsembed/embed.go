@@ -58,12 +58,21 @@ type EmbeddedOptions struct {
 	// LeafRemotes are hub leaf-node URLs (nats-leaf://host:port or
 	// nats://host:port) this server connects to as a leaf.
 	LeafRemotes []string
+	// LeafDeny lists subjects that never cross this server's leaf remotes,
+	// in either direction (e.g. the DC-local input events kvevents.>).
+	LeafDeny []string
 	// ReadyTimeout bounds the wait for readiness; 0 means DefaultReadyTimeout.
 	ReadyTimeout time.Duration
 	// LogWriter receives the server log when non-nil; nil keeps it silent.
 	LogWriter LineWriter
 	// Debug and Trace raise the server log level (only with LogWriter).
 	Debug, Trace bool
+	// ConfigFile is a nats-server config file (accounts, users,
+	// permissions, TLS, listen address...). Its settings win; the fields
+	// above fill what it leaves unset: listen host (still DefaultHost, so
+	// only a config that says so exposes the server), port, store dir,
+	// server name, JetStream domain, leaf nodes. JetStream is always on.
+	ConfigFile string
 }
 
 // LineWriter receives one formatted server log line per call. It must be
@@ -76,7 +85,14 @@ type LineWriter interface {
 // RunEmbedded uses it; it is exported so callers can adjust rarely used
 // settings before starting the server with RunOptions.
 func (o EmbeddedOptions) ServerOptions() (*server.Options, error) {
-	if strings.TrimSpace(o.StoreDir) == "" {
+	opts := &server.Options{}
+	if o.ConfigFile != "" {
+		var err error
+		if opts, err = server.ProcessConfigFile(o.ConfigFile); err != nil {
+			return nil, fmt.Errorf("%w: config %s: %w", ErrInvalidOptions, o.ConfigFile, err)
+		}
+	}
+	if strings.TrimSpace(o.StoreDir) == "" && opts.StoreDir == "" {
 		return nil, fmt.Errorf("%w: store dir is required", ErrInvalidOptions)
 	}
 	if o.Port < -1 || o.Port > 65535 {
@@ -92,23 +108,32 @@ func (o EmbeddedOptions) ServerOptions() (*server.Options, error) {
 	if host == "" {
 		host = DefaultHost
 	}
-	opts := &server.Options{
-		ServerName:      o.ServerName,
-		Host:            host,
-		Port:            o.Port,
-		JetStream:       true,
-		JetStreamDomain: o.JetStreamDomain,
-		StoreDir:        o.StoreDir,
-		NoSigs:          true,
+	setString := func(dst *string, v string) {
+		if *dst == "" {
+			*dst = v
+		}
+	}
+	// A config without a listen address keeps the loopback default: an
+	// embedded server is exposed only on purpose.
+	setString(&opts.Host, host)
+	if opts.Port == 0 {
+		opts.Port = o.Port
+		if o.Port == 0 {
+			opts.Port = server.DEFAULT_PORT
+		}
+	}
+	setString(&opts.ServerName, o.ServerName)
+	setString(&opts.StoreDir, o.StoreDir)
+	setString(&opts.JetStreamDomain, o.JetStreamDomain)
+	opts.JetStream = true
+	opts.NoSigs = true
+	if opts.MaxPayload == 0 {
 		// Deltas may reach wire.MaxMessageBytes; the NATS default is 1 MiB.
-		MaxPayload: 8 << 20,
-		NoLog:      o.LogWriter == nil,
-		Debug:      o.Debug,
-		Trace:      o.Trace,
+		opts.MaxPayload = 8 << 20
 	}
-	if o.Port == 0 {
-		opts.Port = server.DEFAULT_PORT
-	}
+	opts.NoLog = o.LogWriter == nil
+	opts.Debug = opts.Debug || o.Debug
+	opts.Trace = opts.Trace || o.Trace
 	if o.LeafNodePort != 0 {
 		lh := o.LeafNodeHost
 		if lh == "" {
@@ -125,9 +150,13 @@ func (o EmbeddedOptions) ServerOptions() (*server.Options, error) {
 		if u.Host == "" {
 			return nil, fmt.Errorf("%w: leaf remote %q has no host:port", ErrInvalidOptions, raw)
 		}
-		opts.LeafNode.Remotes = append(opts.LeafNode.Remotes, &server.RemoteLeafOpts{URLs: []*url.URL{u}})
+		opts.LeafNode.Remotes = append(opts.LeafNode.Remotes, &server.RemoteLeafOpts{
+			URLs:        []*url.URL{u},
+			DenyImports: append([]string(nil), o.LeafDeny...),
+			DenyExports: append([]string(nil), o.LeafDeny...),
+		})
 	}
-	if len(o.LeafRemotes) > 0 {
+	if len(opts.LeafNode.Remotes) > 0 && opts.LeafNode.ReconnectInterval == 0 {
 		// Retry quickly so a leaf started before its hub joins soon after.
 		opts.LeafNode.ReconnectInterval = 100 * time.Millisecond
 	}

@@ -55,7 +55,9 @@ func CheckpointFormatTag(f ckf.FormatIdentity, mode ckf.HashMode) string {
 const (
 	cpWritten         = "written"
 	cpWriteError      = "write_error"
+	cpNotHeld         = "skipped_lease_not_held"
 	cpRestored        = "restored"
+	cpRestoredNew     = "restored_recreated_stream"
 	cpAbsent          = "absent"
 	cpRejectedFormat  = "rejected_format"
 	cpRejectedCorrupt = "rejected_corrupt"
@@ -134,7 +136,14 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 	if err != nil {
 		return reject(cpRejectedCorrupt, fmt.Errorf("input stream creation time: %w", err), "checkpoint metadata unreadable")
 	}
-	if !created.Equal(stream.created) || seq > stream.lastSeq {
+	// A stream created after the checkpoint replaced the one it covers (a
+	// deleted KVEVENTS is recreated): the checkpoint is still the best
+	// state there is, and every event of the new stream came after it.
+	recreated := created.Before(stream.created)
+	if recreated {
+		seq = 0
+	}
+	if !recreated && (!created.Equal(stream.created) || seq > stream.lastSeq) {
 		return reject(cpRejectedStream, fmt.Errorf("checkpoint covers sequence %d of the stream created %s; the stream was created %s and ends at %d",
 			seq, created.Format(time.RFC3339Nano), stream.created.Format(time.RFC3339Nano), stream.lastSeq), "checkpoint of another input stream")
 	}
@@ -152,6 +161,12 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 		return reject(cpRejectedCorrupt, err, "checkpoint is corrupt")
 	case err != nil:
 		return reject(cpLoadError, err, "checkpoint fetch failed")
+	}
+	if recreated {
+		r.m.checkpoints.WithLabelValues(cpRestoredNew).Inc()
+		log.Warn().Time("checkpoint_stream_created", created).Time("stream_created", stream.created).
+			Msg("input stream recreated since the checkpoint: restored it and replaying the new stream from its start; events the old stream held after the checkpoint are lost")
+		return state, 0, true
 	}
 	r.m.checkpoints.WithLabelValues(cpRestored).Inc()
 	log.Info().Uint64("input_sequence", seq).Uint64("bytes", info.Size).Dur("took_ms", time.Since(start)).
@@ -172,6 +187,19 @@ func (e *epochRun) checkpoint(ctx context.Context, trigger string) {
 	r := e.r
 	name, err := CheckpointObjectName(r.cfg.Domain, r.cfg.DC)
 	if err != nil {
+		return
+	}
+	// Only the lease holder may write the pool's checkpoint: a relay that
+	// lost its lease (and has not noticed yet) would overwrite its
+	// successor's newer one with an older state. The lease record is read
+	// from the bucket, not judged by the local view alone.
+	if !e.lease.Held() {
+		r.m.checkpoints.WithLabelValues(cpNotHeld).Inc()
+		return
+	}
+	if err := e.lease.Verify(ctx); err != nil {
+		r.m.checkpoints.WithLabelValues(cpNotHeld).Inc()
+		r.log.Warn().Err(err).Str("trigger", trigger).Msg("checkpoint not stored: the lease could not be confirmed")
 		return
 	}
 	start := time.Now()

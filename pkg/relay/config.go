@@ -12,11 +12,13 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
@@ -61,11 +63,34 @@ type Config struct {
 	// LeaseTTL is the producer lease time-to-live; it is renewed every
 	// third of it.
 	LeaseTTL time.Duration
+	// MaxTrackedBlocks bounds the exact ownership: while the pool tracks
+	// this many distinct blocks, stored events are refused (counted in
+	// ckf_relay_refused_events_total) and the relay reports the
+	// tracked_blocks fault (log, /v1/status, ckf_relay_fault) instead of
+	// growing. 0 = DefaultTrackedBlocksFactor × CKF.ExpectedBlocksPerDC.
+	MaxTrackedBlocks uint64
+	// RestartBackoffMin and RestartBackoffMax space the relay's attempts
+	// after an epoch ends in failure (or its setup fails): the wait starts
+	// at the minimum and doubles up to the maximum while failures repeat,
+	// so a deleted stream or bucket is recreated without a hot loop of
+	// epochs. Defaults 50ms and 10s.
+	RestartBackoffMin time.Duration
+	RestartBackoffMax time.Duration
 	// MaxDeltaImages splits larger publications into consecutive deltas so
 	// each fits a NATS message.
 	MaxDeltaImages int
-	// Streams sizes the JetStream resources if the relay creates them.
+	// Streams sizes the JetStream resources if the relay creates them
+	// (Streams.Replicas also sizes the lease bucket).
 	Streams jsx.Options
+	// InputJS, when set, is where the input stream KVEVENTS lives: the DC's
+	// own JetStream domain, so workers publish locally and durably and a
+	// WAN cut loses nothing. The lanes, snapshots and leases stay on the
+	// JetStream passed to New (the hub's domain). Nil: one site for all.
+	InputJS jetstream.JetStream
+	// Setup paces the retries of the start-up steps (ensure the streams,
+	// open the lease bucket, register the lane) while NATS or the hub's
+	// JetStream is not reachable yet. The zero value uses retry's defaults.
+	Setup retry.Policy
 
 	Logger zerolog.Logger
 	Tracer trace.TracerProvider
@@ -91,8 +116,43 @@ func DefaultConfig(domain, dc string) Config {
 		HeartbeatInterval:  time.Second,
 		LeaseTTL:           10 * time.Second,
 		MaxDeltaImages:     64 << 10,
+		Streams:            jsx.Options{EventMaxAge: DefaultInputMaxAge, EventMaxBytes: DefaultInputMaxBytes},
 		Logger:             zerolog.Nop(),
 	}
+}
+
+// Input retention defaults (applied when the relay creates KVEVENTS): a
+// day of events is 1,440 default checkpoint intervals, so a restart always
+// finds the input after its latest checkpoint; 16 GiB bounds the disk a
+// flood of events can take.
+const (
+	DefaultInputMaxAge   = 24 * time.Hour
+	DefaultInputMaxBytes = 16 << 30
+)
+
+// DefaultTrackedBlocksFactor sets the default MaxTrackedBlocks: a CKF sized
+// for n blocks holds about 1.6 n before inserts fail, so 4 n leaves room
+// for capacity omissions without letting one bus client grow the relay
+// without bound.
+const DefaultTrackedBlocksFactor = 4
+
+// maxTrackedBlocks returns the effective bound.
+func (c *Config) maxTrackedBlocks() uint64 {
+	if c.MaxTrackedBlocks != 0 {
+		return c.MaxTrackedBlocks
+	}
+	return DefaultTrackedBlocksFactor * c.CKF.ExpectedBlocksPerDC
+}
+
+func (c *Config) restartBackoff() (lo, hi time.Duration) {
+	lo, hi = c.RestartBackoffMin, c.RestartBackoffMax
+	if lo <= 0 {
+		lo = 50 * time.Millisecond
+	}
+	if hi <= 0 {
+		hi = 10 * time.Second
+	}
+	return lo, max(lo, hi)
 }
 
 // ErrConfig is wrapped by every configuration error.
@@ -133,8 +193,17 @@ func (c *Config) Validate() error {
 		return bad("heartbeat interval must be positive")
 	case c.LeaseTTL < 3*time.Millisecond:
 		return bad("lease ttl %s is too short", c.LeaseTTL)
+	case c.MaxTrackedBlocks != 0 && c.MaxTrackedBlocks < c.CKF.ExpectedBlocksPerDC:
+		return bad("max tracked blocks %d is below the expected blocks %d", c.MaxTrackedBlocks, c.CKF.ExpectedBlocksPerDC)
+	case c.Streams.EventMaxAge < 0 || c.Streams.EventMaxBytes < 0:
+		return bad("input retention must not be negative")
+	case c.Streams.EventMaxAge > 0 && c.CheckpointInterval > 0 && c.Streams.EventMaxAge < 2*c.CheckpointInterval:
+		return bad("input max age %s is less than twice the checkpoint interval %s: a restart could find events already dropped", c.Streams.EventMaxAge, c.CheckpointInterval)
 	case c.MaxDeltaImages <= 0 || c.MaxDeltaImages > wire.MaxDeltaImages:
 		return bad("max delta images must be within 1..%d", wire.MaxDeltaImages)
+	}
+	if err := c.Streams.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }

@@ -32,6 +32,12 @@ type relayMetrics struct {
 	checkpoints       *prometheus.CounterVec
 	checkpointSeconds prometheus.Histogram
 	inputGap          prometheus.Counter
+	setupRetries      prometheus.Counter
+
+	laneForeignWrites prometheus.Counter
+	fault             *prometheus.GaugeVec
+	setupFailures     *prometheus.CounterVec
+	refusedEvents     prometheus.Counter
 }
 
 // newRelayMetrics registers the relay's series on reg (a private registry
@@ -79,10 +85,21 @@ func newRelayMetrics(reg prometheus.Registerer, dc string) (*relayMetrics, error
 			"Input stream sequences a rebuild needed but retention (or a purge) had already dropped; events of this DC among them are missing from the exact state."),
 		checkpointSeconds: histogram("ckf_relay_checkpoint_duration_seconds", "Time to encode and store one state checkpoint (the actor pauses meanwhile).",
 			prometheus.ExponentialBuckets(1e-3, 2, 16)),
+		setupRetries: counter("ckf_relay_setup_retries_total",
+			"Start-up steps (ensure streams, open the lease bucket, register the lane) retried while NATS or JetStream was unreachable."),
+		laneForeignWrites: counter("ckf_relay_lane_foreign_writes_total",
+			"Publishes refused because another writer moved the lane while this relay still held its lease (junk on the lane subjects); each was retried, none fenced the relay."),
+		fault: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ckf_relay_fault",
+			Help: "1 while a standing fault holds: epoch_exhausted (the pool's epoch counter is at its maximum), tracked_blocks (--max-tracked-blocks reached), setup (streams, buckets or the lane could not be set up)."}, []string{"kind"}),
+		setupFailures: counterVec("ckf_relay_setup_failures_total",
+			"Failed (re)creations of the JetStream resources, the lease coordinator or the lane registration, by step; retried with bounded backoff.", "step"),
+		refusedEvents: counter("ckf_relay_refused_events_total",
+			"Stored events refused because the pool tracks --max-tracked-blocks blocks (their blocks are missing from the index)."),
 	}
 	for _, c := range []prometheus.Collector{m.events, m.badEvents, m.eventErrors, m.unknownRemovals, m.deltas, m.images,
 		m.snapshots, m.drains, m.heartbeats, m.fences, m.epoch, m.sequence, m.state, m.inputPending, m.uniqueBlocks,
-		m.occupiedSlots, m.publishSeconds, m.checkpoints, m.inputGap, m.checkpointSeconds} {
+		m.occupiedSlots, m.publishSeconds, m.checkpoints, m.inputGap, m.checkpointSeconds,
+		m.setupRetries, m.laneForeignWrites, m.fault, m.setupFailures, m.refusedEvents} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

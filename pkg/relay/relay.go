@@ -22,6 +22,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
+	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
@@ -57,7 +58,17 @@ type Status struct {
 	// InputGap is how many input stream sequences the last rebuild needed
 	// but the stream no longer held (see ckf_relay_input_gap_messages_total).
 	InputGap uint64 `json:"input_gap"`
+	// Faults lists the standing faults ("kind: detail"), empty when none:
+	// epoch_exhausted, tracked_blocks, setup (see ckf_relay_fault).
+	Faults []string `json:"faults"`
 }
+
+// Standing fault kinds (Status.Faults, ckf_relay_fault{kind}).
+const (
+	FaultEpochExhausted = "epoch_exhausted"
+	FaultTrackedBlocks  = "tracked_blocks"
+	FaultSetup          = "setup"
+)
 
 // errZombie means JetStream refused a publish because another writer moved
 // the lane: this relay no longer owns it.
@@ -82,6 +93,7 @@ type Relay struct {
 
 	mu     sync.Mutex
 	status Status
+	faults map[string]string // kind → detail; guarded by mu
 
 	// testHooks
 	beforePublish func(kind wire.MessageKind) error
@@ -124,7 +136,40 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Relay, error) {
 func (r *Relay) Status() Status {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.status
+	st := r.status
+	st.Faults = make([]string, 0, len(r.faults))
+	for k, d := range r.faults {
+		st.Faults = append(st.Faults, k+": "+d)
+	}
+	slices.Sort(st.Faults)
+	return st
+}
+
+// setFault records a standing fault; it logs only when the fault starts.
+func (r *Relay) setFault(kind, detail string) {
+	r.mu.Lock()
+	_, had := r.faults[kind]
+	if r.faults == nil {
+		r.faults = make(map[string]string)
+	}
+	r.faults[kind] = detail
+	r.mu.Unlock()
+	r.m.fault.WithLabelValues(kind).Set(1)
+	if !had {
+		r.log.Error().Str("fault", kind).Str("detail", detail).Msg("relay fault")
+	}
+}
+
+// clearFault ends a standing fault.
+func (r *Relay) clearFault(kind string) {
+	r.mu.Lock()
+	_, had := r.faults[kind]
+	delete(r.faults, kind)
+	r.mu.Unlock()
+	if had {
+		r.m.fault.WithLabelValues(kind).Set(0)
+		r.log.Info().Str("fault", kind).Msg("relay fault cleared")
+	}
 }
 
 func (r *Relay) update(fn func(*Status)) {
@@ -149,25 +194,37 @@ func (r *Relay) setState(s State) {
 // the pool's checkpoint if usable, then replay the input stream after it),
 // publish a barrier snapshot under the new epoch and serve
 // until the lease is lost or ctx ends. It returns nil when ctx ends.
+//
+// After an epoch ends in failure, the next attempt first sets everything
+// up again (streams, object store, lease bucket, lane registration), so a
+// deleted resource is recreated, and it waits a backoff that doubles while
+// failures repeat (RestartBackoffMin..Max): a resource that stays broken
+// costs one epoch per backoff period, never a hot loop.
 func (r *Relay) Run(ctx context.Context) error {
 	defer r.setState(StateStopped)
-	res, err := jsx.Ensure(ctx, r.js, r.cfg.Streams)
-	if err != nil {
-		return err
-	}
-	coord, err := lease.New(ctx, r.js)
-	if err != nil {
-		return fmt.Errorf("relay: lease coordinator: %w", err)
-	}
-	lane, err := coord.Register(ctx, r.cfg.Domain, r.cfg.DC, r.pool)
-	if err != nil {
-		return fmt.Errorf("relay: register lane: %w", err)
-	}
-	r.update(func(s *Status) { s.Lane = lane })
-	r.log = r.log.With().Int("lane", lane).Logger()
-	r.log.Info().Msg("lane registered")
-
+	var (
+		res   *jsx.Resources
+		coord *lease.Coordinator
+		lane  int
+	)
+	lo, hi := r.cfg.restartBackoff()
+	bo := &restartBackoff{min: lo, max: hi}
+	first := true
 	for ctx.Err() == nil {
+		if res == nil {
+			var err error
+			res, coord, lane, err = r.setup(ctx)
+			if err != nil {
+				if first && ctx.Err() == nil && isPermanentSetup(err) {
+					return err
+				}
+				if ctx.Err() != nil || !ctxwait.Sleep(ctx, bo.next()) {
+					break
+				}
+				continue
+			}
+		}
+		first = false
 		r.setState(StateStandby)
 		l, err := coord.Acquire(ctx, r.cfg.Domain, r.cfg.DC, r.cfg.Instance, r.cfg.LeaseTTL)
 		if err != nil {
@@ -176,16 +233,27 @@ func (r *Relay) Run(ctx context.Context) error {
 			}
 			wait := r.cfg.LeaseTTL / 3
 			var le *lease.Error
-			if errors.As(err, &le) && errors.Is(err, lease.ErrLeaseHeld) {
+			switch {
+			case errors.As(err, &le) && errors.Is(err, lease.ErrLeaseHeld):
+				r.clearFault(FaultEpochExhausted)
 				r.log.Info().Str("holder_instance", le.Holder).Uint64("holder_epoch", le.Epoch).Msg("standby: lease held by another relay")
-			} else {
+			case errors.Is(err, lease.ErrEpochExhausted):
+				// Never wrap: stand by and say so until an operator repairs
+				// the epoch key.
+				r.setFault(FaultEpochExhausted, err.Error())
+				wait = bo.next()
+			default:
 				r.log.Warn().Err(err).Msg("lease acquire failed")
+				res = nil // the lease bucket may be gone: set up again
+				wait = bo.next()
 			}
 			if !ctxwait.Sleep(ctx, wait) {
 				break
 			}
 			continue
 		}
+		r.clearFault(FaultEpochExhausted)
+		began := time.Now()
 		err = r.serve(ctx, coord, res, lane, l)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 		_ = l.Release(rctx)
@@ -194,13 +262,99 @@ func (r *Relay) Run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			break
 		}
-		r.log.Warn().Err(err).Uint64("epoch", l.Epoch()).Msg("stopped publishing under this epoch")
-		if !ctxwait.Sleep(ctx, 50*time.Millisecond) {
+		if time.Since(began) > 2*hi {
+			bo.reset() // it served a good while: this failure starts a new series
+		}
+		wait := bo.next()
+		r.log.Warn().Err(err).Uint64("epoch", l.Epoch()).Dur("retry_in_ms", wait).Msg("stopped publishing under this epoch")
+		res = nil
+		if !ctxwait.Sleep(ctx, wait) {
 			break
 		}
 	}
 	return nil
 }
+
+// setup ensures the JetStream resources (the input stream on InputJS when
+// set) and the lease bucket, creating what is missing, and registers the
+// pool's lane. It retries with backoff while NATS or the JetStream holding
+// them is unreachable (a hub started after its DCs answers "no
+// responders" until it is up); every failed step is counted and reported
+// as the setup fault. A lane map that cannot take this pool is permanent.
+func (r *Relay) setup(ctx context.Context) (res *jsx.Resources, coord *lease.Coordinator, lane int, err error) {
+	pol := r.cfg.Setup
+	user := pol.OnRetry
+	pol.OnRetry = func(attempt int, err error, wait time.Duration) {
+		r.m.setupRetries.Inc()
+		r.log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in_ms", wait).Msg("start-up step failed; retrying")
+		if user != nil {
+			user(attempt, err, wait)
+		}
+	}
+	fail := func(step string, err error) error {
+		if ctx.Err() == nil {
+			r.m.setupFailures.WithLabelValues(step).Inc()
+			r.setFault(FaultSetup, step+": "+err.Error())
+		}
+		if isPermanentSetup(err) {
+			return retry.Permanent(err)
+		}
+		return err
+	}
+	err = pol.Do(ctx, func(ctx context.Context) error {
+		var err error
+		if r.cfg.InputJS == nil {
+			res, err = jsx.Ensure(ctx, r.js, r.cfg.Streams)
+		} else {
+			res, err = jsx.EnsureLanes(ctx, r.js, r.cfg.Streams)
+			if err == nil {
+				res.Events, err = jsx.EnsureEvents(ctx, r.cfg.InputJS, r.cfg.Streams)
+			}
+		}
+		if err != nil {
+			return fail("streams", err)
+		}
+		if coord, err = lease.New(ctx, r.js, lease.WithReplicas(max(r.cfg.Streams.Replicas, 1))); err != nil {
+			return fail("lease_bucket", fmt.Errorf("relay: lease coordinator: %w", err))
+		}
+		if lane, err = coord.Register(ctx, r.cfg.Domain, r.cfg.DC, r.pool); err != nil {
+			return fail("register", fmt.Errorf("relay: register lane: %w", err))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, -1, err
+	}
+	r.clearFault(FaultSetup)
+	if st := r.Status(); st.Lane != lane {
+		r.update(func(s *Status) { s.Lane = lane })
+		r.log = r.log.With().Int("lane", lane).Logger()
+		r.log.Info().Msg("lane registered")
+	}
+	return res, coord, lane, nil
+}
+
+// isPermanentSetup reports a setup error that retrying cannot cure (the
+// lane map has no room or names this DC for another pool): Run returns it
+// on the first attempt, as before.
+func isPermanentSetup(err error) bool {
+	return errors.Is(err, lease.ErrNoFreeLane) || errors.Is(err, lease.ErrLaneConflict) ||
+		errors.Is(err, lease.ErrInvalidName) || errors.Is(err, lease.ErrInvalidOption)
+}
+
+// restartBackoff doubles from min to max.
+type restartBackoff struct{ min, max, cur time.Duration }
+
+func (b *restartBackoff) next() time.Duration {
+	if b.cur == 0 {
+		b.cur = b.min
+	} else {
+		b.cur = min(2*b.cur, b.max)
+	}
+	return b.cur
+}
+
+func (b *restartBackoff) reset() { b.cur = 0 }
 
 // epochRun is the state of publishing under one producer lease epoch.
 type epochRun struct {
@@ -214,6 +368,7 @@ type epochRun struct {
 	pub       *producer.Publisher
 	state     *producer.State
 	snaps     jetstream.ObjectStore
+	lanes     jetstream.Stream
 	lastLane  uint64 // stream sequence of the lane's newest message
 	buf       []byte
 	objects   []string
@@ -235,6 +390,9 @@ type epochRun struct {
 	// no event (or slice inside one) is kept past the message it came in;
 	// producer.State.ApplyEvent copies what it needs.
 	events []ckf.RouterEvent
+	// overLimit: the last message had stored events refused by
+	// MaxTrackedBlocks (the tracked_blocks fault is set).
+	overLimit bool
 }
 
 // Enqueue is producer.Sink: it publishes one delta synchronously so the
@@ -321,24 +479,42 @@ func (e *epochRun) publish(ctx context.Context, kind wire.MessageKind, msg *nats
 			return err
 		}
 	}
-	opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(e.lastLane, e.r.subj.Filter)}
-	if msgID != "" {
-		opts = append(opts, jetstream.WithMsgID(msgID))
-	}
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	ack, err := e.r.js.PublishMsg(pctx, msg, opts...)
-	if err != nil {
-		var apiErr *jetstream.APIError
-		if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-			return fmt.Errorf("%w: %w", errZombie, err)
+	for {
+		opts := []jetstream.PublishOpt{jetstream.WithExpectLastSequenceForSubject(e.lastLane, e.r.subj.Filter)}
+		if msgID != "" {
+			opts = append(opts, jetstream.WithMsgID(msgID))
 		}
-		return fmt.Errorf("relay: publish %s: %w", kind, err)
+		ack, err := e.r.js.PublishMsg(pctx, msg, opts...)
+		if err == nil {
+			if !ack.Duplicate && ack.Sequence > e.lastLane {
+				e.lastLane = ack.Sequence
+			}
+			return nil
+		}
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) || apiErr.ErrorCode != jetstream.JSErrCodeStreamWrongLastSequence {
+			return fmt.Errorf("relay: publish %s: %w", kind, err)
+		}
+		// Someone else wrote on the lane. A successor must have taken the
+		// lease first, so the stored lease tells them apart: moved, this
+		// relay is a zombie and stops; still ours, it was a stray writer
+		// (junk on the lane subjects, which anyone allowed to publish there
+		// can send) and the publish is retried after it, with the same
+		// Msg-Id. The refused publish stored nothing.
+		if verr := e.lease.Verify(pctx); verr != nil {
+			return fmt.Errorf("%w: %w", errZombie, errors.Join(err, verr))
+		}
+		last, lerr := jsx.LastLaneSequence(pctx, e.lanes, e.r.subj.Filter)
+		if lerr != nil {
+			return fmt.Errorf("relay: publish %s: %w", kind, lerr)
+		}
+		e.r.m.laneForeignWrites.Inc()
+		e.r.log.Warn().Str("kind", kind.String()).Uint64("expected", e.lastLane).Uint64("found", last).
+			Msg("another writer moved the lane while this relay holds the lease; retrying the publish")
+		e.lastLane = last
 	}
-	if !ack.Duplicate && ack.Sequence > e.lastLane {
-		e.lastLane = ack.Sequence
-	}
-	return nil
 }
 
 // serve publishes under one lease epoch until the lease is lost, the
@@ -382,7 +558,7 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx
 	}
 	format := state.Format()
 	e := &epochRun{
-		r: r, ctx: ctx, lease: l, lane: lane, epoch: l.Epoch(), state: state, snaps: res.Snapshots,
+		r: r, ctx: ctx, lease: l, lane: lane, epoch: l.Epoch(), state: state, snaps: res.Snapshots, lanes: res.Lanes,
 		identity:    ckf.ProducerIdentity{Pool: r.pool, ProducerIncarnation: l.Epoch(), LayoutGeneration: 1, Format: format},
 		wlease:      wire.WireLease{Epoch: l.Epoch(), Instance: r.cfg.Instance},
 		inputSeq:    restoredSeq,
@@ -573,12 +749,18 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 	if meta != nil {
 		span.SetAttributes(attribute.Int64("ckf.input_sequence", int64(meta.Sequence.Stream)))
 	}
-	applied := 0
+	applied, refused := 0, 0
+	limit := r.cfg.maxTrackedBlocks()
 	for i := range evs {
 		ev := &evs[i]
 		if ev.WorkerID != worker {
 			r.m.badEvents.WithLabelValues("worker_mismatch").Inc()
 			r.log.Warn().Uint64("subject_worker", worker).Uint64("event_worker", ev.WorkerID).Msg("event worker id differs from its subject; rejected")
+			continue
+		}
+		if ev.Event.Data.Kind == ckf.EventStored && uint64(e.state.UniqueBlocks()) >= limit {
+			// Bounded state: refuse growth, keep removals and clears.
+			refused++
 			continue
 		}
 		out := e.state.ApplyEvent(ev)
@@ -597,6 +779,7 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 		}
 	}
 	span.End()
+	e.trackLimit(refused, limit)
 	if applied > 0 {
 		r.m.addEvents(applied)
 		if e.oldestEvent.IsZero() && meta != nil {
@@ -611,6 +794,24 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 		}
 	}
 	return applied
+}
+
+// trackLimit reports the tracked_blocks fault while stored events are being
+// refused, and clears it once the pool is below the bound again.
+func (e *epochRun) trackLimit(refused int, limit uint64) {
+	r := e.r
+	switch {
+	case refused > 0:
+		r.m.refusedEvents.Add(float64(refused))
+		if !e.overLimit {
+			e.overLimit = true
+			r.setFault(FaultTrackedBlocks, fmt.Sprintf("the pool tracks %d blocks, --max-tracked-blocks is %d: stored events are refused (their blocks are missing from the index) until removals make room; raise --expected-blocks",
+				e.state.UniqueBlocks(), limit))
+		}
+	case e.overLimit && uint64(e.state.UniqueBlocks()) < limit:
+		e.overLimit = false
+		r.clearFault(FaultTrackedBlocks)
+	}
 }
 
 func eventErrorName(e ckf.EventError) string {
@@ -718,7 +919,16 @@ func (e *epochRun) snapshot(trigger string) error {
 	}
 	msg := nats.NewMsg(e.r.subj.Snapshot)
 	msg.Data = mb
-	if err := e.publish(e.ctx, wire.KindSnapshotMarker, msg, wire.MsgID(wire.KindSnapshotMarker, &e.identity, e.epoch, snap.Sequence)); err != nil {
+	msgID := wire.MsgID(wire.KindSnapshotMarker, &e.identity, e.epoch, snap.Sequence)
+	if trigger == "request" {
+		// A consumer asked: the marker must become the lane's newest .snap
+		// message even at an unchanged sequence (a forged marker may sit on
+		// top of the previous one), so it must not be deduplicated away.
+		// The lane position makes the id unique per repeat and stable
+		// across retries of this one publish.
+		msgID += "-at-" + strconv.FormatUint(e.lastLane, 10)
+	}
+	if err := e.publish(e.ctx, wire.KindSnapshotMarker, msg, msgID); err != nil {
 		return e.fence(err)
 	}
 	e.lastSnap = snap.Sequence

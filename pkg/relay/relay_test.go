@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -320,11 +321,29 @@ func TestAZombiePublishIsRefusedAndTheRelayRecoversUnderANewEpoch(t *testing.T) 
 		t.Fatal(err)
 	}
 	var inject atomic.Bool
+	var stolen atomic.Uint64
 	relay.SetBeforePublish(r, func(kind wire.MessageKind) error {
 		if kind == wire.KindDelta && inject.CompareAndSwap(true, false) {
-			// Another writer moves the lane under this relay's feet.
+			// A successor takes the lease (its record outlives this
+			// relay's local view by a moment) and publishes on the lane
+			// before this relay's next publish.
+			ctx := context.Background()
+			kv, err := js.KeyValue(ctx, lease.DefaultBucket)
+			if err != nil {
+				return err
+			}
+			epoch := r.Status().Epoch + 1
+			now := time.Now()
+			rec := fmt.Sprintf(`{"owner":"successor","epoch":%d,"acquired_at":%d,"expires_at":%d}`, epoch, now.UnixNano(), now.Add(time.Second).UnixNano())
+			if _, err := kv.Put(ctx, "epoch."+domain+".a", []byte(fmt.Sprintf(`{"epoch":%d}`, epoch))); err != nil {
+				return err
+			}
+			if _, err := kv.Put(ctx, "lease."+domain+".a", []byte(rec)); err != nil {
+				return err
+			}
+			stolen.Store(epoch)
 			subj, _ := wire.NewLaneSubjects(domain, "a")
-			_, err := js.Publish(context.Background(), subj.Heartbeat, []byte("intruder"))
+			_, err = js.Publish(ctx, subj.Heartbeat, []byte("successor"))
 			return err
 		}
 		return nil
@@ -334,15 +353,63 @@ func TestAZombiePublishIsRefusedAndTheRelayRecoversUnderANewEpoch(t *testing.T) 
 	go func() { done <- r.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
-	epoch1 := r.Status().Epoch
 	inject.Store(true)
 	publishEvents(t, js, "a", traceEvents(t, 20))
 	waitFor(t, "recovered under a new epoch", func() bool {
 		st := r.Status()
-		return st.State == relay.StateActive && st.Epoch > epoch1
+		return st.State == relay.StateActive && stolen.Load() != 0 && st.Epoch > stolen.Load()
 	})
 	if out, ok := metricsContain(reg, `ckf_relay_fences_total{reason="lane_taken"} 1`); !ok {
 		t.Fatalf("fence not counted:\n%s", out)
+	}
+}
+
+// Before issue 6, any message on the lane subjects fenced the relay (three
+// junk messages took it from epoch 1 to 4).
+func TestJunkOnTheLaneNeverFencesTheRelay(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	cfg := testConfig("a")
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	r, err := relay.New(nc, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inject atomic.Int64
+	relay.SetBeforePublish(r, func(kind wire.MessageKind) error {
+		if inject.Add(-1) >= 0 {
+			subj, _ := wire.NewLaneSubjects(domain, "a")
+			_, err := js.Publish(context.Background(), subj.For(kind), []byte{0xde, 0xad, 0xbe, 0xef})
+			return err
+		}
+		return nil
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	epoch := r.Status().Epoch
+	inject.Store(3)
+	steps := traceEvents(t, 20)
+	publishEvents(t, js, "a", steps)
+	want := reference(t, cfg.CKF, steps).Words()
+	waitFor(t, "junk written and the lane at the exact state", func() bool {
+		if inject.Load() >= 0 {
+			return false
+		}
+		words, _, _ := laneImage(t, js, "a")
+		return slices.Equal(words, want)
+	})
+	if st := r.Status(); st.Epoch != epoch || st.State != relay.StateActive {
+		t.Fatalf("junk moved the relay: %+v, epoch was %d", st, epoch)
+	}
+	if out, ok := metricsContain(reg, `ckf_relay_lane_foreign_writes_total 3`); !ok {
+		t.Fatalf("foreign writes not counted:\n%s", out)
+	}
+	if out, ok := metricsContain(reg, `ckf_relay_fences_total{`); ok {
+		t.Fatalf("fenced:\n%s", out)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -61,6 +62,20 @@ func (m *SnapshotMarker) VerifyBody(body []byte) error {
 		return decodeErr(ErrChecksum, "snapshot.size", "body of %d bytes, marker says %d", len(body), m.Size)
 	}
 	sum := sha256.Sum256(body)
+	if subtle.ConstantTimeCompare(sum[:], m.Digest[:]) != 1 {
+		return decodeErr(ErrChecksum, "snapshot.digest", "body SHA-256 %x, marker says %x", sum, m.Digest)
+	}
+	return nil
+}
+
+// VerifyDigest checks the SHA-256 accumulated in h (fed with the body as
+// it was streamed) against the marker's digest (ErrChecksum).
+func (m *SnapshotMarker) VerifyDigest(h hash.Hash) error {
+	var sum [sha256.Size]byte
+	if h.Size() != len(sum) {
+		return decodeErr(ErrChecksum, "snapshot.digest", "hash of %d bytes, want SHA-256", h.Size())
+	}
+	h.Sum(sum[:0])
 	if subtle.ConstantTimeCompare(sum[:], m.Digest[:]) != 1 {
 		return decodeErr(ErrChecksum, "snapshot.digest", "body SHA-256 %x, marker says %x", sum, m.Digest)
 	}

@@ -1,0 +1,223 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/testenv"
+)
+
+// dcSite is one DC of a hub-and-leaves topology: its relay and the
+// JetStream (its own domain) its workers publish to.
+type dcSite struct {
+	local jetstream.JetStream
+	relay *relayProc
+}
+
+// startMultiDC starts the production layout: the indexer on the hub; in
+// each DC a relay on the DC's leaf that consumes KVEVENTS from the DC's own
+// JetStream domain and publishes its lane across the leaf link to the hub's
+// domain.
+func startMultiDC(t *testing.T, topo *testenv.Topology) (*indexerProc, map[string]*dcSite) {
+	t.Helper()
+	hub := topo.Hub()
+	ix := startIndexer(t, hub.Connect(t), hub.JetStream(t), indexerConfig(t, nil))
+	sites := map[string]*dcSite{}
+	for _, dc := range topo.DCs() {
+		leaf := topo.Leaf(t, dc)
+		nc := leaf.Connect(t)
+		hubJS, err := jetstream.NewWithDomain(nc, testenv.HubDomain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		local, err := jetstream.NewWithDomain(nc, dc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := relayConfig(t, dc, "relay-"+dc, nil)
+		cfg.InputJS = local
+		cfg.LeaseTTL = time.Second // a cut-off relay's lease lapses quickly
+		sites[dc] = &dcSite{local: local, relay: startRelay(t, nc, hubJS, cfg)}
+	}
+	return ix, sites
+}
+
+// map2 looks up a DC's local JetStream for workload.publishPerDC.
+type map2 map[string]*dcSite
+
+func (s map2) js(dc string) jetstream.JetStream { return s[dc].local }
+
+// natsConnectLater connects to a server that may not be up yet: the
+// client retries in the background, as the binaries' connections do.
+func natsConnectLater(url string) (*nats.Conn, error) {
+	return nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(25*time.Millisecond))
+}
+
+// metricValue reads a series from reg (-1 when absent).
+func metricValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
+	t.Helper()
+	v, ok, err := promtest.Value(reg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return -1
+	}
+	return v
+}
+
+// streamMessages is the message count of a stream reached through js.
+func streamMessages(t *testing.T, js jetstream.JetStream, name string) uint64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := js.Stream(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State.Msgs
+}
+
+func TestRelaysInDCLeafNodesReachTheHubIndexer(t *testing.T) {
+	topo := testenv.StartHubWithLeaves(t, "dc-a", "dc-b")
+	ix, sites := startMultiDC(t, topo)
+	w := newWorkload(t, []string{"dc-a", "dc-b"}, 600, 6)
+	w.publishPerDC(t, map2(sites).js, 600)
+	w.converge(t, ix)
+	// Each DC's events stay in its own domain: the hub holds no input
+	// stream, and a DC's stream holds none of the other DC's events.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := topo.Hub().JetStream(t).Stream(ctx, jsx.EventStream); err == nil {
+		t.Fatal("the hub holds an input stream: worker events crossed the WAN")
+	}
+	var total uint64
+	for _, dc := range topo.DCs() {
+		total += streamMessages(t, sites[dc].local, jsx.EventStream)
+	}
+	if published := publishedMessages(w); total != published {
+		t.Fatalf("the DC input streams hold %d messages, %d were published", total, published)
+	}
+}
+
+// publishedMessages counts the input messages the workload published.
+func publishedMessages(w *workload) uint64 {
+	var n uint64
+	for _, st := range w.steps {
+		if len(st.Events) > 0 {
+			n++
+		}
+	}
+	return n
+}
+
+func TestAPartitionedDCKeepsItsEventsAndTheHubConvergesAfterTheHeal(t *testing.T) {
+	topo := testenv.StartHubWithLeaves(t, "dc-a", "dc-b")
+	ix, sites := startMultiDC(t, topo)
+	w := newWorkload(t, []string{"dc-a", "dc-b"}, 1200, 9)
+	w.publishPerDC(t, map2(sites).js, 400)
+	w.converge(t, ix)
+	rb := sites["dc-b"].relay
+	epochBefore := rb.Status().Epoch
+
+	// Cut dc-b off the hub. Its workers keep publishing locally with
+	// JetStream acks (publishPerDC fails the test on a missing ack), and
+	// dc-a keeps flowing to the hub.
+	link := topo.Link(t, "dc-b")
+	link.Cut()
+	testenv.Eventually(t, settle, 10*time.Millisecond, func() error {
+		if n := topo.Leaf(t, "dc-b").NATS().NumLeafNodes(); n != 0 {
+			return fmt.Errorf("dc-b still has %d hub connections", n)
+		}
+		return nil
+	})
+	w.publishPerDC(t, map2(sites).js, 400)
+	// dc-a converges during the cut; dc-b cannot.
+	w.converge(t, ix, "dc-a")
+	if _, err := w.check(ix, "dc-b"); err == nil {
+		t.Fatal("dc-b's lane already holds events published while it was cut off")
+	}
+	// The cut relay notices: its publishes fail and its lease lapses.
+	waitFor(t, "dc-b relay fenced by the cut", func() bool { return rb.Status().Epoch != epochBefore || rb.Status().State != "active" })
+
+	link.Heal()
+	topo.WaitLeavesConnected(t)
+	w.publishPerDC(t, map2(sites).js, 400)
+	over := w.converge(t, ix)
+	// Nothing was lost: dc-b's exact state holds every block the ground
+	// truth holds, under a new epoch, and its input stream every message.
+	for i, dc := range topo.DCs() {
+		r := sites[dc].relay
+		waitFor(t, dc+" relay holds the exact state", func() bool { return r.Status().UniqueBlocks == w.rp.Blocks(i) })
+	}
+	if e := rb.Status().Epoch; e <= epochBefore {
+		t.Fatalf("dc-b epoch %d after the heal, %d before: the relay did not re-fence", e, epochBefore)
+	}
+	var total uint64
+	for _, dc := range topo.DCs() {
+		total += streamMessages(t, sites[dc].local, jsx.EventStream)
+	}
+	if published := publishedMessages(w); total != published {
+		t.Fatalf("the DC input streams hold %d messages, %d were published", total, published)
+	}
+	t.Logf("%d requests, dc-b cut for 400 of them: converged, %d overestimates of %d lane answers", len(w.steps), over, 2*len(w.steps))
+}
+
+func TestAnyStartOrderConvergesWhenTheHubStartsLast(t *testing.T) {
+	// The DC leaf, its relay and the indexer start before the hub exists:
+	// each retries (the relay first sees "no responders" from the hub's
+	// JetStream domain, the indexer has no server at all) until it is up.
+	hubPort, leafPort := testenv.FreePort(t), testenv.FreePort(t)
+	leaf := testenv.StartServer(t, testenv.WithName("dc-a"), testenv.WithDomain("dc-a"),
+		testenv.WithLeafRemote(fmt.Sprintf("nats-leaf://127.0.0.1:%d", leafPort)), testenv.WithLeafDeny(testenv.LocalSubjects...))
+	nc := leaf.Connect(t)
+	hubJS, err := jetstream.NewWithDomain(nc, testenv.HubDomain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, err := jetstream.NewWithDomain(nc, "dc-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := relayConfig(t, "dc-a", "relay-dc-a", nil)
+	cfg.InputJS = local
+	cfg.Setup.Min, cfg.Setup.Max, cfg.Setup.Attempt = 20*time.Millisecond, 200*time.Millisecond, time.Second
+	r := startRelay(t, nc, hubJS, cfg)
+
+	inc, err := natsConnectLater(fmt.Sprintf("nats://127.0.0.1:%d", hubPort))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(inc.Close)
+	ijs, err := jetstream.New(inc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	icfg := indexerConfig(t, nil)
+	icfg.Setup.Min, icfg.Setup.Max, icfg.Setup.Attempt = 20*time.Millisecond, 200*time.Millisecond, time.Second
+	ix := startIndexer(t, inc, ijs, icfg)
+
+	waitFor(t, "the relay retried its start-up", func() bool { return metricValue(t, r.reg, "ckf_relay_setup_retries_total") >= 2 })
+	if st := r.Status().State; st != "starting" {
+		t.Fatalf("relay state %s before the hub exists", st)
+	}
+	testenv.StartServer(t, testenv.WithName(testenv.HubDomain), testenv.WithDomain(testenv.HubDomain),
+		testenv.WithPort(hubPort), testenv.WithLeafNodePort(leafPort))
+
+	w := newWorkload(t, []string{"dc-a"}, 300, 4)
+	w.publishPerDC(t, func(string) jetstream.JetStream { return local }, 300)
+	w.converge(t, ix)
+	waitFor(t, "relay active", func() bool { return r.Status().State == "active" })
+}
