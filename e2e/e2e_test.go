@@ -186,8 +186,8 @@ func TestANewDCJoinsLiveAndMalformedLaneTrafficIsCounted(t *testing.T) {
 	w.converge(t, ix)
 
 	// Junk on a lane subject: the indexer counts it and keeps the lane; the
-	// relay sees a foreign writer on its lane and republishes under a new
-	// epoch. Nothing is lost.
+	// relay sees a foreign writer on its lane, confirms it still holds its
+	// lease and retries after it. Nothing is lost.
 	subj, _ := wire.NewLaneSubjects(domain, "dc-a")
 	if _, err := js.Publish(context.Background(), subj.Delta, []byte{0x93, 0x01, 0x02}); err != nil {
 		t.Fatal(err)

@@ -157,6 +157,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		},
 	}
 	start := time.Now()
+	loadBefore := loadAverage()
 	rep, err := bench.RunSuite(ctx, cfg)
 	if err != nil {
 		fmt.Fprintln(stderr, "ckf-bench:", err)
@@ -166,6 +167,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	rep.Info["gomaxprocs"] = runtime.GOMAXPROCS(0)
 	rep.Info["benchtime"] = o.benchtime
 	rep.Info["wall_seconds"] = time.Since(start).Round(time.Millisecond).Seconds()
+	// Other processes' load explains most run-to-run swings on a shared
+	// machine: record it beside the figures.
+	rep.Info["loadavg_before"] = loadBefore
+	rep.Info["loadavg_after"] = loadAverage()
 	if o.plots != "" {
 		files, err := benchplot.WriteReport(o.plots, rep)
 		if err != nil {
@@ -190,7 +195,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 }
 
 func printTable(w io.Writer, rep *bench.Report) {
-	fmt.Fprintf(w, "ckf-bench  %s  GOMAXPROCS=%v  benchtime=%v  wall=%vs\n", rep.Info["go"], rep.Info["gomaxprocs"], rep.Info["benchtime"], rep.Info["wall_seconds"])
+	fmt.Fprintf(w, "ckf-bench  %s  GOMAXPROCS=%v  benchtime=%v  wall=%vs  load average %v → %v\n", rep.Info["go"], rep.Info["gomaxprocs"], rep.Info["benchtime"], rep.Info["wall_seconds"], rep.Info["loadavg_before"], rep.Info["loadavg_after"])
 	if n, ok := rep.Info["search_table_bytes"]; ok {
 		fmt.Fprintf(w, "search: %v buckets, %v cold / %v hot queries; table %v bytes, huge pages advised %v, %v bytes on huge pages\n",
 			rep.Info["search_buckets"], rep.Info["search_queries"], rep.Info["search_hot_queries"], n, rep.Info["search_hugepages_advised"], rep.Info["search_hugepage_bytes"])
@@ -257,4 +262,17 @@ func num(v float64) string {
 	default:
 		return fmt.Sprintf("%.3g", v)
 	}
+}
+
+// loadAverage is the 1-minute load average from /proc/loadavg ("" where
+// unavailable).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return ""
+	}
+	if f := strings.Fields(string(b)); len(f) > 0 {
+		return f[0]
+	}
+	return ""
 }

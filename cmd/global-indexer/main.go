@@ -15,7 +15,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/signal"
@@ -27,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -73,6 +73,8 @@ type options struct {
 	maxApplyLag    time.Duration
 	controlTimeout time.Duration
 	fetchTimeout   time.Duration
+	http           httpserve.Config
+	maxMatches     int
 }
 
 // errUsage marks a bad command line or environment (exit code 2).
@@ -82,7 +84,7 @@ var errUsage = errors.New("usage")
 // flag.ErrHelp is returned for -h; other errors wrap errUsage and name the
 // flag, or the environment variable when the value came from there.
 func parseFlags(args []string, env func(string) string, out io.Writer) (options, error) {
-	var o options
+	o := options{http: httpserve.DefaultConfig()}
 	fs := flag.NewFlagSet(serviceName, flag.ContinueOnError)
 	fs.SetOutput(out)
 	cli.Usage(fs, "follows every DC lane of a domain and answers prefix-match queries over HTTP and NATS", map[string]string{"http-addr": cli.GroupConnection})
@@ -98,6 +100,8 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	fs.DurationVar(&o.fetchTimeout, "snapshot-fetch-timeout", indexer.DefaultSnapshotFetchTimeout,
 		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", indexer.SnapshotFetchBytesPerSecond>>20, indexer.DefaultSnapshotFetchAttempts-1))
 
+	o.http.Register(fs)
+	fs.IntVar(&o.maxMatches, "http-max-matches", api.DefaultMaxConcurrentMatches, "HTTP match requests in progress at most; more are answered 429 with Retry-After")
 	if err := cli.Parse(fs, args, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return options{}, err
@@ -120,6 +124,12 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	}
 	if err := o.common.ValidateConnection(); err != nil {
 		return options{}, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if err := o.http.Validate(); err != nil {
+		return options{}, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if o.maxMatches < 1 {
+		return options{}, bad("http-max-matches", "want at least 1")
 	}
 	embedded := o.common.NatsURL == ""
 	switch {
@@ -255,11 +265,12 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 		return err
 	}
 
-	ln, err := net.Listen("tcp", o.httpAddr)
+	ln, err := o.http.Listen(o.httpAddr)
 	if err != nil {
 		return fmt.Errorf("http listen %s: %w", o.httpAddr, err)
 	}
-	hs := &http.Server{Handler: cli.TraceHTTP(api.Handler(svc, svc.APIMetrics(), reg, api.WithStatusInfo(api.StatusInfo{Domain: o.domain, Version: cli.Version()})), tp, serviceName), ReadHeaderTimeout: 10 * time.Second}
+	hs := o.http.Server(cli.TraceHTTP(api.Handler(svc, svc.APIMetrics(), reg, api.WithLimits(api.Limits{MaxConcurrentMatches: o.maxMatches}),
+		api.WithStatusInfo(api.StatusInfo{Domain: o.domain, Version: cli.Version()})), tp, serviceName), log)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	httpErr := make(chan error, 1)

@@ -21,8 +21,11 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/httpserve"
+	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
+	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -39,6 +42,7 @@ func defaultOptions() options {
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
 		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
+		http:         httpserve.DefaultConfig(), maxMatches: api.DefaultMaxConcurrentMatches,
 	}
 }
 
@@ -172,6 +176,7 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"positional", []string{"extra"}, nil, "unexpected argument"},
 		{"bad env", nil, map[string]string{"CKFRELAY_WORKERS": "x"}, "CKFRELAY_WORKERS"},
 		{"bad env workers value", nil, map[string]string{"CKFRELAY_WORKERS": "0"}, "CKFRELAY_WORKERS"},
+		{"bad js replicas", []string{"--js-replicas", "6"}, nil, `--js-replicas "6"`},
 		{"bad env level", nil, map[string]string{"CKFRELAY_LOG_LEVEL": "shout"}, "--log-level \"shout\" (from CKFRELAY_LOG_LEVEL)"},
 		{"bad env format", nil, map[string]string{"CKFRELAY_LOG_FORMAT": "xml"}, "CKFRELAY_LOG_FORMAT"},
 		{"empty http addr", []string{"--http-addr="}, nil, "--http-addr"},
@@ -246,11 +251,7 @@ func (b *syncBuffer) field(name string) (string, bool) {
 // its log and a stop function that cancels it and returns the exit code.
 func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	out := &syncBuffer{}
-	done := make(chan int, 1)
-	args = append([]string{"--log-format", "json"}, args...)
-	go func() { done <- run(ctx, args, envOf(nil), io.Discard, out) }()
+	out, done, stop := startInBackground(t, args)
 	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
 		select {
 		case code := <-done:
@@ -262,6 +263,18 @@ func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 		}
 		return nil
 	})
+	return out, stop
+}
+
+// startInBackground starts run without waiting for it to serve; done
+// receives its exit code unless stop already took it.
+func startInBackground(t *testing.T, args []string) (*syncBuffer, <-chan int, func() int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	args = append([]string{"--log-format", "json"}, args...)
+	go func() { done <- run(ctx, args, envOf(nil), io.Discard, out) }()
 	stopped := false
 	var code int
 	stop := func() int {
@@ -277,7 +290,7 @@ func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 		return code
 	}
 	t.Cleanup(func() { stop() })
-	return out, stop
+	return out, done, stop
 }
 
 // mustField returns a logged field or fails the test.
@@ -406,6 +419,30 @@ func TestRunFailsOnUnreachableNATS(t *testing.T) {
 	}
 }
 
+// A NATS server that starts after the indexer is waited for (any start
+// order in a deployment converges) instead of failing the process.
+func TestRunWaitsForALateNATSServer(t *testing.T) {
+	port := testenv.FreePort(t)
+	out, _, stop := startInBackground(t, []string{"--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", port), "--http-addr", "127.0.0.1:0"})
+	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() error {
+		if o := out.String(); !strings.Contains(o, "start-up step failed; retrying") && !strings.Contains(o, "nats not reachable yet; retrying") {
+			return errors.New("no retry logged yet")
+		}
+		return nil
+	})
+	srv := testenv.StartServer(t, testenv.WithPort(port))
+	js := srv.JetStream(t)
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_, err := js.Stream(ctx, jsx.LaneStream)
+		return err
+	})
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit code %d, want %d: %s", code, exitOK, out.String())
+	}
+}
+
 func TestRunFailsWhenHTTPAddressIsTaken(t *testing.T) {
 	srv := testenv.StartServer(t)
 	out, _ := runInBackground(t, []string{"--nats-url", srv.URL(), "--http-addr", "127.0.0.1:0"})
@@ -466,6 +503,44 @@ func TestRunLogsFollowTheSharedSchema(t *testing.T) {
 	for _, f := range []string{"addr", "instance", "max_apply_lag_ms"} {
 		if !strings.Contains(out.String(), `"`+f+`":`) {
 			t.Errorf("no %s logged: %s", f, out.String())
+		}
+	}
+}
+
+// Credentials in --nats-url never reach the log (issue: the indexer
+// logged the URL with the password).
+func TestURLCredentialsAreRedactedInLogs(t *testing.T) {
+	srv := testenv.StartServer(t) // no auth: the server ignores the credentials
+	url := strings.Replace(srv.URL(), "nats://", "nats://alice:pa55-w0rd@", 1)
+	out, stop := runInBackground(t, []string{"--nats-url", url, "--http-addr", "127.0.0.1:0"})
+	if got := mustField(t, out, "nats_url"); !strings.Contains(got, "alice:***@") {
+		t.Fatalf("nats_url %q, want the redacted URL", got)
+	}
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit code %d", code)
+	}
+	if strings.Contains(out.String(), "pa55-w0rd") {
+		t.Fatalf("the password reached the log:\n%s", out.String())
+	}
+}
+
+// The HTTP and security flags are registered and validated.
+func TestSecurityAndHTTPFlags(t *testing.T) {
+	o, err := parseFlags([]string{"--nats-user", "indexer", "--nats-password-file", "/run/pw", "--http-max-conns", "10", "--http-max-matches", "3"}, envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.common.Security.User != "indexer" || o.http.MaxConns != 10 || o.maxMatches != 3 {
+		t.Fatalf("parsed %+v", o)
+	}
+	for _, args := range [][]string{
+		{"--nats-user", "indexer"},
+		{"--nats-url", "nats://x", "--nats-config", "server.conf"},
+		{"--http-idle-timeout", "0s"},
+		{"--http-max-matches", "0"},
+	} {
+		if _, err := parseFlags(args, envOf(nil), io.Discard); !errors.Is(err, errUsage) {
+			t.Errorf("%v: err %v, want a usage error", args, err)
 		}
 	}
 }

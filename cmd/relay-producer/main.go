@@ -9,8 +9,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/signal"
 	"syscall"
@@ -20,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/relay"
@@ -34,6 +33,7 @@ func main() {
 type options struct {
 	common        cli.Common
 	httpAddr      string
+	http          httpserve.Config
 	mode          string
 	inputJSDomain string
 	cfg           relay.Config
@@ -41,7 +41,7 @@ type options struct {
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
-	o := &options{cfg: relay.DefaultConfig("default", ""), getenv: getenv}
+	o := &options{cfg: relay.DefaultConfig("default", ""), http: httpserve.DefaultConfig(), getenv: getenv}
 	fs := flag.NewFlagSet("relay-producer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cli.Usage(fs, "consumes one DC's worker KV events from JetStream and publishes the pool's CKF lane under a fenced lease", nil)
@@ -62,6 +62,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", o.cfg.LeaseTTL, "producer lease time-to-live")
 	fs.StringVar(&o.inputJSDomain, "input-js-domain", "", "JetStream domain of the input stream KVEVENTS (the DC's own, so workers publish locally and a WAN cut loses nothing); empty: the same as --js-domain")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "health and metrics listen address (empty disables)")
+	o.http.Register(fs)
 	if err := cli.Parse(fs, args, getenv); err != nil {
 		return nil, err
 	}
@@ -69,6 +70,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 		return nil, errors.New("--dc is required")
 	}
 	if err := o.common.ValidateConnection(); err != nil {
+		return nil, err
+	}
+	if err := o.http.Validate(); err != nil {
 		return nil, err
 	}
 	mode, err := ckf.ParseHashMode(o.mode)
@@ -133,11 +137,11 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		return err
 	}
 	if o.httpAddr != "" {
-		ln, err := net.Listen("tcp", o.httpAddr)
+		ln, err := o.http.Listen(o.httpAddr)
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", o.httpAddr, err)
 		}
-		hs := &http.Server{Handler: cli.TraceHTTP(r.Handler(reg), tp, "relay-producer"), ReadHeaderTimeout: 5 * time.Second}
+		hs := o.http.Server(cli.TraceHTTP(r.Handler(reg), tp, "relay-producer"), log)
 		go hs.Serve(ln)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)

@@ -25,6 +25,10 @@ func TestParseFlagsAndEnvironment(t *testing.T) {
 		o.cfg.CheckpointInterval != 45*time.Second {
 		t.Fatalf("%+v", o.cfg)
 	}
+	o, err = parse([]string{"--dc", "a", "--js-replicas", "3", "--input-js-domain", "dc-a"}, env(nil), &out)
+	if err != nil || o.cfg.Streams.Replicas != 3 || o.inputJSDomain != "dc-a" {
+		t.Fatalf("replicas / input domain: %v %+v", err, o)
+	}
 	o, err = parse([]string{"--dc", "a", "--checkpoint-interval", "0"}, env(nil), &out)
 	if err != nil || o.cfg.CheckpointInterval != 0 {
 		t.Fatalf("checkpoints not disabled: %v %+v", err, o)
@@ -59,6 +63,8 @@ func TestBadConfigExitsWithUsageError(t *testing.T) {
 		{[]string{"--dc", "a", "extra"}, nil, "unexpected argument"},
 		{[]string{"--dc", "a", "--input-max-age", "90s"}, nil, "twice the checkpoint interval"},
 		{[]string{"--dc", "a", "--max-tracked-blocks", "10"}, nil, "max tracked blocks"},
+		{[]string{"--dc", "a", "--js-replicas", "0"}, nil, "js-replicas"},
+		{[]string{"--dc", "a"}, map[string]string{"CKFRELAY_JS_REPLICAS": "7"}, "js-replicas"},
 	} {
 		var out bytes.Buffer
 		if code := run(context.Background(), c.args, env(c.env), &out); code != 2 {
@@ -66,6 +72,27 @@ func TestBadConfigExitsWithUsageError(t *testing.T) {
 		}
 		if !strings.Contains(out.String(), c.want) {
 			t.Fatalf("%v: %q lacks %q", c.args, out.String(), c.want)
+		}
+	}
+}
+
+func TestSecurityAndHTTPFlags(t *testing.T) {
+	var out bytes.Buffer
+	o, err := parse([]string{"--dc", "a", "--nats-creds", "/run/relay.creds", "--nats-tls-ca", "/ca.pem", "--http-max-conns", "8"},
+		env(map[string]string{"CKFRELAY_HTTP_IDLE_TIMEOUT": "9s"}), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.common.Security.Creds != "/run/relay.creds" || o.common.Security.TLSCA != "/ca.pem" || o.http.MaxConns != 8 || o.http.IdleTimeout != 9*time.Second {
+		t.Fatalf("parsed %+v", o)
+	}
+	for _, args := range [][]string{
+		{"--dc", "a", "--nats-creds", "c", "--nats-nkey", "n"},
+		{"--dc", "a", "--nats-tls-key", "k.pem"},
+		{"--dc", "a", "--http-read-timeout", "0s"},
+	} {
+		if _, err := parse(args, env(nil), &out); err == nil {
+			t.Errorf("%v accepted", args)
 		}
 	}
 }

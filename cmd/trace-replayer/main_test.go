@@ -28,6 +28,8 @@ func TestParseRejectsBadFlags(t *testing.T) {
 		{[]string{"--speed", "-1"}, "speed"},
 		{[]string{"--workers-per-dc", "0"}, "workers"},
 		{[]string{"--affinity", "2"}, "affinity"},
+		{[]string{"--nats-user", "replayer"}, "--nats-password-file"},
+		{[]string{"--nats-tls-cert", "c.pem"}, "--nats-tls-key"},
 		{[]string{"--dcs", "a,b,c,d,e,f,g,h,i,j,k,l,m,n,o,p,q"}, "DCs"},
 	} {
 		var out, errb bytes.Buffer

@@ -414,7 +414,7 @@ func (t Throughput) EventsPerSec() float64 {
 func (e *Env) publishAll(ctx context.Context, msgs []BatchMsg, subj func(string) string) error {
 	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
 	for _, m := range msgs {
-		f, err := e.pubJS.PublishAsync(subj(m.Subject), m.Data)
+		f, err := e.publishAsync(ctx, subj(m.Subject), m.Data)
 		if err != nil {
 			return fmt.Errorf("bench: publish: %w", err)
 		}
@@ -430,6 +430,25 @@ func (e *Env) publishAll(ctx context.Context, msgs []BatchMsg, subj func(string)
 		}
 	}
 	return nil
+}
+
+// publishAsync is PublishAsync that, when the 1024 outstanding
+// publishes stall for longer than nats.go waits (a loaded machine), waits
+// for the outstanding acks and tries again instead of failing the run.
+func (e *Env) publishAsync(ctx context.Context, subj string, data []byte) (jetstream.PubAckFuture, error) {
+	for {
+		f, err := e.pubJS.PublishAsync(subj, data)
+		if !errors.Is(err, jetstream.ErrTooManyStalledMsgs) {
+			return f, err
+		}
+		select {
+		case <-e.pubJS.PublishAsyncComplete():
+		case <-time.After(e.cfg.Timeout):
+			return nil, err
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }
 
 // Events publishes b to the relays' input stream and measures the time

@@ -97,7 +97,7 @@ func (e *Env) pace(ctx context.Context, msgs []BatchMsg, rate float64, subj func
 				return start, last, ctx.Err()
 			}
 		}
-		f, err := e.pubJS.PublishAsync(subj(m.Subject), m.Data)
+		f, err := e.publishAsync(ctx, subj(m.Subject), m.Data)
 		if err != nil {
 			return start, last, fmt.Errorf("bench: paced publish: %w", err)
 		}

@@ -17,17 +17,42 @@ import (
 // follow from the few positions where the mask changes, each found by a
 // galloping then binary search: (distinct depths + 1) × O(log n) map
 // lookups, and only the positions visited are hashed.
+//
+// The map is split in ExactShards maps by the hash's top bit so that a
+// build can fill them on as many goroutines; a lookup picks its shard with
+// one shift.
 type ExactIndex struct {
-	m map[uint64]uint16
+	m [ExactShards]map[uint64]uint16
 }
 
+// ExactShards is the number of independently built maps.
+const ExactShards = 2
+
+func shardOf(h uint64) int { return int(h >> 63) }
+
 // NewExactIndex returns an empty index.
-func NewExactIndex() *ExactIndex { return &ExactIndex{m: make(map[uint64]uint16)} }
+func NewExactIndex() *ExactIndex {
+	x := &ExactIndex{}
+	for i := range x.m {
+		x.m[i] = make(map[uint64]uint16)
+	}
+	return x
+}
 
 // Add records that dc holds the chain of locals (all its prefixes); it
 // returns how many of its blocks were new to dc.
 func (x *ExactIndex) Add(dc int, locals []ckf.LocalBlockHash) (added int) {
+	for s := range ExactShards {
+		added += x.AddShard(s, dc, locals)
+	}
+	return added
+}
+
+// AddShard is Add restricted to the blocks of one shard; calls for
+// different shards may run concurrently.
+func (x *ExactIndex) AddShard(shard, dc int, locals []ckf.LocalBlockHash) (added int) {
 	bit := uint16(1) << dc
+	mp := x.m[shard]
 	var h ckf.SequenceHash
 	for i, l := range locals {
 		if i == 0 {
@@ -35,17 +60,29 @@ func (x *ExactIndex) Add(dc int, locals []ckf.LocalBlockHash) (added int) {
 		} else {
 			h = consumer.NextSequenceHash(h, l)
 		}
-		m := x.m[uint64(h)]
+		if shardOf(uint64(h)) != shard {
+			continue
+		}
+		m := mp[uint64(h)]
 		if m&bit == 0 {
-			x.m[uint64(h)] = m | bit
+			mp[uint64(h)] = m | bit
 			added++
 		}
 	}
 	return added
 }
 
+// lookup returns the DC mask of a canonical hash.
+func (x *ExactIndex) lookup(h uint64) uint16 { return x.m[shardOf(h)][h] }
+
 // Len is the number of distinct blocks.
-func (x *ExactIndex) Len() int { return len(x.m) }
+func (x *ExactIndex) Len() int {
+	n := 0
+	for _, m := range x.m {
+		n += len(m)
+	}
+	return n
+}
 
 // ExactScratch holds one query goroutine's hash buffer.
 type ExactScratch struct {
@@ -82,7 +119,7 @@ func (x *ExactIndex) Depths(locals []ckf.LocalBlockHash, s *ExactScratch, depths
 		if p >= n {
 			return 0
 		}
-		return x.m[s.hashAt(p)]
+		return x.lookup(s.hashAt(p))
 	}
 	cur := mask(0)
 	lo := 0 // mask(lo) == cur

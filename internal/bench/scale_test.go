@@ -106,7 +106,7 @@ func linearExact(x *ExactIndex, q []ckf.LocalBlockHash) [ckf.LaneCount]uint32 {
 	active := uint16(1<<ckf.LaneCount - 1)
 	seq := ckf.SequenceHashes(nil, q)
 	for i, h := range seq {
-		active &= x.m[uint64(h)]
+		active &= x.lookup(uint64(h))
 		for m := active; m != 0; m &= m - 1 {
 			d[trailing(m)] = uint32(i + 1)
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"flag"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/promtest"
+	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
 func TestRedactURL(t *testing.T) {
@@ -240,4 +242,68 @@ func TestDialWaitsForALateServer(t *testing.T) {
 		t.Fatalf("dial before the server started: %v", r.err)
 	}
 	r.nc.Close()
+}
+
+// --nats-tls-ca/--nats-tls-cert/--nats-tls-key: mutual TLS against an
+// embedded server that requires client certificates (generated now).
+func TestDialMutualTLS(t *testing.T) {
+	pki := testenv.NewPKI(t)
+	srvCert, srvKey := pki.Issue(t, "server")
+	cliCert, cliKey := pki.Issue(t, "client")
+	conf := writeFile(t, "tls.conf", `
+listen: "127.0.0.1:-1"
+tls { cert_file: "`+srvCert+`", key_file: "`+srvKey+`", ca_file: "`+pki.CA+`", verify: true, timeout: 2 }
+`)
+	c := Common{NatsPort: -1, StoreDir: t.TempDir(), NatsConfig: conf,
+		Security: Security{TLSCA: pki.CA, TLSCert: cliCert, TLSKey: cliKey, ConnectTimeout: 5 * time.Second}}
+	conn, err := c.Connect("tls-test", zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if !strings.HasPrefix(conn.URL, "tls://127.0.0.1:") {
+		t.Fatalf("URL %q, want tls://127.0.0.1", conn.URL)
+	}
+	if _, err := conn.JS.AccountInfo(t.Context()); err != nil {
+		t.Fatalf("JetStream over mutual TLS: %v", err)
+	}
+	// Without a client certificate, or without trusting the CA, the
+	// connection fails.
+	for name, sec := range map[string]Security{
+		"no client cert": {TLSCA: pki.CA},
+		"untrusted CA":   {TLSCert: cliCert, TLSKey: cliKey},
+	} {
+		sec.ConnectTimeout = 300 * time.Millisecond
+		if nc, _, err := Dial(conn.URL, "bad", sec, zerolog.Nop()); err == nil {
+			nc.Close()
+			t.Errorf("%s: connected", name)
+		}
+	}
+	if _, _, err := Dial(conn.URL, "bad", Security{TLSCert: cliCert, TLSKey: pki.CA}, zerolog.Nop()); err == nil {
+		t.Error("a CA file accepted as the client key")
+	}
+}
+
+// Whatever the input, a URL whose credentials url.Parse finds comes out
+// with them replaced by ***.
+func FuzzRedactURL(f *testing.F) {
+	for _, s := range []string{"nats://u:p@h:1", "nats://tok@h", "a://x:y@h,b://z:w@h2", "nats://h:4222", "u:p@h", "nats://u:p%40@h"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, part := range strings.Split(s, ",") {
+			u, err := url.Parse(strings.TrimSpace(part))
+			if err != nil || u.User == nil {
+				continue
+			}
+			out := RedactURL(part)
+			ou, err := url.Parse(out)
+			if err != nil || ou.User == nil {
+				t.Fatalf("RedactURL(%q) = %q: no redacted user info", part, out)
+			}
+			if pw, ok := ou.User.Password(); ok && pw != "***" || !ok && ou.User.Username() != "***" {
+				t.Fatalf("RedactURL(%q) = %q keeps credentials", part, out)
+			}
+		}
+	})
 }

@@ -12,6 +12,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -55,83 +56,14 @@ type Query struct {
 // Blocks is the number of query positions.
 func (q Query) Blocks() int { return len(q.Locals) + len(q.Seqs) }
 
-type matchRequest struct {
-	Tokens         *[]uint32 `json:"tokens"`
-	BlockSize      *int      `json:"block_size"`
-	LoraName       *string   `json:"lora_name"`
-	CacheNamespace *string   `json:"cache_namespace"`
-	Eagle          *bool     `json:"eagle"`
-	LocalHashes    *[]uint64 `json:"local_hashes"`
-	SequenceHashes *[]uint64 `json:"sequence_hashes"`
-}
-
 // DecodeMatchRequest parses and validates a match request body. u64 values
-// are decoded as integers (never through float64).
+// are decoded as integers (never through float64). See
+// DecodeMatchRequestFrom.
 func DecodeMatchRequest(body []byte) (Query, error) {
 	if len(body) > MaxRequestBytes {
 		return Query{}, &RequestError{Reason: fmt.Sprintf("request body exceeds %d bytes", MaxRequestBytes)}
 	}
-	dec := json.NewDecoder(bytes.NewReader(body))
-	dec.DisallowUnknownFields()
-	var req matchRequest
-	if err := dec.Decode(&req); err != nil {
-		return Query{}, jsonError(err)
-	}
-	if dec.More() {
-		return Query{}, &RequestError{Reason: "trailing data after the JSON object"}
-	}
-	given := 0
-	for _, p := range []bool{req.Tokens != nil, req.LocalHashes != nil, req.SequenceHashes != nil} {
-		if p {
-			given++
-		}
-	}
-	if given != 1 {
-		return Query{}, &RequestError{Field: "tokens|local_hashes|sequence_hashes", Reason: "exactly one must be given"}
-	}
-	switch {
-	case req.Tokens != nil:
-		if req.BlockSize == nil {
-			return Query{}, &RequestError{Field: "block_size", Reason: "required with tokens"}
-		}
-		bs := *req.BlockSize
-		if bs <= 0 || bs > MaxBlockSize {
-			return Query{}, &RequestError{Field: "block_size", Reason: fmt.Sprintf("must be within 1..%d", MaxBlockSize)}
-		}
-		if len(*req.Tokens)/bs > MaxBlocks {
-			return Query{}, &RequestError{Field: "tokens", Reason: fmt.Sprintf("more than %d blocks", MaxBlocks)}
-		}
-		var o ckf.BlockOptions
-		o.Seed = ckf.SaltedSeed(deref(req.LoraName), deref(req.CacheNamespace))
-		o.Eagle = req.Eagle != nil && *req.Eagle
-		return Query{Locals: ckf.LocalBlockHashesWith(make([]ckf.LocalBlockHash, 0, len(*req.Tokens)/bs), *req.Tokens, bs, o)}, nil
-	case req.BlockSize != nil:
-		return Query{}, &RequestError{Field: "block_size", Reason: "only valid with tokens"}
-	case req.LoraName != nil:
-		return Query{}, &RequestError{Field: "lora_name", Reason: "only valid with tokens"}
-	case req.CacheNamespace != nil:
-		return Query{}, &RequestError{Field: "cache_namespace", Reason: "only valid with tokens"}
-	case req.Eagle != nil:
-		return Query{}, &RequestError{Field: "eagle", Reason: "only valid with tokens"}
-	case req.LocalHashes != nil:
-		if len(*req.LocalHashes) > MaxBlocks {
-			return Query{}, &RequestError{Field: "local_hashes", Reason: fmt.Sprintf("more than %d blocks", MaxBlocks)}
-		}
-		out := make([]ckf.LocalBlockHash, len(*req.LocalHashes))
-		for i, h := range *req.LocalHashes {
-			out[i] = ckf.LocalBlockHash(h)
-		}
-		return Query{Locals: out}, nil
-	default:
-		if len(*req.SequenceHashes) > MaxBlocks {
-			return Query{}, &RequestError{Field: "sequence_hashes", Reason: fmt.Sprintf("more than %d blocks", MaxBlocks)}
-		}
-		out := make([]ckf.SequenceHash, len(*req.SequenceHashes))
-		for i, h := range *req.SequenceHashes {
-			out[i] = ckf.SequenceHash(h)
-		}
-		return Query{Seqs: out}, nil
-	}
+	return DecodeMatchRequestFrom(bytes.NewReader(body))
 }
 
 func deref(p *string) string {
@@ -255,13 +187,47 @@ func (m *Metrics) MatchLatency() LatencyStats {
 	return LatencyStats{Count: n, P50: q(0.5), P99: q(0.99)}
 }
 
+// DefaultMaxConcurrentMatches is the default bound on HTTP match requests
+// in progress (see Limits).
+const DefaultMaxConcurrentMatches = 64
+
+// RetryAfterSeconds is the Retry-After of a match refused for overload.
+const RetryAfterSeconds = 1
+
+// Limits bound the resources of the HTTP match endpoint. The zero value
+// uses the defaults.
+type Limits struct {
+	// MaxConcurrentMatches bounds requests being read, decoded or matched
+	// at once; one more is answered 429 with Retry-After at once (0 means
+	// DefaultMaxConcurrentMatches). Together with MaxBodyBytes it bounds
+	// the memory match requests may hold.
+	MaxConcurrentMatches int
+	// MaxBodyBytes bounds a request body (0 means MaxRequestBytes); a
+	// larger one is answered 413.
+	MaxBodyBytes int64
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxConcurrentMatches <= 0 {
+		l.MaxConcurrentMatches = DefaultMaxConcurrentMatches
+	}
+	if l.MaxBodyBytes <= 0 {
+		l.MaxBodyBytes = MaxRequestBytes
+	}
+	return l
+}
+
 // Option adjusts Handler.
 type Option func(*handlerOptions)
 
 type handlerOptions struct {
-	info StatusInfo
-	now  func() time.Time
+	limits Limits
+	info   StatusInfo
+	now    func() time.Time
 }
+
+// WithLimits sets the match endpoint's limits.
+func WithLimits(l Limits) Option { return func(o *handlerOptions) { o.limits = l } }
 
 // WithStatusInfo names the indexer on the status page.
 func WithStatusInfo(info StatusInfo) Option { return func(o *handlerOptions) { o.info = info } }
@@ -272,16 +238,39 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 	for _, o := range opts {
 		o(&ho)
 	}
+	lim := ho.limits.withDefaults()
+	slots := make(chan struct{}, lim.MaxConcurrentMatches)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", statusHandler(b, m, ho.info, ho.now))
 	mux.HandleFunc("POST /v1/match", func(w http.ResponseWriter, r *http.Request) {
-		body, err := io.ReadAll(io.LimitReader(r.Body, MaxRequestBytes+1))
-		if err != nil {
-			m.Requests.WithLabelValues("match", "bad_request").Inc()
-			writeError(w, http.StatusBadRequest, &RequestError{Reason: "reading body: " + err.Error()})
+		select {
+		case slots <- struct{}{}:
+			defer func() { <-slots }()
+		default:
+			m.Requests.WithLabelValues("match", "overloaded").Inc()
+			w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+			writeError(w, http.StatusTooManyRequests, &RequestError{Reason: fmt.Sprintf("more than %d match requests in progress; retry later", lim.MaxConcurrentMatches)})
 			return
 		}
-		resp, status, err := Match(r.Context(), b, m, body)
+		tooLarge := &RequestError{Reason: fmt.Sprintf("request body exceeds %d bytes", lim.MaxBodyBytes)}
+		if r.ContentLength > lim.MaxBodyBytes {
+			m.Requests.WithLabelValues("match", "too_large").Inc()
+			writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
+			return
+		}
+		body := &cappedBody{r: http.MaxBytesReader(w, r.Body, lim.MaxBodyBytes)}
+		q, err := DecodeMatchRequestFrom(body)
+		switch {
+		case body.exceeded:
+			m.Requests.WithLabelValues("match", "too_large").Inc()
+			writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
+			return
+		case err != nil:
+			m.Requests.WithLabelValues("match", "bad_request").Inc()
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		resp, status, err := matchQuery(r.Context(), b, m, q)
 		if err != nil {
 			writeError(w, status, err)
 			return
@@ -317,6 +306,10 @@ func Match(ctx context.Context, b Backend, m *Metrics, body []byte) (MatchRespon
 		m.Requests.WithLabelValues("match", "bad_request").Inc()
 		return MatchResponse{}, http.StatusBadRequest, err
 	}
+	return matchQuery(ctx, b, m, q)
+}
+
+func matchQuery(ctx context.Context, b Backend, m *Metrics, q Query) (MatchResponse, int, error) {
 	start := time.Now()
 	resp, err := b.Match(q)
 	promx.Observe(m.Latency, time.Since(start).Seconds(), trace.SpanContextFromContext(ctx))
@@ -330,6 +323,22 @@ func Match(ctx context.Context, b Backend, m *Metrics, body []byte) (MatchRespon
 	}
 	m.Requests.WithLabelValues("match", "ok").Inc()
 	return resp, http.StatusOK, nil
+}
+
+// cappedBody records whether the body passed its http.MaxBytesReader
+// limit, so the handler answers 413 rather than 400.
+type cappedBody struct {
+	r        io.Reader
+	exceeded bool
+}
+
+func (c *cappedBody) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		c.exceeded = true
+	}
+	return n, err
 }
 
 // ErrorBody is the JSON shape of every error answer.

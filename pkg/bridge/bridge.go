@@ -63,6 +63,9 @@ type Config struct {
 	AckTimeout time.Duration
 	// CheckpointInterval paces resume-point writes.
 	CheckpointInterval time.Duration
+	// ResubscribeCheck is how long after connecting the bridge replays
+	// once more if no live batch arrived (ZMQ's slow-joiner window).
+	ResubscribeCheck time.Duration
 
 	Logger  zerolog.Logger
 	Tracer  trace.TracerProvider
@@ -95,6 +98,9 @@ func (c *Config) defaults() {
 	}
 	if c.CheckpointInterval <= 0 {
 		c.CheckpointInterval = 250 * time.Millisecond
+	}
+	if c.ResubscribeCheck <= 0 {
+		c.ResubscribeCheck = 500 * time.Millisecond
 	}
 	if c.Now == nil {
 		c.Now = time.Now
@@ -250,18 +256,17 @@ func (b *Bridge) flush(ctx context.Context, kv jetstream.KeyValue, srcs []*sourc
 	}
 }
 
-func (b *Bridge) countStats(st *engine.Stats) {
-	m := b.m
-	m.events.WithLabelValues("stored").Add(float64(st.Stored))
-	m.events.WithLabelValues("removed").Add(float64(st.Removed))
-	m.events.WithLabelValues("cleared").Add(float64(st.Cleared))
-	m.blocks.Add(float64(st.Blocks))
-	m.dropped.WithLabelValues("tier").Add(float64(st.TierFiltered))
-	m.dropped.WithLabelValues("unknown_medium").Add(float64(st.UnknownMedium))
-	m.dropped.WithLabelValues("block_size").Add(float64(st.BlockSizeMismatch))
-	m.dropped.WithLabelValues("non_main_group").Add(float64(st.NonMainGroup))
-	m.dropped.WithLabelValues("remote_locality").Add(float64(st.RemoteLocality))
-	m.dropped.WithLabelValues("duplicate_hashes").Add(float64(st.DuplicateHashes))
-	m.dropped.WithLabelValues("empty_store").Add(float64(st.EmptyStores))
-	m.dropped.WithLabelValues("short_tokens").Add(float64(st.ShortTokens))
+func (b *Bridge) countStats(c *convertCounters, st *engine.Stats) {
+	c.stored.Add(float64(st.Stored))
+	c.removed.Add(float64(st.Removed))
+	c.cleared.Add(float64(st.Cleared))
+	b.m.blocks.Add(float64(st.Blocks))
+	c.tier.Add(float64(st.TierFiltered))
+	c.unknownMedium.Add(float64(st.UnknownMedium))
+	c.blockSize.Add(float64(st.BlockSizeMismatch))
+	c.nonMain.Add(float64(st.NonMainGroup))
+	c.remote.Add(float64(st.RemoteLocality))
+	c.dupHash.Add(float64(st.DuplicateHashes))
+	c.emptyStore.Add(float64(st.EmptyStores))
+	c.shortTokens.Add(float64(st.ShortTokens))
 }

@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/zeebo/xxh3"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/ckfrelay/ckfrelay/pkg/bridge"
 	"github.com/ckfrelay/ckfrelay/pkg/engine"
@@ -27,7 +30,7 @@ func TestTokensQueriesFindExactDepth(t *testing.T) {
 	arr := startEngine(t, enginetest.Config{Format: enginetest.Format{StoredLen: 7}})
 	maps := startEngine(t, enginetest.Config{Format: enginetest.Format{Map: true}, Layout: enginetest.LayoutB})
 	rb := st.startBridge(t, []bridge.EngineSpec{specFor(1, arr), specFor(2, maps)}, nil)
-	rb.waitConnected(t)
+	rb.waitConnected(t, arr, maps)
 
 	for _, e := range []*enginetest.Engine{arr, maps} {
 		a := newRequest(rng, 6)
@@ -58,7 +61,7 @@ func TestLoraStoreFoundOnlyWithSameLoraName(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	e := startEngine(t, enginetest.Config{Format: enginetest.Format{Map: true}})
 	rb := st.startBridge(t, []bridge.EngineSpec{specFor(5, e)}, nil)
-	rb.waitConnected(t)
+	rb.waitConnected(t, e)
 	a := newRequest(rng, 3)
 	ev := a.store(0, 3)
 	ev.LoraName = []byte("adapter-a")
@@ -83,8 +86,8 @@ func TestNonDeviceMediumNotIndexedByDefault(t *testing.T) {
 		c.IndexHostPinned = true
 		c.Bucket = "ckf_bridge_pinned"
 	})
-	rb.waitConnected(t)
-	pinned.waitConnected(t)
+	rb.waitConnected(t, e1)
+	pinned.waitConnected(t, e2)
 	for i, e := range []*enginetest.Engine{e1, e2} {
 		cpu, disk, gpu := newRequest(rng, 2), newRequest(rng, 2), newRequest(rng, 2)
 		cpuEv, diskEv := cpu.store(0, 2), disk.store(0, 2)
@@ -117,7 +120,7 @@ func TestEngineRestartClearsWorkerThenRebuilds(t *testing.T) {
 			rng := rand.New(rand.NewPCG(7, 8))
 			e := startEngine(t, enginetest.Config{Format: enginetest.Format{Map: true}})
 			rb := st.startBridge(t, []bridge.EngineSpec{specFor(9, e)}, nil)
-			rb.waitConnected(t)
+			rb.waitConnected(t, e)
 			old := make([]request, tc.oldBatches)
 			for i := range old {
 				old[i] = newRequest(rng, 3)
@@ -156,7 +159,7 @@ func TestGapBeyondReplayBufferIsReported(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	e := startEngine(t, enginetest.Config{BufferSteps: 3})
 	rb := st.startBridge(t, []bridge.EngineSpec{specFor(4, e)}, nil)
-	rb.waitConnected(t)
+	rb.waitConnected(t, e)
 	ctx, cancel := context.WithTimeout(context.Background(), settle)
 	defer cancel()
 	if err := e.WaitSubscribed(ctx); err != nil {
@@ -218,7 +221,7 @@ func TestBridgeKillMidStreamReplaysWithoutLossOrDuplicates(t *testing.T) {
 	e := startEngine(t, enginetest.Config{Format: enginetest.Format{Map: true}})
 	spec := specFor(6, e)
 	rb := st.startBridge(t, []bridge.EngineSpec{spec}, nil)
-	rb.waitConnected(t)
+	rb.waitConnected(t, e)
 	const total = 300
 	reqs := make([]request, total)
 	for i := range reqs {
@@ -323,5 +326,104 @@ func rewindCheckpoint(t *testing.T, js jetstream.JetStream, spec bridge.EngineSp
 		"has": true, "seq": seq, "digest": xxh3.Hash(payload)})
 	if _, err := kv.Put(ctx, key, v); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestBridgeStartedBeforeItsEngineConnectsLater: the first dials fail
+// (nothing listens yet) and the reconnect loop keeps trying until the
+// engine is up.
+func TestBridgeStartedBeforeItsEngineConnectsLater(t *testing.T) {
+	st := newStack(t)
+	rng := rand.New(rand.NewPCG(13, 14))
+	pub, rep := freePort(t), freePort(t)
+	spec := bridge.EngineSpec{WorkerID: 3, Pub: "tcp://" + pub, Replay: "tcp://" + rep}
+	rb := st.startBridge(t, []bridge.EngineSpec{spec}, nil)
+	testenv.Eventually(t, settle, 5*time.Millisecond, func() error {
+		if metric(rb.reg, "ckf_bridge_reconnects_total") < 2 {
+			return errNotYet
+		}
+		return nil
+	})
+	e := startEngine(t, enginetest.Config{PubEndpoint: spec.Pub, ReplayEndpoint: spec.Replay})
+	rb.waitConnected(t, e)
+	r := newRequest(rng, 3)
+	publish(t, e, r.store(0, 3))
+	st.waitDepth(t, r.tokens, "", 3)
+}
+
+// freePort returns a local address nothing listens on (it was free a
+// moment ago).
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr
+}
+
+// TestMalformedBatchIsCountedAndTheStreamGoesOn: garbage, an unknown
+// event type and a batch over an unsupported encoding lose nothing that
+// follows.
+func TestMalformedBatchIsCountedAndTheStreamGoesOn(t *testing.T) {
+	st := newStack(t)
+	rng := rand.New(rand.NewPCG(15, 16))
+	e := startEngine(t, enginetest.Config{})
+	rb := st.startBridge(t, []bridge.EngineSpec{specFor(2, e)}, nil)
+	rb.waitConnected(t, e)
+	if _, err := e.PublishRaw([]byte{0x93, 0xc1, 0x90}); err != nil {
+		t.Fatal(err)
+	}
+	mystery := []byte{0x93, 0xcb, 0, 0, 0, 0, 0, 0, 0, 0, 0x91, 0x92, 0xa7, 'M', 'y', 's', 't', 'e', 'r', 'y', 0x01, 0x00}
+	if _, err := e.PublishRaw(mystery); err != nil {
+		t.Fatal(err)
+	}
+	r := newRequest(rng, 2)
+	publish(t, e, r.store(0, 2))
+	st.waitDepth(t, r.tokens, "", 2)
+	if got := metric(rb.reg, "ckf_bridge_malformed_batches_total"); got != 1 {
+		t.Fatalf("malformed batches %v", got)
+	}
+	if got := metric(rb.reg, `ckf_bridge_dropped_events_total{reason="unknown_event"}`); got != 1 {
+		t.Fatalf("unknown events %v", got)
+	}
+	if es := rb.engine(0); es.Gaps != 0 || es.Batches != 3 {
+		t.Fatalf("status %+v", es)
+	}
+}
+
+// TestPublishCarriesTraceContext: with a tracer, each KVEVENTS message
+// carries the W3C context of its ckf.bridge.publish span, which the relay
+// continues.
+func TestPublishCarriesTraceContext(t *testing.T) {
+	st := newStack(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	defer tp.Shutdown(context.Background())
+	e := startEngine(t, enginetest.Config{})
+	rb := st.startBridge(t, []bridge.EngineSpec{specFor(8, e)}, func(c *bridge.Config) { c.Tracer = tp })
+	rb.waitConnected(t, e)
+	publish(t, e, engine.Event{Kind: engine.KindCleared})
+	ctx, cancel := context.WithTimeout(context.Background(), settle)
+	defer cancel()
+	s, err := st.js.Stream(ctx, jsx.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *jetstream.RawStreamMsg
+	testenv.Eventually(t, settle, 5*time.Millisecond, func() error {
+		m, err = s.GetLastMsgForSubject(ctx, "kvevents.bt.dc1.8")
+		return err
+	})
+	tp.ForceFlush(ctx)
+	spans := rec.Ended()
+	if len(spans) == 0 || spans[0].Name() != "ckf.bridge.publish" {
+		t.Fatalf("spans %v", spans)
+	}
+	want := spans[0].SpanContext().TraceID().String()
+	if tp := m.Header.Get("Traceparent"); !strings.Contains(tp, want) {
+		t.Fatalf("traceparent %q lacks trace %s", tp, want)
 	}
 }

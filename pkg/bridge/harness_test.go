@@ -223,8 +223,20 @@ func (rb *runningBridge) engine(i int) bridge.EngineStatus {
 	return st.Engines[i]
 }
 
-func (rb *runningBridge) waitConnected(t testing.TB) {
+// waitConnected waits until the bridge reports every engine connected
+// and every engine sees the subscription (so no live batch is lost to
+// ZMQ's slow-joiner window).
+func (rb *runningBridge) waitConnected(t testing.TB, engines ...*enginetest.Engine) {
 	t.Helper()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), settle)
+		defer cancel()
+		for _, e := range engines {
+			if err := e.WaitSubscribed(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}()
 	testenv.Eventually(t, settle, 5*time.Millisecond, func() error {
 		st := rb.Status()
 		if !st.Running {

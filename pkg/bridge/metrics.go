@@ -26,6 +26,24 @@ type bridgeMetrics struct {
 	lastSeq       *prometheus.GaugeVec
 }
 
+// convertCounters are the children the per-batch path adds to, resolved
+// once: a vector lookup takes a lock and allocates.
+type convertCounters struct {
+	stored, removed, cleared                                 prometheus.Counter
+	tier, unknownMedium, blockSize, nonMain, remote, dupHash prometheus.Counter
+	emptyStore, shortTokens, unknownEvent, badEvent          prometheus.Counter
+}
+
+func (m *bridgeMetrics) convertCounters() convertCounters {
+	return convertCounters{
+		stored: m.events.WithLabelValues("stored"), removed: m.events.WithLabelValues("removed"), cleared: m.events.WithLabelValues("cleared"),
+		tier: m.dropped.WithLabelValues("tier"), unknownMedium: m.dropped.WithLabelValues("unknown_medium"), blockSize: m.dropped.WithLabelValues("block_size"),
+		nonMain: m.dropped.WithLabelValues("non_main_group"), remote: m.dropped.WithLabelValues("remote_locality"), dupHash: m.dropped.WithLabelValues("duplicate_hashes"),
+		emptyStore: m.dropped.WithLabelValues("empty_store"), shortTokens: m.dropped.WithLabelValues("short_tokens"),
+		unknownEvent: m.dropped.WithLabelValues("unknown_event"), badEvent: m.dropped.WithLabelValues("bad_event"),
+	}
+}
+
 // newBridgeMetrics registers the bridge's series on reg (a private
 // registry when nil); a second bridge on one registerer fails.
 func newBridgeMetrics(reg prometheus.Registerer) (*bridgeMetrics, error) {

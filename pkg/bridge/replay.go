@@ -46,7 +46,7 @@ type replayer struct {
 func (r *replayer) open(ctx context.Context) error {
 	sctx, cancel := context.WithCancel(ctx)
 	sock := zmq4.NewDealer(sctx, zmq4.WithLogger(quietLogger()), zmq4.WithDialerMaxRetries(0))
-	if err := sock.Dial(r.ep); err != nil {
+	if err := sock.Dial(guardedEndpoint(r.ep)); err != nil {
 		cancel()
 		_ = sock.Close()
 		return fmt.Errorf("%w: dial %s: %w", ErrReplay, r.ep, err)
@@ -116,10 +116,6 @@ func (r *replayer) request(ctx context.Context, from uint64, fn func(seq uint64,
 				r.close()
 				return fmt.Errorf("%w: receive: %w", ErrReplay, res.err)
 			}
-			if !idle.Stop() {
-				<-idle.C
-			}
-			idle.Reset(r.idle)
 			seq, payload, end, err := parseReply(res.msg.Frames)
 			if err != nil {
 				r.close()
@@ -129,6 +125,10 @@ func (r *replayer) request(ctx context.Context, from uint64, fn func(seq uint64,
 				return nil
 			}
 			fn(seq, payload)
+			// The engine's silence is measured from here: fn may wait on
+			// JetStream acknowledgements. (Reset is safe on a fired timer
+			// since Go 1.23.)
+			idle.Reset(r.idle)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/zeebo/xxh3"
 	"go.opentelemetry.io/otel/attribute"
@@ -69,6 +70,11 @@ type source struct {
 	dec     engine.Decoder
 	buf     []byte
 
+	// Metric children resolved once.
+	cc        convertCounters
+	lastSeqG  prometheus.Gauge
+	connected prometheus.Gauge
+
 	// Sequence state of the batches handed to JetStream.
 	epoch    uint64
 	has      bool
@@ -103,6 +109,9 @@ func newSource(b *Bridge, spec EngineSpec, key string, start position) *source {
 		acked: start,
 	}
 	s.acked.Endpoint, s.acked.WorkerID = spec.Pub, spec.WorkerID
+	s.cc = b.m.convertCounters()
+	labels := []string{strconv.FormatUint(spec.WorkerID, 10), spec.Pub}
+	s.lastSeqG, s.connected = b.m.lastSeq.WithLabelValues(labels...), b.m.connected.WithLabelValues(labels...)
 	s.st = EngineStatus{WorkerID: spec.WorkerID, Endpoint: spec.Pub, Replay: spec.Replay, Epoch: start.Epoch}
 	if start.Has {
 		s.st.LastSeq, s.st.AckedSeq = u64p(start.Seq), u64p(start.Seq)
@@ -128,12 +137,11 @@ func (s *source) updateStatus(fn func(*EngineStatus)) {
 // ends. zmq4's own dial gives up, so the loop is ours.
 func (s *source) run(ctx context.Context) {
 	backoff := s.b.cfg.ReconnectMin
-	labels := []string{strconv.FormatUint(s.spec.WorkerID, 10), s.spec.Pub}
 	for {
 		applied := s.st.Batches
 		err := s.session(ctx)
 		s.settle()
-		s.b.m.connected.WithLabelValues(labels...).Set(0)
+		s.connected.Set(0)
 		s.updateStatus(func(st *EngineStatus) {
 			st.Connected = false
 			if err != nil && ctx.Err() == nil {
@@ -168,9 +176,9 @@ func (s *source) session(ctx context.Context) error {
 	sub := zmq4.NewSub(sctx, zmq4.WithLogger(quietLogger()), zmq4.WithDialerMaxRetries(0))
 	var err error
 	if bindMode(s.spec.Pub) {
-		err = sub.Listen(s.spec.Pub)
+		err = sub.Listen(guardedEndpoint(s.spec.Pub))
 	} else {
-		err = sub.Dial(s.spec.Pub)
+		err = sub.Dial(guardedEndpoint(s.spec.Pub))
 	}
 	if err != nil {
 		_ = sub.Close()
@@ -208,7 +216,7 @@ func (s *source) session(ctx context.Context) error {
 		_ = sub.Close()
 		<-readerDone
 	}()
-	s.b.m.connected.WithLabelValues(strconv.FormatUint(s.spec.WorkerID, 10), s.spec.Pub).Set(1)
+	s.connected.Set(1)
 	s.updateStatus(func(st *EngineStatus) { st.Connected, st.Since = true, s.b.now() })
 	s.log.Info().Str("replay", s.spec.Replay).Msg("engine connected")
 
@@ -219,6 +227,17 @@ func (s *source) session(ctx context.Context) error {
 	}
 	tick := time.NewTicker(20 * time.Millisecond)
 	defer tick.Stop()
+	// A batch the engine sends before our subscription reaches it is lost
+	// live; the next batch shows the gap, but an engine that then goes
+	// idle would leave it missing. So replay once more after the
+	// subscription has had time to propagate, unless live traffic came.
+	var recheck <-chan time.Time
+	if rep != nil {
+		t := time.NewTimer(s.b.cfg.ResubscribeCheck)
+		defer t.Stop()
+		recheck = t.C
+	}
+	gotLive := false
 	for {
 		if s.failed != nil {
 			return s.failed
@@ -230,7 +249,12 @@ func (s *source) session(ctx context.Context) error {
 			if m.err != nil {
 				return fmt.Errorf("receive: %w", m.err)
 			}
+			gotLive = true
 			s.handleLive(sctx, rep, m.frames)
+		case <-recheck:
+			if !gotLive {
+				s.catchUp(sctx, rep, s.nextSeq())
+			}
 		case <-tick.C:
 			s.pollAcks(false)
 		}
@@ -384,7 +408,7 @@ func (s *source) position() position {
 // deduplicated.
 func (s *source) clearWorker(_ context.Context, reason string) {
 	s.b.m.clears.WithLabelValues(reason).Inc()
-	s.b.m.events.WithLabelValues("cleared").Inc()
+	s.cc.cleared.Inc()
 	data := s.conv.AppendCleared(nil, s.rank, s.nextSeq())
 	id := s.spec.Pub + "#" + strconv.FormatUint(s.epoch, 10) + "#clear#" + strconv.FormatUint(s.nextSeq(), 10)
 	s.publish(data, id, s.position(), 0)
@@ -405,14 +429,14 @@ func (s *source) apply(seq uint64, payload []byte) {
 			s.rank = uint32(b.DPRank)
 		}
 		s.buf, n = s.conv.Convert(s.buf[:0], b, seq, &st)
-		s.b.m.unknownFields.Add(float64(uint64(b.UnknownFields)))
-		s.b.m.dropped.WithLabelValues("unknown_event").Add(float64(uint64(b.UnknownEvents)))
-		s.b.m.dropped.WithLabelValues("bad_event").Add(float64(uint64(b.BadEvents)))
-		s.b.countStats(&st)
+		s.b.m.unknownFields.Add(float64(b.UnknownFields))
+		s.cc.unknownEvent.Add(float64(b.UnknownEvents))
+		s.cc.badEvent.Add(float64(b.BadEvents))
+		s.b.countStats(&s.cc, &st)
 	}
 	s.has, s.last, s.digest = true, seq, xxh3.Hash(payload)
 	s.b.m.batches.Inc()
-	s.b.m.lastSeq.WithLabelValues(strconv.FormatUint(s.spec.WorkerID, 10), s.spec.Pub).Set(float64(seq))
+	s.lastSeqG.Set(float64(seq))
 	s.updateStatus(func(es *EngineStatus) { es.Batches++; es.LastSeq = u64p(seq) })
 	pos := s.position()
 	if n == 0 {
@@ -435,8 +459,9 @@ func (s *source) publish(data []byte, id string, pos position, events int) {
 			return
 		}
 	}
-	msg := &nats.Msg{Subject: s.subject, Data: data, Header: nats.Header{}}
+	msg := &nats.Msg{Subject: s.subject, Data: data}
 	if s.b.tracing {
+		msg.Header = nats.Header{}
 		_, span := s.b.tracer.Start(context.Background(), "ckf.bridge.publish", trace.WithSpanKind(trace.SpanKindProducer),
 			trace.WithAttributes(attribute.Int64("ckf.worker_id", int64(s.spec.WorkerID)), attribute.Int("ckf.events", events)))
 		s.b.prop.Inject(trace.ContextWithSpan(context.Background(), span), jsx.HeaderCarrier(msg.Header))
@@ -534,25 +559,35 @@ func (s *source) ack(p position) {
 // failed publish the next session replays from there (the stream's
 // Nats-Msg-Id deduplication drops what was stored after all).
 func (s *source) settle() {
-	for len(s.pending) > 0 && s.failed == nil {
-		s.pollAcks(true)
-	}
-	// After a failure let the rest resolve (bounded as a whole), ignoring
-	// them: only the contiguous acknowledged prefix counts.
-	deadline := time.NewTimer(s.b.cfg.AckTimeout)
-	defer deadline.Stop()
+	// One bound for the whole wait, cut short when the connection is
+	// gone (its futures would never resolve).
+	deadline := time.Now().Add(s.b.cfg.AckTimeout)
 	for _, p := range s.pending {
 		if p.fut == nil {
+			if s.failed == nil {
+				s.ack(p.pos)
+			}
 			continue
 		}
-		select {
-		case <-p.fut.Ok():
-		case <-p.fut.Err():
-		case <-deadline.C:
-			goto done
+		resolved := false
+		for !resolved && time.Now().Before(deadline) && !s.b.js.Conn().IsClosed() {
+			select {
+			case a := <-p.fut.Ok():
+				resolved = true
+				if s.failed == nil {
+					s.countAck(a)
+					s.ack(p.pos)
+				}
+			case err := <-p.fut.Err():
+				resolved = true
+				s.fail(fmt.Errorf("%w: %w", errPublish, err))
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+		if !resolved {
+			s.fail(fmt.Errorf("%w: unacknowledged at session end", errPublish))
 		}
 	}
-done:
 	clear(s.pending)
 	s.pending = s.pending[:0]
 	s.failed = nil

@@ -210,9 +210,13 @@ func (q *queryProber) extend(pos int) {
 	q.hashed = pos + 1
 }
 
-func (q *queryProber) probe(pos int) uint16 { return q.table.Probe(q.prepared(pos)) }
+func (q *queryProber) probe(pos int, need uint16) uint16 {
+	return q.table.probeLanes(q.prepared(pos), need)
+}
 
-func (q *queryProber) prefetch(pos int) { q.sink ^= q.table.touch(q.prepared(pos)) }
+func (q *queryProber) prefetch(pos int, need uint16) {
+	q.sink ^= q.table.touchLanes(q.prepared(pos), need)
+}
 
 // FindPrefixMatches searches the currently ready lanes for the prefix of
 // local block hashes, chained into sequence hashes (spec §2.2), with the

@@ -222,3 +222,71 @@ func TestAdmittedAssignRetiresReadinessBeforeTheWorkerRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A delta that deactivates the lane retires its admission generation: later
+// traffic under the same lease is refused at admission until a new lease
+// and snapshot, instead of queueing behind a lane that can only ignore it.
+func TestDeactivatingDeltaRetiresAdmission(t *testing.T) {
+	f := newPoolFixture(t, 8)
+	f.assignAndSnapshot(t, 4)
+	if err := f.pool.SubmitDelta(f.delta(5, 6, ckf.BucketImage{Bucket: 0, Value: 17})); err != nil {
+		t.Fatal(err)
+	}
+	if fault := nextFault(t, f.pool); fault.Kind != FaultLaneDeactivated {
+		t.Fatalf("fault = %v; want lane_deactivated", fault)
+	}
+	if st, _ := f.pool.LaneState(f.lane); st.State != AdmissionRetired || st.HasLease {
+		t.Fatalf("lane state = %+v; want retired without lease", st)
+	}
+	wantIngestionError(t, f.pool.SubmitDelta(f.delta(4, 5, ckf.BucketImage{Bucket: 0, Value: 1})), ErrLaneRetired)
+	lease := f.replacementLease()
+	if err := f.pool.Assign(f.identity, lease); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := f.pool.InstallSnapshot(f.snapshot(lease, 9, f.bucketCount)); err != nil || out.Kind != OutcomeSnapshotInstalled {
+		t.Fatalf("install = %v, %v", out, err)
+	}
+}
+
+// A failed worker clears the readiness of its own lanes only: a lane routed
+// to another worker stays ready and keeps answering.
+func TestWorkerFailureLeavesOtherWorkersLanesReady(t *testing.T) {
+	f := newPoolFixture(t, 8, func(c *PoolConfig) { c.WorkerCount = 2 })
+	mine, _ := f.pool.WorkerForLane(f.lane)
+	other := -1
+	for lane := range ckf.LaneCount {
+		if lane != f.lane && ckf.StickyWorker(uint64(f.lease.ConsumerInstance), uint8(lane), 2) != mine {
+			other = lane
+			break
+		}
+	}
+	if other < 0 {
+		t.Fatal("no lane routes to the other worker")
+	}
+	pool := ckf.PoolID{Domain: poolTestDomain(1), Dc: 50}
+	if err := f.pool.ConfigureLane(other, pool); err != nil {
+		t.Fatal(err)
+	}
+	id := f.identity
+	id.Pool = pool
+	lease := ckf.LaneLease{ConsumerInstance: f.lease.ConsumerInstance, PhysicalLane: uint8(other), AssignmentEpoch: 1}
+	if err := f.pool.Assign(id, lease); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := f.pool.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Buckets: make([]uint64, f.bucketCount)}); err != nil || out.Kind != OutcomeSnapshotInstalled {
+		t.Fatalf("install = %v, %v", out, err)
+	}
+	f.assignAndSnapshot(t, 0)
+
+	f.pool.crashLaneWorker(f.lane)
+	if fault := nextFault(t, f.pool); fault.Kind != FaultWorkerFailed || fault.Worker != mine {
+		t.Fatalf("fault = %v; want worker %d failed", fault, mine)
+	}
+	f.pool.waitWorkerExit(t, f.lane)
+	if got, want := f.pool.Indexer().ReadyLanes(), uint16(1<<other); got != want {
+		t.Fatalf("ready = %#x; want only lane %d (%#x)", got, other, want)
+	}
+	if f.pool.WorkerFailed(1 - mine) {
+		t.Fatalf("worker %d reported failed", 1-mine)
+	}
+}

@@ -12,17 +12,19 @@ import (
 const maxVerificationGroups = ckf.LaneCount * ckf.MaxVerificationWindow
 
 // prober is what the search needs from the table: the lane hit mask of a
-// position and a latency hint with no semantic effect.
+// position and a latency hint with no semantic effect. need names the lanes
+// whose bits the caller reads: a prober may leave the other bits zero (the
+// table then reads only the cache lines holding need's lanes).
 type prober interface {
-	probe(pos int) uint16
-	prefetch(pos int)
+	probe(pos int, need uint16) uint16
+	prefetch(pos int, need uint16)
 }
 
 // funcProber adapts a plain probe function (tests, oracles) to prober.
 type funcProber func(pos int) uint16
 
-func (f funcProber) probe(pos int) uint16 { return f(pos) }
-func (funcProber) prefetch(int)           {}
+func (f funcProber) probe(pos int, _ uint16) uint16 { return f(pos) }
+func (funcProber) prefetch(int, uint16)             {}
 
 // searchStats counts the terminal-branch fallback's work, for tests.
 type searchStats struct {
@@ -58,7 +60,7 @@ const (
 // touchSubtree touches the midpoints the binary search of (lo, hi) may probe
 // in its next levels rounds, whatever the answers: 2^levels - 1 positions at
 // most, breadth first so the nearest rounds' rows are requested first.
-func touchSubtree(p prober, lo, hi, levels int) {
+func touchSubtree(p prober, lo, hi, levels int, need uint16) {
 	var queue [1 << specLevels][2]int
 	queue[0] = [2]int{lo, hi}
 	cur := queue[:1]
@@ -70,7 +72,7 @@ func touchSubtree(p prober, lo, hi, levels int) {
 				continue
 			}
 			mid := iv[0] + (iv[1]-iv[0])/2
-			p.prefetch(mid)
+			p.prefetch(mid, need)
 			next[k], next[k+1] = [2]int{iv[0], mid}, [2]int{mid, iv[1]}
 			k += 2
 		}
@@ -106,7 +108,8 @@ func runPrefixSearch(n int, initialMask uint16, window int, p prober, depths *[c
 	}
 	// The verification groups are sized for a window of at most 8.
 	window = min(max(window, 1), ckf.MaxVerificationWindow)
-	active := initialMask & ckf.LaneMask & p.probe(0)
+	active := initialMask & ckf.LaneMask
+	active &= p.probe(0, active)
 	if active == 0 {
 		return
 	}
@@ -128,15 +131,15 @@ func runPrefixSearch(n int, initialMask uint16, window int, p prober, depths *[c
 		if ahead >= n {
 			break
 		}
-		p.prefetch(ahead)
+		p.prefetch(ahead, sampling)
 		ahead *= 2
 	}
 	for pos := 1; pos < n && sampling != 0; pos *= 2 {
 		if ahead < n {
-			p.prefetch(ahead)
+			p.prefetch(ahead, sampling)
 			ahead *= 2
 		}
-		hits := p.probe(pos)
+		hits := p.probe(pos, sampling)
 		for m := sampling; m != 0; m &= m - 1 {
 			l := lanesOf(m)
 			if hits&(1<<l) != 0 {
@@ -149,36 +152,33 @@ func runPrefixSearch(n int, initialMask uint16, window int, p prober, depths *[c
 	}
 
 	// Binary phase: lanes sharing a midpoint share one probe. The probe
-	// sequence is the plain binary search's, so results are unchanged, but
-	// memory is fetched a subtree at a time: when a lane's interval is not
-	// covered by an earlier touch, all midpoints of its next specLevels
-	// rounds (up to 7 positions) are touched together. One miss latency
-	// then pays for three rounds instead of one, as a k-ary search's would.
+	// sequence is the plain binary search's, so results are unchanged; only
+	// the touches that hide memory latency differ. When lanes disagree, a
+	// round touches its distinct midpoints together (their misses overlap;
+	// at four cache lines per position, five positions already fill the
+	// core's ~20 outstanding misses). When every searching lane shares one
+	// interval, the round instead touches the next specLevels rounds'
+	// midpoints at once (up to 7 positions), so one miss latency pays for
+	// three rounds, as a k-ary search's would.
 	var groupPos [ckf.LaneCount]int
 	var groupLanes [ckf.LaneCount]uint16
-	var covered [ckf.LaneCount]uint8 // rounds still covered by a touched subtree
+	covered := 0 // rounds still covered by a touched subtree (single interval only)
 	for {
 		k := 0
-		var touchedLo, touchedHi [ckf.LaneCount]int // intervals touched this round
-		t := 0
+		shared := true // every searching lane has the same interval
+		first := -1
+		var searching uint16
 		for m := active; m != 0; m &= m - 1 {
 			l := lanesOf(m)
 			if upper[l]-lower[l] <= 1 {
 				continue
 			}
-			if covered[l] == 0 {
-				i := 0
-				for i < t && (touchedLo[i] != lower[l] || touchedHi[i] != upper[l]) {
-					i++
-				}
-				if i == t { // lanes sharing an interval share its subtree
-					touchSubtree(p, lower[l], upper[l], specLevels)
-					touchedLo[t], touchedHi[t] = lower[l], upper[l]
-					t++
-				}
-				covered[l] = specLevels
+			searching |= 1 << l
+			if first < 0 {
+				first = l
+			} else if lower[l] != lower[first] || upper[l] != upper[first] {
+				shared = false
 			}
-			covered[l]--
 			mid := lower[l] + (upper[l]-lower[l])/2
 			g := 0
 			for g < k && groupPos[g] != mid {
@@ -193,9 +193,22 @@ func runPrefixSearch(n int, initialMask uint16, window int, p prober, depths *[c
 		if k == 0 {
 			break
 		}
+		switch {
+		case !shared:
+			covered = 0
+			for g := range k {
+				p.prefetch(groupPos[g], groupLanes[g])
+			}
+		case covered == 0:
+			touchSubtree(p, lower[first], upper[first], specLevels, searching)
+			covered = specLevels
+		}
+		if covered > 0 {
+			covered--
+		}
 		for g := range k {
 			mid := groupPos[g]
-			hits := p.probe(mid)
+			hits := p.probe(mid, groupLanes[g])
 			for m := groupLanes[g]; m != 0; m &= m - 1 {
 				l := lanesOf(m)
 				if hits&(1<<l) != 0 {
@@ -235,7 +248,7 @@ func runPrefixSearch(n int, initialMask uint16, window int, p prober, depths *[c
 		if lanes != 0 && k < maxVerificationGroups {
 			vPos[k], vLanes[k] = pos, lanes
 			k++
-			p.prefetch(pos)
+			p.prefetch(pos, lanes)
 		}
 		if next == math.MaxInt {
 			break
@@ -250,7 +263,7 @@ func runPrefixSearch(n int, initialMask uint16, window int, p prober, depths *[c
 			continue
 		}
 		pos := vPos[g]
-		misses := participants &^ p.probe(pos)
+		misses := participants &^ p.probe(pos, participants)
 		for m := misses; m != 0; m &= m - 1 {
 			l := lanesOf(m)
 			depths[l] = saturate32(pos)
@@ -303,7 +316,7 @@ func runPrefixSearch(n int, initialMask uint16, window int, p prober, depths *[c
 				lanes |= 1 << l
 			}
 		}
-		hits := p.probe(pos)
+		hits := p.probe(pos, lanes)
 		if stats != nil {
 			stats.fallbackProbes++
 			stats.fallbackLaneHits += bits.OnesCount16(lanes)

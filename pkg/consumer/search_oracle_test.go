@@ -21,7 +21,7 @@ func referencePrefixSearch(n int, initialMask uint16, window int, p prober, dept
 	}
 	// The verification groups are sized for a window of at most 8.
 	window = min(max(window, 1), ckf.MaxVerificationWindow)
-	active := initialMask & ckf.LaneMask & p.probe(0)
+	active := initialMask & ckf.LaneMask & p.probe(0, ckf.LaneMask)
 	if active == 0 {
 		return
 	}
@@ -36,13 +36,13 @@ func referencePrefixSearch(n int, initialMask uint16, window int, p prober, dept
 	// Exponential phase: 1, 2, 4, ... until every sampling lane has missed.
 	sampling := active
 	if n > 1 {
-		p.prefetch(1)
+		p.prefetch(1, ckf.LaneMask)
 	}
 	for pos := 1; pos < n && sampling != 0; pos *= 2 {
 		if 2*pos < n {
-			p.prefetch(2 * pos)
+			p.prefetch(2*pos, ckf.LaneMask)
 		}
-		hits := p.probe(pos)
+		hits := p.probe(pos, ckf.LaneMask)
 		for m := sampling; m != 0; m &= m - 1 {
 			l := lanesOf(m)
 			if hits&(1<<l) != 0 {
@@ -79,11 +79,11 @@ func referencePrefixSearch(n int, initialMask uint16, window int, p prober, dept
 			break
 		}
 		for g := range k {
-			p.prefetch(groupPos[g])
+			p.prefetch(groupPos[g], ckf.LaneMask)
 		}
 		for g := range k {
 			mid := groupPos[g]
-			hits := p.probe(mid)
+			hits := p.probe(mid, ckf.LaneMask)
 			for m := groupLanes[g]; m != 0; m &= m - 1 {
 				l := lanesOf(m)
 				if hits&(1<<l) != 0 {
@@ -123,7 +123,7 @@ func referencePrefixSearch(n int, initialMask uint16, window int, p prober, dept
 		if lanes != 0 && k < maxVerificationGroups {
 			vPos[k], vLanes[k] = pos, lanes
 			k++
-			p.prefetch(pos)
+			p.prefetch(pos, ckf.LaneMask)
 		}
 		if next == math.MaxInt {
 			break
@@ -138,7 +138,7 @@ func referencePrefixSearch(n int, initialMask uint16, window int, p prober, dept
 			continue
 		}
 		pos := vPos[g]
-		misses := participants &^ p.probe(pos)
+		misses := participants &^ p.probe(pos, ckf.LaneMask)
 		for m := misses; m != 0; m &= m - 1 {
 			l := lanesOf(m)
 			depths[l] = saturate32(pos)
@@ -191,7 +191,7 @@ func referencePrefixSearch(n int, initialMask uint16, window int, p prober, dept
 				lanes |= 1 << l
 			}
 		}
-		hits := p.probe(pos)
+		hits := p.probe(pos, ckf.LaneMask)
 		if stats != nil {
 			stats.fallbackProbes++
 			stats.fallbackLaneHits += bits.OnesCount16(lanes)
@@ -221,15 +221,17 @@ type recordingProber struct {
 	lateProbe []int       // positions probed before any touch of them
 }
 
-func (r *recordingProber) probe(pos int) uint16 {
+// probe answers need's lanes only, like a table reading need's cache lines
+// alone: a search that reads a lane it did not ask for sees a miss there.
+func (r *recordingProber) probe(pos int, need uint16) uint16 {
 	if _, ok := r.touchedAt[pos]; !ok && len(r.probes) > 0 {
 		r.lateProbe = append(r.lateProbe, pos)
 	}
 	r.probes = append(r.probes, pos)
-	return r.masks[pos]
+	return r.masks[pos] & need
 }
 
-func (r *recordingProber) prefetch(pos int) {
+func (r *recordingProber) prefetch(pos int, _ uint16) {
 	if r.touchedAt == nil {
 		r.touchedAt = map[int]int{}
 	}

@@ -104,6 +104,51 @@ func (t *table) Probe(p ckf.Probe) uint16 {
 	return uint16(mask)
 }
 
+// laneHalves returns the lane range [lo, hi) whose words hold need's
+// lanes: a row's lanes 0-7 share its first 64-byte cache line and lanes
+// 8-15 its second, so a need inside one half reads one line per row.
+func laneHalves(need uint16) (lo, hi int) {
+	switch {
+	case need&0xff00 == 0:
+		return 0, 8
+	case need&0x00ff == 0:
+		return 8, 16
+	default:
+		return 0, 16
+	}
+}
+
+// probeLanes is Probe reading only the cache lines that hold need's lanes;
+// bits of lanes outside those lines are zero.
+func (t *table) probeLanes(p ckf.Probe, need uint16) uint16 {
+	lo, hi := laneHalves(need)
+	if lo == 0 && hi == ckf.LaneCount {
+		return t.Probe(p)
+	}
+	a := t.row(uint64(p.BucketA))
+	b := t.row(uint64(p.BucketB))
+	fp := uint64(p.Fingerprint) * slotsLo
+	var mask uint64
+	for l := lo; l < hi; l++ {
+		da := a[l&15].Load() ^ fp
+		db := b[l&15].Load() ^ fp
+		hit := (da-slotsLo)&^da&slotsHi | (db-slotsLo)&^db&slotsHi
+		mask |= ((hit | -hit) >> 63) << l
+	}
+	return uint16(mask)
+}
+
+// touchLanes is touch for the cache lines holding need's lanes.
+func (t *table) touchLanes(p ckf.Probe, need uint16) uint64 {
+	lo, hi := laneHalves(need)
+	a := t.row(uint64(p.BucketA))
+	b := t.row(uint64(p.BucketB))
+	if hi-lo == 8 {
+		return a[lo&15].Load() ^ b[lo&15].Load()
+	}
+	return a[0].Load() ^ a[8].Load() ^ b[0].Load() ^ b[8].Load()
+}
+
 // touch loads one word per cache line of both candidate rows so that a batch
 // of independent probes overlaps its memory misses: Go has no prefetch
 // intrinsic, and plain loads whose results are folded into a sink serve.

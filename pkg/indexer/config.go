@@ -35,6 +35,9 @@ const (
 	// superseded traffic without seeing any of its installed epoch before
 	// it reports a superseded_traffic fault and bootstraps again.
 	DefaultSupersededFaultAfter = 5 * time.Second
+	// DefaultStreamCheckInterval is how often the indexer checks that the
+	// lane stream still exists and is the same incarnation.
+	DefaultStreamCheckInterval = time.Second
 	// DefaultSnapshotFetchAttempts is how many times a bootstrap tries a
 	// snapshot body read that timed out before it records a lane fault.
 	DefaultSnapshotFetchAttempts = 3
@@ -96,6 +99,10 @@ type Config struct {
 	// producer never used, and says so (lane fault, /v1/lanes, readiness)
 	// instead of dropping the real traffic.
 	SupersededFaultAfter time.Duration
+	// StreamCheckInterval: see DefaultStreamCheckInterval. A deleted lane
+	// stream is recreated at the next check; a recreated one (its
+	// sequences restart) makes every lane bootstrap again.
+	StreamCheckInterval time.Duration
 	// Streams sizes the JetStream resources when this process creates them.
 	Streams jsx.Options
 	// LeaseOptions tune the lease coordinator (bucket name, storage).
@@ -138,6 +145,9 @@ func (c Config) withDefaults() Config {
 	if c.SupersededFaultAfter == 0 {
 		c.SupersededFaultAfter = DefaultSupersededFaultAfter
 	}
+	if c.StreamCheckInterval == 0 {
+		c.StreamCheckInterval = DefaultStreamCheckInterval
+	}
 	return c
 }
 
@@ -171,6 +181,9 @@ func (c Config) Validate() error {
 	}
 	if c.SnapshotFetchAttempts < 0 {
 		return configError("snapshot_fetch_attempts", "negative count %d", c.SnapshotFetchAttempts)
+	}
+	if c.StreamCheckInterval < 0 {
+		return configError("stream_check_interval", "negative interval %s", c.StreamCheckInterval)
 	}
 	if c.SupersededFaultAfter < 0 {
 		return configError("superseded_fault_after", "negative duration %s", c.SupersededFaultAfter)

@@ -584,6 +584,7 @@ func (r *laneRunner) consume(ctx context.Context) outcome {
 	defer cancel()
 
 	g := r.gen
+	streamGen := r.svc.laneStreamGen.Load()
 	poll := time.NewTicker(r.svc.cfg.StatePollInterval)
 	defer poll.Stop()
 	var healthy bool
@@ -611,6 +612,9 @@ func (r *laneRunner) consume(ctx context.Context) outcome {
 			out.healthy = healthy
 			return out
 		case <-poll.C:
+			if r.svc.laneStreamGen.Load() != streamGen {
+				return outcome{fault: faultStreamReplaced, detail: "the lane stream was deleted or recreated", requestSnapshot: true, healthy: healthy}
+			}
 			if g.laneDown(r.lane) {
 				r.svc.poolFailed(g)
 				return outcome{fault: consumer.FaultWorkerFailed.String(), detail: "the lane's ingestion worker failed", healthy: healthy}
@@ -655,6 +659,10 @@ func (r *laneRunner) pendingFault(g *poolGen) outcome {
 		}
 	}
 }
+
+// faultStreamReplaced is the fault kind of a lane whose stream was
+// replaced under its consumer.
+const faultStreamReplaced = "lane_stream_replaced"
 
 // faultPoolRebuilt is the fault kind of a lane retired by a pool rebuild.
 const faultPoolRebuilt = "pool_rebuilt"

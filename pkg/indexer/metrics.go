@@ -66,6 +66,10 @@ const (
 	// name, DC id not derived from the name, duplicate), and maps that did
 	// not decode at all (entry="map").
 	MetricLaneMapRejected = "ckf_indexer_lane_map_rejected_total"
+	// MetricLaneStreamRecreated counts lane stream incarnations the indexer
+	// saw replaced (outcome=recreated: someone else recreated it; created:
+	// this indexer recreated a missing one).
+	MetricLaneStreamRecreated = "ckf_indexer_lane_stream_recreated_total"
 	// MetricPoolRebuilds counts ingestion pools rebuilt after a worker
 	// failure.
 	MetricPoolRebuilds = "ckf_indexer_pool_rebuilds_total"
@@ -122,6 +126,7 @@ type serviceMetrics struct {
 	setupRetries     prometheus.Counter
 	ungranted        *prometheus.CounterVec
 	laneMapRejected  *prometheus.CounterVec
+	streamRecreated  *prometheus.CounterVec
 }
 
 // perLane are the vectors whose series a lane owns.
@@ -164,10 +169,12 @@ func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
 		ungranted: counters(MetricUngrantedEpoch, "Lane messages refused: their epoch was never granted by the lease coordinator.", "kind"),
 		laneMapRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLaneMapRejected,
 			Help: "Lane map entries (entry=lane) or whole maps (entry=map) refused on read."}, []string{"entry"}),
+		streamRecreated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLaneStreamRecreated,
+			Help: "Lane stream incarnations replaced: recreated by another process, or created by this indexer after it went missing."}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.laneState, m.laneReady, m.installed, m.lag, m.faults, m.malformed, m.superseded,
 		m.bootstraps, m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.workerFailures, m.poolRebuilds,
-		m.setupRetries, m.ungranted, m.laneMapRejected} {
+		m.setupRetries, m.ungranted, m.laneMapRejected, m.streamRecreated} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -62,6 +62,10 @@ type Service struct {
 	res   *jsx.Resources
 	coord *lease.Coordinator
 
+	// laneStreamGen counts lane stream incarnations seen since Run: a lane
+	// consuming under an older one bootstraps again (watchLaneStream).
+	laneStreamGen atomic.Uint64
+
 	// gen is the current pool generation, published once the first pool is
 	// built and replaced by each rebuild; queries load it without locking.
 	gen atomic.Pointer[poolGen]
@@ -212,6 +216,13 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.shutdown(cancel, svc)
 
 	s.log.Info().Msg("indexer started")
+	if info, err := res.Lanes.Info(rctx); err == nil {
+		s.runnersWG.Add(1)
+		go func() {
+			defer s.runnersWG.Done()
+			s.watchLaneStream(rctx, info.Created)
+		}()
+	}
 	bo := newBackoff(s.cfg.BootstrapBackoffMin, s.cfg.BootstrapBackoffMax)
 	for rctx.Err() == nil {
 		ch, err := coord.WatchLaneMap(rctx, s.cfg.Domain)
@@ -235,6 +246,43 @@ func (s *Service) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// watchLaneStream checks the lane stream every StreamCheckInterval. A
+// missing stream (deleted) is recreated; a stream created at another time
+// than the last one seen restarts its sequences, so every lane's consumer
+// position is meaningless: laneStreamGen moves and each lane bootstraps
+// again from the new stream's newest marker (the relays republish theirs
+// when their next publish fails). Both are counted and logged.
+func (s *Service) watchLaneStream(ctx context.Context, created time.Time) {
+	t := time.NewTicker(s.cfg.StreamCheckInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		info, err := s.res.Lanes.Info(ctx)
+		if errors.Is(err, jetstream.ErrStreamNotFound) {
+			if _, err := jsx.Ensure(ctx, s.js, s.cfg.Streams); err != nil {
+				s.log.Warn().Err(err).Msg("lane stream missing; recreating it failed")
+				continue
+			}
+			s.m.streamRecreated.WithLabelValues("created").Inc()
+			s.log.Warn().Msg("lane stream was missing; recreated it")
+			continue
+		}
+		if err != nil || info.Created.Equal(created) {
+			continue
+		}
+		if !created.IsZero() {
+			s.m.streamRecreated.WithLabelValues("recreated").Inc()
+		}
+		s.log.Warn().Time("was_created", created).Time("created", info.Created).Msg("lane stream replaced; every lane bootstraps again")
+		created = info.Created
+		s.laneStreamGen.Add(1)
+	}
 }
 
 // setupError reports a failed setup step, or nil when ctx ended meanwhile

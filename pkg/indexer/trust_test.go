@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
@@ -248,5 +249,40 @@ func TestASnapshotBodyIsCheckedBeforeAnyByteIsRead(t *testing.T) {
 			}
 			s.stop(t)
 		})
+	}
+}
+
+// Before issue 6 a deleted lane stream was never recreated by the indexer,
+// and a recreated one (its sequences restart at 1) left every lane's
+// consumer waiting past the new stream's end.
+func TestADeletedLaneStreamIsRecreatedAndLanesBootstrapAgain(t *testing.T) {
+	e := newEnv(t)
+	r := e.relay(t, "dc-a")
+	w := newWorkload(35, 10, 8)
+	feed(r, w, func(i int) int { return 3 })
+	cfg := testConfig(t)
+	cfg.StreamCheckInterval = 50 * time.Millisecond
+	s := startService(t, e.nc, e.js, cfg)
+	waitInstalled(t, s.Service, r.lane, r.epoch(), r.pub.LastSequence())
+
+	ctx := testCtx(t)
+	if err := e.js.DeleteStream(ctx, "CKF_LANES"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return promtest.Count(s.reg, MetricLaneStreamRecreated+`{outcome="created"}`) > 0 })
+	if _, err := e.js.Stream(ctx, "CKF_LANES"); err != nil {
+		t.Fatalf("lane stream not recreated: %v", err)
+	}
+	// The relay's next publish fails on the new stream: it takes a new
+	// epoch and publishes its barrier snapshot there.
+	r.lastLaneSeq = 0
+	r.takeEpoch()
+	feed(r, w, func(i int) int { return 8 })
+	waitInstalled(t, s.Service, r.lane, r.epoch(), r.pub.LastSequence())
+	if err := checkDepths(s.Service, r, w); err != nil {
+		t.Fatal(err)
+	}
+	if got := metricCount(s.reg, MetricFaults, strconv.Itoa(r.lane), "kind", faultStreamReplaced); got == 0 {
+		t.Fatal("the lane did not report the replaced stream")
 	}
 }

@@ -129,3 +129,39 @@ func TestCarrierIgnoresCaseAndKeepsOneCopy(t *testing.T) {
 		t.Fatal("nil headers")
 	}
 }
+
+func TestEnsureSplitsTheInputSiteFromTheLaneSiteAndAppliesReplicas(t *testing.T) {
+	hub, dc := testenv.StartServer(t).JetStream(t), testenv.StartServer(t).JetStream(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res, err := EnsureLanes(ctx, hub, Options{Memory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Events != nil || res.Lanes == nil || res.Snapshots == nil {
+		t.Fatalf("lane side: %+v", res)
+	}
+	if _, err := hub.Stream(ctx, EventStream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("the lane site holds an input stream: %v", err)
+	}
+	ev, err := EnsureEvents(ctx, dc, Options{Memory: true, Replicas: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := ev.Info(ctx); err != nil || info.Config.Replicas != 1 {
+		t.Fatalf("input stream replicas: %+v %v", info, err)
+	}
+	if _, err := dc.Stream(ctx, LaneStream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("the input site holds a lane stream: %v", err)
+	}
+	// R3 reaches the server: a single non-clustered server refuses it.
+	other := testenv.StartServer(t).JetStream(t)
+	if _, err := EnsureEvents(ctx, other, Options{Memory: true, Replicas: 3}); err == nil {
+		t.Fatal("R3 accepted by a single server: replicas were not requested")
+	}
+	for _, n := range []int{-1, 6} {
+		if _, err := EnsureLanes(ctx, other, Options{Replicas: n}); !errors.Is(err, ErrInvalidOptions) {
+			t.Fatalf("replicas %d: %v", n, err)
+		}
+	}
+}

@@ -80,13 +80,15 @@ var ErrLeaseLost = errors.New("relay: producer lease lost")
 // Relay publishes one DC pool. Run owns all mutable state on one goroutine
 // (the actor); Status and the metrics are the only concurrent readers.
 type Relay struct {
-	cfg    Config
-	nc     *nats.Conn
-	js     jetstream.JetStream
-	log    zerolog.Logger
-	tracer trace.Tracer
-	prop   propagation.TextMapPropagator
-	m      *relayMetrics
+	cfg Config
+	nc  *nats.Conn
+	js  jetstream.JetStream
+	log zerolog.Logger
+	// baseLog is log without the lane, which setup adds once registered.
+	baseLog zerolog.Logger
+	tracer  trace.Tracer
+	prop    propagation.TextMapPropagator
+	m       *relayMetrics
 
 	pool ckf.PoolID
 	subj wire.LaneSubjects
@@ -128,6 +130,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Relay, error) {
 		subj:   subj,
 		status: Status{State: StateStarting, Domain: cfg.Domain, DC: cfg.DC, Instance: cfg.Instance, Lane: -1},
 	}
+	r.baseLog = r.log
 	r.setState(StateStarting)
 	return r, nil
 }
@@ -328,7 +331,7 @@ func (r *Relay) setup(ctx context.Context) (res *jsx.Resources, coord *lease.Coo
 	r.clearFault(FaultSetup)
 	if st := r.Status(); st.Lane != lane {
 		r.update(func(s *Status) { s.Lane = lane })
-		r.log = r.log.With().Int("lane", lane).Logger()
+		r.log = r.baseLog.With().Int("lane", lane).Logger()
 		r.log.Info().Msg("lane registered")
 	}
 	return res, coord, lane, nil

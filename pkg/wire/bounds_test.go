@@ -71,6 +71,9 @@ func TestErrorKindStringBeyondTheTable(t *testing.T) {
 			t.Fatalf("String() = %q; want %q", got, want)
 		}
 	}
+	if got, want := ErrTruncated.Error(), "wire: "+errorKindNames[ErrTruncated]; got != want {
+		t.Fatalf("Error() = %q; want %q", got, want)
+	}
 	for k := ErrorKind(1); int(k) < len(errorKindNames); k++ {
 		if errorKindNames[k] != "" && k.String() != errorKindNames[k] {
 			t.Fatalf("kind %d: String() = %q; want %q", k, k.String(), errorKindNames[k])

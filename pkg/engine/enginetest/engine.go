@@ -62,7 +62,8 @@ type Engine struct {
 	cancel    context.CancelFunc
 	served    chan struct{}
 	seq       uint64
-	ring      []buffered
+	ring      []buffered // circular once full; head is the oldest
+	head      int
 	drop      int
 	lose      int
 	sent      uint64
@@ -175,7 +176,7 @@ func (e *Engine) Buffered(seq uint64) ([]byte, bool) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for _, b := range e.ring {
-		if b.seq == seq {
+		if b.seq == seq && b.payload != nil {
 			return b.payload, true
 		}
 	}
@@ -220,11 +221,12 @@ func (e *Engine) publishLocked(payload []byte) (uint64, error) {
 		return seq, nil
 	}
 	if e.router != nil {
-		if len(e.ring) == e.cfg.BufferSteps {
-			copy(e.ring, e.ring[1:])
-			e.ring = e.ring[:len(e.ring)-1]
+		if len(e.ring) < e.cfg.BufferSteps {
+			e.ring = append(e.ring, buffered{seq: seq, payload: payload})
+		} else {
+			e.ring[e.head] = buffered{seq: seq, payload: payload}
+			e.head = (e.head + 1) % len(e.ring)
 		}
-		e.ring = append(e.ring, buffered{seq: seq, payload: payload})
 	}
 	if e.drop > 0 {
 		e.drop--
@@ -258,7 +260,7 @@ func (e *Engine) serveReplay(router zmq4.Socket, done chan struct{}) {
 		id := msg.Frames[0]
 		e.mu.Lock()
 		e.replays++
-		ring := append([]buffered(nil), e.ring...)
+		ring := e.bufferedLocked()
 		topic := e.cfg.Topic
 		layout := e.cfg.Layout
 		// Hold the lock while replying: vLLM serves replay between two
@@ -275,6 +277,13 @@ func (e *Engine) serveReplay(router zmq4.Socket, done chan struct{}) {
 		_ = router.SendMulti(replyMsg(id, layout, "", end, nil))
 		e.mu.Unlock()
 	}
+}
+
+// bufferedLocked returns the replay buffer oldest first.
+func (e *Engine) bufferedLocked() []buffered {
+	out := make([]buffered, 0, len(e.ring))
+	out = append(out, e.ring[e.head:]...)
+	return append(out, e.ring[:e.head]...)
 }
 
 func replyMsg(id []byte, layout ReplayLayout, topic string, seq, payload []byte) zmq4.Msg {
@@ -298,7 +307,7 @@ func (e *Engine) Restart() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.closeSockets()
-	e.seq, e.ring, e.drop, e.lose = 0, nil, 0, 0
+	e.seq, e.ring, e.head, e.drop, e.lose = 0, nil, 0, 0, 0
 	replay := e.replayEP
 	if e.router == nil {
 		replay = "-"

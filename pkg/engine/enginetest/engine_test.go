@@ -104,15 +104,15 @@ func TestLoseAndRestart(t *testing.T) {
 	}
 	defer e.Close()
 	e.Lose(1)
-	for range 3 {
+	for range 5 {
 		if _, err := e.Publish(cleared); err != nil {
 			t.Fatal(err)
 		}
 	}
 	e.mu.Lock()
-	ring := append([]buffered(nil), e.ring...)
+	ring := e.bufferedLocked()
 	e.mu.Unlock()
-	if len(ring) != 2 || ring[0].seq != 1 || ring[1].seq != 2 {
+	if len(ring) != 2 || ring[0].seq != 3 || ring[1].seq != 4 {
 		t.Fatalf("ring %+v", ring)
 	}
 	ep := e.PubEndpoint()
