@@ -37,7 +37,9 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
@@ -197,16 +199,14 @@ func (c *cluster) publishing(t *testing.T) map[string]uint64 {
 	return epochs
 }
 
-func indexerMetrics(ix *indexerProc) string {
-	var b bytes.Buffer
-	ix.Metrics().WritePrometheus(&b)
-	return b.String()
-}
+func indexerMetrics(ix *indexerProc) string { return promtest.Text(ix.Metrics()) }
 
-func relayMetrics(r *relayProc) string {
-	var b bytes.Buffer
-	r.reg.WritePrometheus(&b)
-	return b.String()
+func relayMetrics(r *relayProc) string { return promtest.Text(r.reg) }
+
+// hasSeries reports whether g has a series matching spec (see promtest).
+func hasSeries(g prometheus.Gatherer, spec string) bool {
+	_, ok := promtest.Has(g, spec)
+	return ok
 }
 
 // lastMarker reads the newest snapshot marker of dc's lane.
@@ -282,7 +282,7 @@ func TestAttackForgedEpochMarkerWithAnEmptyBody(t *testing.T) {
 			t.Fatalf("lane took epoch %d", l.Epoch)
 		}
 		lane, _ := laneOf(c.ix, "dc-a")
-		if delivered && !strings.Contains(indexerMetrics(c.ix), fmt.Sprintf(`%s{lane="%d",kind="snap"} 1`, indexer.MetricUngrantedEpoch, lane.Lane)) {
+		if delivered && !hasSeries(c.ix.Metrics(), fmt.Sprintf(`%s{lane="%d",kind="snap"} 1`, indexer.MetricUngrantedEpoch, lane.Lane)) {
 			t.Fatal("forged marker not counted")
 		}
 
@@ -342,7 +342,7 @@ func TestAttackJunkOnTheHeartbeatSubject(t *testing.T) {
 		if after["dc-a"] != before["dc-a"] {
 			t.Fatalf("junk moved the relay from epoch %d to %d", before["dc-a"], after["dc-a"])
 		}
-		if strings.Contains(relayMetrics(c.relays["dc-a"]), `ckf_relay_fences_total{`) {
+		if hasSeries(c.relays["dc-a"].reg, `ckf_relay_fences_total`) {
 			t.Fatalf("fenced:\n%s", relayMetrics(c.relays["dc-a"]))
 		}
 	})
@@ -532,7 +532,7 @@ func TestAttackLaneMapWithFakeDCs(t *testing.T) {
 		if len(m) > 256<<10 || strings.Contains(m, "ffffffff") {
 			t.Fatalf("/metrics is %d bytes (fake names exported: %t)", len(m), strings.Contains(m, "ffffffff"))
 		}
-		if delivered && !strings.Contains(m, indexer.MetricLaneMapRejected+`{entry="lane"}`) {
+		if delivered && !hasSeries(c.ix.Metrics(), indexer.MetricLaneMapRejected+`{entry="lane"}`) {
 			t.Fatal("refused lane map entries not counted")
 		}
 	})
@@ -609,7 +609,7 @@ func TestAttackMarkerNamingAHugeObject(t *testing.T) {
 				t.Fatalf("attack %d: %d MiB allocated while refusing a marker naming a %d MiB object", i, grew>>20, huge>>20)
 			}
 			lane, _ := laneOf(c.ix, "dc-a")
-			if !strings.Contains(indexerMetrics(c.ix), fmt.Sprintf(`ckf_indexer_malformed_total{lane="%d",kind="snapshot_object"}`, lane.Lane)) {
+			if !hasSeries(c.ix.Metrics(), fmt.Sprintf(`ckf_indexer_malformed_total{lane="%d",kind="snapshot_object"}`, lane.Lane)) {
 				t.Fatal("refused marker not counted")
 			}
 			c.exact(t)

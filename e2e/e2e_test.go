@@ -1,7 +1,6 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"testing"
 	"time"
@@ -12,6 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
@@ -194,9 +194,8 @@ func TestANewDCJoinsLiveAndMalformedLaneTrafficIsCounted(t *testing.T) {
 	}
 	w.publish(t, js, 0)
 	waitFor(t, "malformed counted", func() bool {
-		var b bytes.Buffer
-		ix.Metrics().WritePrometheus(&b)
-		return bytes.Contains(b.Bytes(), []byte(`ckf_indexer_malformed_total{lane="0"`))
+		_, ok := promtest.Has(ix.Metrics(), `ckf_indexer_malformed_total{lane="0"}`)
+		return ok
 	})
 	w.converge(t, ix)
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
@@ -20,7 +21,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/replay"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
@@ -72,7 +72,7 @@ func background(t testing.TB, run func(ctx context.Context) error) *running {
 type relayProc struct {
 	*relay.Relay
 	*running
-	reg *metrics.Registry
+	reg *prometheus.Registry
 }
 
 func relayConfig(t testing.TB, dc, instance string, tp trace.TracerProvider) relay.Config {
@@ -93,7 +93,7 @@ func relayConfig(t testing.TB, dc, instance string, tp trace.TracerProvider) rel
 
 func startRelay(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config) *relayProc {
 	t.Helper()
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, err := relay.New(nc, js, cfg)
 	if err != nil {

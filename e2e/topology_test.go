@@ -3,16 +3,15 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -87,22 +86,17 @@ func natsConnectLater(url string) (*nats.Conn, error) {
 	return nats.Connect(url, nats.RetryOnFailedConnect(true), nats.MaxReconnects(-1), nats.ReconnectWait(25*time.Millisecond))
 }
 
-// metricValue reads an unlabelled series from reg's exposition (-1 when
-// absent).
-func metricValue(t *testing.T, reg *metrics.Registry, name string) float64 {
+// metricValue reads a series from reg (-1 when absent).
+func metricValue(t *testing.T, reg prometheus.Gatherer, name string) float64 {
 	t.Helper()
-	var b strings.Builder
-	reg.WritePrometheus(&b)
-	for _, line := range strings.Split(b.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			f, err := strconv.ParseFloat(v, 64)
-			if err != nil {
-				t.Fatalf("%s: %v", line, err)
-			}
-			return f
-		}
+	v, ok, err := promtest.Value(reg, name)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return -1
+	if !ok {
+		return -1
+	}
+	return v
 }
 
 // streamMessages is the message count of a stream reached through js.

@@ -9,6 +9,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -58,6 +59,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	o := &options{}
 	fs := flag.NewFlagSet("ckf-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	cli.Usage(fs, "runs the CKF micro-benchmarks and the end-to-end latency/throughput pair, printing one report", map[string]string{"json": cli.GroupObservability, "quiet": cli.GroupObservability})
 	fs.StringVar(&o.only, "only", strings.Join(bench.Suites(), ","), "comma-separated suites to run: "+strings.Join(bench.AllSuites(), ", ")+" (scale only when named)")
 	fs.Uint64Var(&o.buckets, "buckets", 1<<22, "search, scale: buckets per lane (a power of two)")
 	fs.IntVar(&o.blocks, "blocks", 128, "search: blocks per query")
@@ -122,7 +124,7 @@ func (o *options) suites() []string {
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	o, err := parse(args, getenv, stderr)
 	if err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
 		fmt.Fprintln(stderr, "ckf-bench:", err)

@@ -7,12 +7,15 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"time"
+
+	"github.com/ckfrelay/ckfrelay/internal/cli"
 )
 
 func main() {
@@ -22,8 +25,16 @@ func main() {
 func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ckf-health", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	fs.Bool("version", false, "print the version and exit")
 	timeout := fs.Duration("timeout", 2*time.Second, "bound on each request")
-	if err := fs.Parse(args); err != nil || fs.NArg() == 0 {
+	err := fs.Parse(args)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err == nil && cli.HandleVersion(fs) != nil {
+		return 0
+	}
+	if err != nil || fs.NArg() == 0 {
 		fmt.Fprintln(stderr, "usage: ckf-health [--timeout 2s] URL...")
 		return 2
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ckfrelay/ckfrelay/internal/cli"
 )
 
 func TestHealthyOnlyWhenEveryURLAnswers2xx(t *testing.T) {
@@ -37,5 +39,12 @@ func TestHealthyOnlyWhenEveryURLAnswers2xx(t *testing.T) {
 		if code := run(context.Background(), c.args, &errb); code != c.code || !strings.Contains(errb.String(), c.want) {
 			t.Fatalf("%v: exit %d (%q), want %d with %q", c.args, code, errb.String(), c.code, c.want)
 		}
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"--version"}, &out); code != 0 || !strings.HasPrefix(out.String(), "ckf-health "+cli.Version()) {
+		t.Fatalf("exit %d, %q", code, out.String())
 	}
 }

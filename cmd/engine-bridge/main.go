@@ -21,8 +21,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/bridge"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 )
 
 func main() {
@@ -61,12 +61,14 @@ type options struct {
 	enginesFile string
 	engines     engineFlags
 	cfg         bridge.Config
+	getenv      func(string) string
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
-	o := &options{}
+	o := &options{getenv: getenv}
 	fs := flag.NewFlagSet("engine-bridge", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	cli.Usage(fs, "subscribes to vLLM/SGLang ZMQ KV-event streams and publishes them as RouterEvent JSON on the DC's KVEVENTS input", map[string]string{"engine": cli.GroupConnection, "engines-file": cli.GroupConnection})
 	o.common.Register(fs)
 	fs.StringVar(&o.cfg.Domain, "domain", "default", "indexer domain (one logical KV index namespace)")
 	fs.StringVar(&o.cfg.DC, "dc", "", "data center whose relay consumes this bridge's output (required)")
@@ -117,7 +119,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		fmt.Fprintf(stderr, "engine-bridge: %v\n", err)
 		return 2
 	}
-	log, err := o.common.Logger(stderr)
+	log, err := o.common.Logger(stderr, "engine-bridge")
 	if err != nil {
 		fmt.Fprintf(stderr, "engine-bridge: %v\n", err)
 		return 2
@@ -130,7 +132,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 }
 
 func serve(ctx context.Context, o *options, log zerolog.Logger) error {
-	tp, shutdownTracing, err := o.common.Tracer(ctx, "engine-bridge")
+	tp, shutdownTracing, err := o.common.Tracer(ctx, cli.Service{Name: "engine-bridge", Domain: o.cfg.Domain, DC: o.cfg.DC}, o.getenv)
 	if err != nil {
 		return err
 	}
@@ -140,7 +142,7 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		return err
 	}
 	defer conn.Close()
-	reg := metrics.NewRegistry()
+	reg := promx.NewRegistry("engine-bridge", cli.Version())
 	o.cfg.Logger, o.cfg.Tracer, o.cfg.Metrics = log, tp, reg
 	b, err := bridge.New(o.cfg, conn.JS)
 	if err != nil {
@@ -151,14 +153,14 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", o.httpAddr, err)
 		}
-		hs := &http.Server{Handler: b.Handler(reg), ReadHeaderTimeout: 5 * time.Second}
+		hs := &http.Server{Handler: cli.TraceHTTP(b.Handler(reg), tp, "engine-bridge"), ReadHeaderTimeout: 5 * time.Second}
 		go hs.Serve(ln)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			hs.Shutdown(sctx)
 		}()
-		log.Info().Str("addr", "http://"+ln.Addr().String()).Msg("health, status and metrics")
+		log.Info().Str("addr", ln.Addr().String()).Msg("serving health, status and metrics over HTTP")
 	}
 	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Int("engines", len(o.cfg.Engines)).
 		Bool("index_host_pinned", o.cfg.IndexHostPinned).Msg("engine-bridge starting")

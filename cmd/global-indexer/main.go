@@ -21,17 +21,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
+	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 )
 
 // Exit codes.
@@ -86,6 +87,7 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	o := options{http: httpserve.DefaultConfig()}
 	fs := flag.NewFlagSet(serviceName, flag.ContinueOnError)
 	fs.SetOutput(out)
+	cli.Usage(fs, "follows every DC lane of a domain and answers prefix-match queries over HTTP and NATS", map[string]string{"http-addr": cli.GroupConnection})
 	o.common.Register(fs)
 	fs.StringVar(&o.domain, "domain", "default", "indexer domain (one logical KV index namespace)")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address of the query API, health and metrics")
@@ -170,10 +172,10 @@ type logFlagError struct{ name, want string }
 func logFlagsError(c cli.Common) *logFlagError {
 	lvl := c
 	lvl.LogFormat = "json"
-	if _, err := lvl.Logger(io.Discard); err != nil {
+	if _, err := lvl.Logger(io.Discard, ""); err != nil {
 		return &logFlagError{"log-level", "want trace, debug, info, warn or error"}
 	}
-	if _, err := c.Logger(io.Discard); err != nil {
+	if _, err := c.Logger(io.Discard, ""); err != nil {
 		return &logFlagError{"log-format", "want console or json"}
 	}
 	return nil
@@ -181,7 +183,7 @@ func logFlagsError(c cli.Common) *logFlagError {
 
 // config builds the indexer config the options describe. tp may be nil (no
 // tracing).
-func (o options) config(log zerolog.Logger, reg *metrics.Registry, tp trace.TracerProvider) (indexer.Config, error) {
+func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.TracerProvider) (indexer.Config, error) {
 	pc := consumer.DefaultPoolConfig()
 	pc.WorkerCount, pc.QueueCapacity = o.workers, o.queue
 	pc.MaxDirtyToAppliedAge, pc.ControlTimeout = o.maxApplyLag, o.controlTimeout
@@ -217,13 +219,12 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 		fmt.Fprintf(stderr, "%s: %v\n", serviceName, err)
 		return exitUsage
 	}
-	log, err := o.common.Logger(stdout)
+	log, err := o.common.Logger(stderr, serviceName)
 	if err != nil { // parseFlags checked the logging flags
 		fmt.Fprintf(stderr, "%s: %v\n", serviceName, err)
 		return exitUsage
 	}
-	log = log.With().Str("service", serviceName).Logger()
-	if err := serve(ctx, o, log); err != nil {
+	if err := serve(ctx, o, log, env); err != nil {
 		log.Error().Err(err).Msg("global-indexer failed")
 		return exitError
 	}
@@ -231,8 +232,8 @@ func run(ctx context.Context, args []string, env func(string) string, stdout, st
 }
 
 // serve runs the indexer until ctx ends.
-func serve(ctx context.Context, o options, log zerolog.Logger) error {
-	tp, shutdownTracing, err := o.common.Tracer(ctx, serviceName)
+func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) string) error {
+	tp, shutdownTracing, err := o.common.Tracer(ctx, cli.Service{Name: serviceName, Domain: o.domain}, env)
 	if err != nil {
 		return fmt.Errorf("tracing: %w", err)
 	}
@@ -251,8 +252,10 @@ func serve(ctx context.Context, o options, log zerolog.Logger) error {
 	}
 	defer conn.Close()
 
-	reg := metrics.NewRegistry()
-	conn.Stats.RegisterMetrics(reg)
+	reg := promx.NewRegistry(serviceName, cli.Version())
+	if err := conn.Stats.RegisterMetrics(reg); err != nil {
+		return err
+	}
 	cfg, err := o.config(log, reg, tp)
 	if err != nil {
 		return err
@@ -266,7 +269,8 @@ func serve(ctx context.Context, o options, log zerolog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("http listen %s: %w", o.httpAddr, err)
 	}
-	hs := o.http.Server(api.Handler(svc, svc.APIMetrics(), reg, api.WithLimits(api.Limits{MaxConcurrentMatches: o.maxMatches})), log)
+	hs := o.http.Server(cli.TraceHTTP(api.Handler(svc, svc.APIMetrics(), reg, api.WithLimits(api.Limits{MaxConcurrentMatches: o.maxMatches}),
+		api.WithStatusInfo(api.StatusInfo{Domain: o.domain, Version: cli.Version()})), tp, serviceName), log)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	httpErr := make(chan error, 1)
@@ -303,13 +307,13 @@ func serve(ctx context.Context, o options, log zerolog.Logger) error {
 // how the other binaries join it (cli.Connect already logged its URL).
 func logServing(log zerolog.Logger, o options, conn *cli.Conn, httpAddr string) {
 	ev := log.Info().
-		Str("http_addr", httpAddr).
+		Str("addr", httpAddr).
 		Str("match_url", "http://"+httpAddr+"/v1/match").
 		Str("match_subject", indexer.MatchSubject(o.domain)).
 		Str("micro_service", indexer.MicroServiceName).
 		Str("nats_url", conn.URL).
 		Str("domain", o.domain).
-		Str("max_apply_lag", o.maxApplyLag.String())
+		Dur("max_apply_lag_ms", o.maxApplyLag)
 	if o.common.JSDomain != "" {
 		ev = ev.Str("js_domain", o.common.JSDomain)
 	}

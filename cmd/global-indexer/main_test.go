@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -36,7 +37,7 @@ func envOf(m map[string]string) func(string) string {
 // defaultOptions are the options with no flag and no environment.
 func defaultOptions() options {
 	return options{
-		common: cli.Common{NatsPort: 4222, LogLevel: "info", LogFormat: "console", Security: cli.Security{ConnectTimeout: cli.DefaultConnectTimeout}, JSReplicas: 1},
+		common: cli.Common{NatsPort: 4222, LogLevel: "info", LogFormat: "console", Tracing: cli.Tracing{SampleRatio: cli.DefaultSampleRatio}, Security: cli.Security{ConnectTimeout: cli.DefaultConnectTimeout}, JSReplicas: 1},
 		domain: "default", httpAddr: "127.0.0.1:8080",
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
@@ -257,8 +258,8 @@ func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 			t.Fatalf("run exited early with %d: %s", code, out.String())
 		default:
 		}
-		if _, ok := out.field("http_addr"); !ok {
-			return errors.New("no http_addr logged yet")
+		if _, ok := out.field("addr"); !ok {
+			return errors.New("no addr logged yet")
 		}
 		return nil
 	})
@@ -273,7 +274,7 @@ func startInBackground(t *testing.T, args []string) (*syncBuffer, <-chan int, fu
 	out := &syncBuffer{}
 	done := make(chan int, 1)
 	args = append([]string{"--log-format", "json"}, args...)
-	go func() { done <- run(ctx, args, envOf(nil), out, io.Discard) }()
+	go func() { done <- run(ctx, args, envOf(nil), io.Discard, out) }()
 	stopped := false
 	var code int
 	stop := func() int {
@@ -331,7 +332,7 @@ func checkMatchSubject(t *testing.T, nc *nats.Conn, subject string) {
 func TestRunServesAndShutsDownGracefully(t *testing.T) {
 	srv := testenv.StartServer(t)
 	out, stop := runInBackground(t, []string{"--nats-url", srv.URL(), "--http-addr", "127.0.0.1:0", "--domain", "maintest"})
-	base := "http://" + mustField(t, out, "http_addr")
+	base := "http://" + mustField(t, out, "addr")
 	if code, body := get(t, base+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz %d %s", code, body)
 	}
@@ -367,7 +368,7 @@ func TestRunServesAndShutsDownGracefully(t *testing.T) {
 
 func TestRunWithEmbeddedNATS(t *testing.T) {
 	out, stop := runInBackground(t, []string{"--nats-port", "-1", "--store-dir", t.TempDir(), "--http-addr", "127.0.0.1:0"})
-	addr := mustField(t, out, "http_addr")
+	addr := mustField(t, out, "addr")
 	if code, body := get(t, fmt.Sprintf("http://%s/healthz", addr)); code != http.StatusOK {
 		t.Fatalf("/healthz %d %s", code, body)
 	}
@@ -403,7 +404,7 @@ func TestRunWithJetStreamDomain(t *testing.T) {
 	if got := mustField(t, out, "js_domain"); got != "hub" {
 		t.Fatalf("js_domain %q", got)
 	}
-	if code, body := get(t, "http://"+mustField(t, out, "http_addr")+"/healthz"); code != http.StatusOK {
+	if code, body := get(t, "http://"+mustField(t, out, "addr")+"/healthz"); code != http.StatusOK {
 		t.Fatalf("/healthz %d %s", code, body)
 	}
 	if code := stop(); code != exitOK {
@@ -445,11 +446,64 @@ func TestRunWaitsForALateNATSServer(t *testing.T) {
 func TestRunFailsWhenHTTPAddressIsTaken(t *testing.T) {
 	srv := testenv.StartServer(t)
 	out, _ := runInBackground(t, []string{"--nats-url", srv.URL(), "--http-addr", "127.0.0.1:0"})
-	taken := mustField(t, out, "http_addr")
+	taken := mustField(t, out, "addr")
 	var log bytes.Buffer
-	code := run(context.Background(), []string{"--nats-url", srv.URL(), "--http-addr", taken, "--log-format", "json"}, envOf(nil), &log, io.Discard)
+	code := run(context.Background(), []string{"--nats-url", srv.URL(), "--http-addr", taken, "--log-format", "json"}, envOf(nil), io.Discard, &log)
 	if code != exitError || !strings.Contains(log.String(), taken) {
 		t.Fatalf("exit code %d (want %d), log %s", code, exitError, log.String())
+	}
+}
+
+// Every JSON log line of a real run (on stderr) follows the shared schema:
+// millisecond UTC timestamps, the service name, the shared field names, and
+// durations as numbers under *_ms keys.
+func TestRunLogsFollowTheSharedSchema(t *testing.T) {
+	srv := testenv.StartServer(t)
+	out, stop := runInBackground(t, []string{"--nats-url", srv.URL(), "--http-addr", "127.0.0.1:0", "--domain", "logtest"})
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
+		if !strings.Contains(out.String(), "indexer started") {
+			return errors.New("indexer not started yet")
+		}
+		return nil
+	})
+	stop()
+	ts := regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$`)
+	lines := 0
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("not JSON: %q", line)
+		}
+		lines++
+		if s, _ := m["time"].(string); !ts.MatchString(s) {
+			t.Errorf("time %v is not UTC with milliseconds: %s", m["time"], line)
+		}
+		if m["service"] != serviceName || m["level"] == nil || m["message"] == nil {
+			t.Errorf("service, level or message missing: %s", line)
+		}
+		if d, ok := m["domain"]; ok && d != "logtest" {
+			t.Errorf("domain %v: %s", d, line)
+		}
+		for k, v := range m {
+			if strings.HasSuffix(k, "_ms") {
+				if _, ok := v.(float64); !ok {
+					t.Errorf("%s is not a number: %s", k, line)
+				}
+			}
+			for _, old := range []string{"http_addr", "took", "wait", "consumer_instance", "max_apply_lag"} {
+				if k == old {
+					t.Errorf("key %q left from the old schema: %s", k, line)
+				}
+			}
+		}
+	}
+	if lines < 3 {
+		t.Fatalf("%d log lines", lines)
+	}
+	for _, f := range []string{"addr", "instance", "max_apply_lag_ms"} {
+		if !strings.Contains(out.String(), `"`+f+`":`) {
+			t.Errorf("no %s logged: %s", f, out.String())
+		}
 	}
 }
 

@@ -19,8 +19,8 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
+	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/relay"
 )
 
@@ -37,12 +37,14 @@ type options struct {
 	mode          string
 	inputJSDomain string
 	cfg           relay.Config
+	getenv        func(string) string
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
-	o := &options{cfg: relay.DefaultConfig("default", ""), http: httpserve.DefaultConfig()}
+	o := &options{cfg: relay.DefaultConfig("default", ""), http: httpserve.DefaultConfig(), getenv: getenv}
 	fs := flag.NewFlagSet("relay-producer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	cli.Usage(fs, "consumes one DC's worker KV events from JetStream and publishes the pool's CKF lane under a fenced lease", nil)
 	o.common.Register(fs)
 	fs.StringVar(&o.cfg.Domain, "domain", "default", "indexer domain (one logical KV index namespace)")
 	fs.StringVar(&o.cfg.DC, "dc", "", "this relay's data center name (required)")
@@ -97,7 +99,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 		fmt.Fprintf(stderr, "relay-producer: %v\n", err)
 		return 2
 	}
-	log, err := o.common.Logger(stderr)
+	log, err := o.common.Logger(stderr, "relay-producer")
 	if err != nil {
 		fmt.Fprintf(stderr, "relay-producer: %v\n", err)
 		return 2
@@ -110,7 +112,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 }
 
 func serve(ctx context.Context, o *options, log zerolog.Logger) error {
-	tp, shutdownTracing, err := o.common.Tracer(ctx, "relay-producer")
+	tp, shutdownTracing, err := o.common.Tracer(ctx, cli.Service{Name: "relay-producer", Instance: o.cfg.Instance, Domain: o.cfg.Domain, DC: o.cfg.DC}, o.getenv)
 	if err != nil {
 		return err
 	}
@@ -120,8 +122,10 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		return err
 	}
 	defer conn.Close()
-	reg := metrics.NewRegistry()
-	conn.Stats.RegisterMetrics(reg)
+	reg := promx.NewRegistry("relay-producer", cli.Version())
+	if err := conn.Stats.RegisterMetrics(reg); err != nil {
+		return err
+	}
 	o.cfg.Logger, o.cfg.Tracer, o.cfg.Metrics = log, tp, reg
 	if o.inputJSDomain != "" {
 		if o.cfg.InputJS, err = jetstream.NewWithDomain(conn.NC, o.inputJSDomain); err != nil {
@@ -137,14 +141,14 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		if err != nil {
 			return fmt.Errorf("listen %s: %w", o.httpAddr, err)
 		}
-		hs := o.http.Server(r.Handler(reg), log)
+		hs := o.http.Server(cli.TraceHTTP(r.Handler(reg), tp, "relay-producer"), log)
 		go hs.Serve(ln)
 		defer func() {
 			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 			defer cancel()
 			hs.Shutdown(sctx)
 		}()
-		log.Info().Str("addr", "http://"+ln.Addr().String()).Msg("health, status and metrics")
+		log.Info().Str("addr", ln.Addr().String()).Msg("serving health, status and metrics over HTTP")
 	}
 	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).
 		Str("mode", o.cfg.CKF.Mode.String()).Str("js_domain", o.common.JSDomain).Str("input_js_domain", o.inputJSDomain).

@@ -76,6 +76,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	o := &options{rcfg: replay.Config{WorkersPerDC: 4, CapacityBlocks: 4096, Duplication: 1, Affinity: 0.8, Seed: 1}}
 	fs := flag.NewFlagSet("trace-replayer", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	cli.Usage(fs, "replays the Mooncake trace as simulated workers' KV events and checks the indexer's answers against the exact ground truth", nil)
 	fs.StringVar(&o.natsURL, "nats-url", nats.DefaultURL, "NATS server URL")
 	o.security.Register(fs)
 	fs.StringVar(&o.dcNatsURLs, "dc-nats-urls", "", "per-DC NATS servers the DC's workers publish to, dc=url,... (e.g. dc-a=nats://nats-dc-a:4222); other DCs use --nats-url")

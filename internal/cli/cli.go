@@ -4,26 +4,15 @@
 package cli
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"os"
 	"strings"
-	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
-	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
-	"go.opentelemetry.io/otel/sdk/resource"
-	sdktrace "go.opentelemetry.io/otel/sdk/trace"
-	semconv "go.opentelemetry.io/otel/semconv/v1.26.0"
-	"go.opentelemetry.io/otel/trace"
-	"go.opentelemetry.io/otel/trace/noop"
 )
 
 // EnvPrefix prefixes the environment variable of every flag.
@@ -38,8 +27,16 @@ func EnvName(flagName string) string {
 // Parse parses args, then fills every flag not given on the command line
 // from its environment variable (looked up with getenv). A bad value names
 // its source.
+//
+// Every command gets --version: Parse adds it when Usage did not, prints
+// the version to fs.Output() and returns ErrVersion (which matches
+// flag.ErrHelp).
 func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	addVersionFlag(fs)
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if err := HandleVersion(fs); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
@@ -49,7 +46,7 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
 	var errs []error
 	fs.VisitAll(func(f *flag.Flag) {
-		if set[f.Name] {
+		if set[f.Name] || notFromEnv[f.Name] {
 			return
 		}
 		env := EnvName(f.Name)
@@ -64,14 +61,13 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 
 // Common are the flags both binaries take.
 type Common struct {
-	NatsURL      string
-	JSDomain     string
-	NatsPort     int
-	StoreDir     string
-	LogLevel     string
-	LogFormat    string
-	OTLPEndpoint string
-	TraceStdout  bool
+	NatsURL   string
+	JSDomain  string
+	NatsPort  int
+	StoreDir  string
+	LogLevel  string
+	LogFormat string
+	Tracing
 	// NatsConfig is a nats-server config file for the embedded server.
 	NatsConfig string
 	// Security authenticates the connection and turns TLS on (nats.go).
@@ -90,8 +86,7 @@ func (c *Common) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.StoreDir, "store-dir", "", "JetStream store directory of the embedded server (default: a new temporary directory)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", "console", "log format: console or json")
-	fs.StringVar(&c.OTLPEndpoint, "otlp-endpoint", "", "OTLP/HTTP trace collector host:port; empty disables export")
-	fs.BoolVar(&c.TraceStdout, "trace-stdout", false, "write OpenTelemetry spans to stderr")
+	c.Tracing.register(fs)
 	fs.StringVar(&c.NatsConfig, "nats-config", "", "nats-server config file (accounts, users, permissions, TLS) for the embedded server; without it the embedded server listens on 127.0.0.1 only")
 	c.Security.Register(fs)
 	fs.IntVar(&c.JSReplicas, "js-replicas", 1, "replicas of every stream, KV and Object Store bucket created (1..5; production: 3 on a clustered JetStream); existing ones keep theirs")
@@ -103,47 +98,6 @@ func (c *Common) ValidateReplicas() error {
 		return fmt.Errorf("invalid --js-replicas %d (want 1..5)", c.JSReplicas)
 	}
 	return nil
-}
-
-// Logger builds the zerolog logger the flags ask for.
-func (c *Common) Logger(w io.Writer) (zerolog.Logger, error) {
-	lvl, err := zerolog.ParseLevel(c.LogLevel)
-	if err != nil || c.LogLevel == "" {
-		return zerolog.Nop(), fmt.Errorf("invalid --log-level %q (want debug, info, warn, error)", c.LogLevel)
-	}
-	switch c.LogFormat {
-	case "json":
-	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.TimeOnly}
-	default:
-		return zerolog.Nop(), fmt.Errorf("invalid --log-format %q (want console or json)", c.LogFormat)
-	}
-	return zerolog.New(w).Level(lvl).With().Timestamp().Logger(), nil
-}
-
-// Tracer builds the tracer provider; shutdown flushes it.
-func (c *Common) Tracer(ctx context.Context, service string) (trace.TracerProvider, func(context.Context) error, error) {
-	var opts []sdktrace.TracerProviderOption
-	if c.OTLPEndpoint != "" {
-		exp, err := otlptracehttp.New(ctx, otlptracehttp.WithEndpoint(c.OTLPEndpoint), otlptracehttp.WithInsecure())
-		if err != nil {
-			return nil, nil, fmt.Errorf("otlp exporter: %w", err)
-		}
-		opts = append(opts, sdktrace.WithBatcher(exp))
-	}
-	if c.TraceStdout {
-		exp, err := stdouttrace.New(stdouttrace.WithWriter(os.Stderr))
-		if err != nil {
-			return nil, nil, err
-		}
-		opts = append(opts, sdktrace.WithBatcher(exp))
-	}
-	if len(opts) == 0 {
-		return noop.NewTracerProvider(), func(context.Context) error { return nil }, nil
-	}
-	res := resource.NewSchemaless(semconv.ServiceName(service))
-	tp := sdktrace.NewTracerProvider(append(opts, sdktrace.WithResource(res))...)
-	return tp, tp.Shutdown, nil
 }
 
 // Conn is a NATS connection, plus the embedded server when one was started.

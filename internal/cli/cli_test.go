@@ -2,10 +2,12 @@ package cli
 
 import (
 	"bytes"
+	"encoding/json"
 	"flag"
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestParseCommandLineWinsOverEnvironment(t *testing.T) {
@@ -44,18 +46,35 @@ func TestParseRejectsBadEnvironmentValues(t *testing.T) {
 func TestLoggerFlags(t *testing.T) {
 	var buf bytes.Buffer
 	c := Common{LogLevel: "info", LogFormat: "json"}
-	log, err := c.Logger(&buf)
+	log, err := c.Logger(&buf, "svc")
 	if err != nil {
 		t.Fatal(err)
 	}
 	log.Debug().Msg("hidden")
 	log.Info().Str("k", "v").Msg("shown")
-	if strings.Contains(buf.String(), "hidden") || !strings.Contains(buf.String(), `"k":"v"`) {
+	if strings.Contains(buf.String(), "hidden") || !strings.Contains(buf.String(), `"k":"v"`) || !strings.Contains(buf.String(), `"service":"svc"`) {
 		t.Fatal(buf.String())
 	}
 	for _, bad := range []Common{{LogLevel: "loud", LogFormat: "json"}, {LogLevel: "info", LogFormat: "xml"}, {LogFormat: "json"}} {
-		if _, err := bad.Logger(&buf); err == nil {
+		if _, err := bad.Logger(&buf, ""); err == nil {
 			t.Fatalf("%+v accepted", bad)
 		}
+	}
+}
+
+func TestLoggerWritesMillisecondUTCTimesAndMillisecondDurations(t *testing.T) {
+	var buf bytes.Buffer
+	at := time.Date(2026, 12, 1, 1, 2, 3, 456789000, time.FixedZone("x", 3600))
+	log, err := newLogger(&buf, "info", "json", "relay-producer", func() time.Time { return at })
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info().Dur("took_ms", 1500*time.Microsecond).Msg("m")
+	var m map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m["time"] != "2026-12-01T00:02:03.456Z" || m["took_ms"] != 1.5 || m["service"] != "relay-producer" || m["level"] != "info" {
+		t.Fatalf("%s", buf.String())
 	}
 }

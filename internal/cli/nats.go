@@ -14,9 +14,9 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/natsembed"
 )
 
@@ -180,19 +180,24 @@ type ConnStats struct {
 
 	mu      sync.Mutex
 	lastErr error
-	vec     *metrics.CounterVec // nil until RegisterMetrics
+	vec     *prometheus.CounterVec // nil until RegisterMetrics
 }
 
 // RegisterMetrics exposes the counts as ckf_nats_async_errors_total{kind}
 // on reg; counts from before the call are carried over.
-func (s *ConnStats) RegisterMetrics(reg *metrics.Registry) {
-	vec := reg.NewCounterVec("ckf_nats_async_errors_total", "Asynchronous NATS errors by kind (slow_consumer, permission, other).", "kind")
+func (s *ConnStats) RegisterMetrics(reg prometheus.Registerer) error {
+	vec := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ckf_nats_async_errors_total",
+		Help: "Asynchronous NATS errors by kind (slow_consumer, permission, other)."}, []string{"kind"})
+	if err := reg.Register(vec); err != nil {
+		return fmt.Errorf("nats metrics: %w", err)
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	vec.With("slow_consumer").Add(s.SlowConsumers.Load())
-	vec.With("permission").Add(s.PermissionViolations.Load())
-	vec.With("other").Add(s.OtherErrors.Load())
+	vec.WithLabelValues("slow_consumer").Add(float64(s.SlowConsumers.Load()))
+	vec.WithLabelValues("permission").Add(float64(s.PermissionViolations.Load()))
+	vec.WithLabelValues("other").Add(float64(s.OtherErrors.Load()))
 	s.vec = vec
+	return nil
 }
 
 func (s *ConnStats) record(err error) string {
@@ -208,7 +213,7 @@ func (s *ConnStats) record(err error) string {
 	c.Add(1)
 	s.lastErr = err
 	if s.vec != nil {
-		s.vec.With(kind).Inc()
+		s.vec.WithLabelValues(kind).Inc()
 	}
 	return kind
 }
@@ -292,7 +297,7 @@ func Dial(rawURL, name string, s Security, log zerolog.Logger, extra ...nats.Opt
 	if timeout == 0 {
 		timeout = DefaultConnectTimeout
 	}
-	log.Warn().Str("url", shown).Dur("timeout", timeout).Msg("nats not reachable yet; retrying")
+	log.Warn().Str("url", shown).Dur("timeout_ms", timeout).Msg("nats not reachable yet; retrying")
 	select {
 	case <-connected:
 		log.Info().Str("url", nc.ConnectedUrlRedacted()).Msg("nats connected")

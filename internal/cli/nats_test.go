@@ -14,9 +14,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -150,8 +151,10 @@ func TestConnectWithConfigPasswordAndPermissionCount(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	reg := metrics.NewRegistry()
-	stats.RegisterMetrics(reg)
+	reg := prometheus.NewRegistry()
+	if err := stats.RegisterMetrics(reg); err != nil {
+		t.Fatal(err)
+	}
 	if err := nc.Publish("forbidden.subject", []byte("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -165,10 +168,8 @@ func TestConnectWithConfigPasswordAndPermissionCount(t *testing.T) {
 	if stats.PermissionViolations.Load() != 1 {
 		t.Fatalf("permission violations %d, want 1", stats.PermissionViolations.Load())
 	}
-	var out bytes.Buffer
-	reg.WritePrometheus(&out)
-	if !strings.Contains(out.String(), `ckf_nats_async_errors_total{kind="permission"} 1`) {
-		t.Fatalf("metrics lack the permission count:\n%s", out.String())
+	if out, ok := promtest.Has(reg, `ckf_nats_async_errors_total{kind="permission"} 1`); !ok {
+		t.Fatalf("metrics lack the permission count:\n%s", out)
 	}
 	if !strings.Contains(logs.String(), "forbidden.subject") {
 		t.Fatalf("violation not logged: %s", logs.String())

@@ -1,21 +1,27 @@
 // Package api is the indexer's query surface: the JSON request/response
 // contract of POST /v1/match (shared by HTTP and the NATS micro endpoint),
-// GET /v1/lanes, /healthz, /readyz and /metrics.
+// GET /v1/lanes, /healthz, /readyz, /metrics and the status page at /.
 package api
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 )
 
 // Limits on one match request.
@@ -118,6 +124,7 @@ type LaneStatus struct {
 	State             string `json:"state"`
 	Epoch             uint64 `json:"epoch"`
 	InstalledSequence uint64 `json:"installed_sequence"`
+	StreamLag         uint64 `json:"stream_lag_messages"`
 	LastFault         string `json:"last_fault,omitempty"`
 }
 
@@ -131,16 +138,53 @@ type Backend interface {
 
 // Metrics counts API traffic.
 type Metrics struct {
-	Requests *metrics.CounterVec
-	Latency  *metrics.Histogram
+	Requests *prometheus.CounterVec
+	Latency  prometheus.Histogram
 }
 
-// NewMetrics registers the API metrics on reg.
-func NewMetrics(reg *metrics.Registry) *Metrics {
-	return &Metrics{
-		Requests: reg.NewCounterVec("ckf_api_requests_total", "Query API requests by endpoint and outcome.", "endpoint", "outcome"),
-		Latency:  reg.NewHistogram("ckf_api_match_seconds", "Match latency inside the server.", metrics.ExponentialBuckets(1e-6, 2, 20)),
+// MetricMatchDuration is the match latency histogram.
+const MetricMatchDuration = "ckf_api_match_duration_seconds"
+
+// NewMetrics registers the API metrics on reg (a private registry when
+// nil).
+func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
+	if reg == nil {
+		reg = prometheus.NewRegistry()
 	}
+	m := &Metrics{
+		Requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ckf_api_requests_total", Help: "Query API requests by endpoint and outcome."},
+			[]string{"endpoint", "outcome"}),
+		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricMatchDuration,
+			Help:    "Match latency inside the server; exemplars carry the request's trace id.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 20)}),
+	}
+	for _, c := range []prometheus.Collector{m.Requests, m.Latency} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// MatchLatency summarises the match latency histogram; the percentiles
+// are the upper bounds of the buckets holding them.
+func (m *Metrics) MatchLatency() LatencyStats {
+	var pb dto.Metric
+	if err := m.Latency.Write(&pb); err != nil || pb.GetHistogram().GetSampleCount() == 0 {
+		return LatencyStats{}
+	}
+	h := pb.GetHistogram()
+	n := h.GetSampleCount()
+	q := func(q float64) time.Duration {
+		rank := uint64(math.Ceil(q * float64(n)))
+		for _, b := range h.GetBucket() {
+			if b.GetCumulativeCount() >= rank {
+				return time.Duration(b.GetUpperBound() * float64(time.Second))
+			}
+		}
+		return time.Duration(math.MaxInt64)
+	}
+	return LatencyStats{Count: n, P50: q(0.5), P99: q(0.99)}
 }
 
 // DefaultMaxConcurrentMatches is the default bound on HTTP match requests
@@ -174,33 +218,43 @@ func (l Limits) withDefaults() Limits {
 }
 
 // Option adjusts Handler.
-type Option func(*Limits)
+type Option func(*handlerOptions)
+
+type handlerOptions struct {
+	limits Limits
+	info   StatusInfo
+	now    func() time.Time
+}
 
 // WithLimits sets the match endpoint's limits.
-func WithLimits(l Limits) Option { return func(dst *Limits) { *dst = l } }
+func WithLimits(l Limits) Option { return func(o *handlerOptions) { o.limits = l } }
 
-// Handler returns the HTTP mux of the API.
-func Handler(b Backend, m *Metrics, reg *metrics.Registry, opts ...Option) http.Handler {
-	var lim Limits
+// WithStatusInfo names the indexer on the status page.
+func WithStatusInfo(info StatusInfo) Option { return func(o *handlerOptions) { o.info = info } }
+
+// Handler returns the HTTP mux of the API; GET / is the status page.
+func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) http.Handler {
+	ho := handlerOptions{now: time.Now}
 	for _, o := range opts {
-		o(&lim)
+		o(&ho)
 	}
-	lim = lim.withDefaults()
+	lim := ho.limits.withDefaults()
 	slots := make(chan struct{}, lim.MaxConcurrentMatches)
 	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", statusHandler(b, m, ho.info, ho.now))
 	mux.HandleFunc("POST /v1/match", func(w http.ResponseWriter, r *http.Request) {
 		select {
 		case slots <- struct{}{}:
 			defer func() { <-slots }()
 		default:
-			m.Requests.With("match", "overloaded").Inc()
+			m.Requests.WithLabelValues("match", "overloaded").Inc()
 			w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 			writeError(w, http.StatusTooManyRequests, &RequestError{Reason: fmt.Sprintf("more than %d match requests in progress; retry later", lim.MaxConcurrentMatches)})
 			return
 		}
 		tooLarge := &RequestError{Reason: fmt.Sprintf("request body exceeds %d bytes", lim.MaxBodyBytes)}
 		if r.ContentLength > lim.MaxBodyBytes {
-			m.Requests.With("match", "too_large").Inc()
+			m.Requests.WithLabelValues("match", "too_large").Inc()
 			writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
 			return
 		}
@@ -208,15 +262,15 @@ func Handler(b Backend, m *Metrics, reg *metrics.Registry, opts ...Option) http.
 		q, err := DecodeMatchRequestFrom(body)
 		switch {
 		case body.exceeded:
-			m.Requests.With("match", "too_large").Inc()
+			m.Requests.WithLabelValues("match", "too_large").Inc()
 			writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
 			return
 		case err != nil:
-			m.Requests.With("match", "bad_request").Inc()
+			m.Requests.WithLabelValues("match", "bad_request").Inc()
 			writeError(w, http.StatusBadRequest, err)
 			return
 		}
-		resp, status, err := matchQuery(b, m, q)
+		resp, status, err := matchQuery(r.Context(), b, m, q)
 		if err != nil {
 			writeError(w, status, err)
 			return
@@ -224,7 +278,7 @@ func Handler(b Backend, m *Metrics, reg *metrics.Registry, opts ...Option) http.
 		writeJSON(w, http.StatusOK, resp)
 	})
 	mux.HandleFunc("GET /v1/lanes", func(w http.ResponseWriter, r *http.Request) {
-		m.Requests.With("lanes", "ok").Inc()
+		m.Requests.WithLabelValues("lanes", "ok").Inc()
 		writeJSON(w, http.StatusOK, map[string]any{"lanes": b.Lanes()})
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -238,35 +292,36 @@ func Handler(b Backend, m *Metrics, reg *metrics.Registry, opts ...Option) http.
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	if reg != nil {
-		mux.Handle("GET /metrics", reg.Handler())
+		mux.Handle("GET /metrics", promx.Handler(reg))
 	}
 	return mux
 }
 
 // Match decodes body, runs it and returns the response or an error with
-// the HTTP status it maps to. The NATS endpoint uses it too.
-func Match(b Backend, m *Metrics, body []byte) (MatchResponse, int, error) {
+// the HTTP status it maps to. The NATS endpoint uses it too. The latency
+// exemplar is ctx's trace, when sampled.
+func Match(ctx context.Context, b Backend, m *Metrics, body []byte) (MatchResponse, int, error) {
 	q, err := DecodeMatchRequest(body)
 	if err != nil {
-		m.Requests.With("match", "bad_request").Inc()
+		m.Requests.WithLabelValues("match", "bad_request").Inc()
 		return MatchResponse{}, http.StatusBadRequest, err
 	}
-	return matchQuery(b, m, q)
+	return matchQuery(ctx, b, m, q)
 }
 
-func matchQuery(b Backend, m *Metrics, q Query) (MatchResponse, int, error) {
+func matchQuery(ctx context.Context, b Backend, m *Metrics, q Query) (MatchResponse, int, error) {
 	start := time.Now()
 	resp, err := b.Match(q)
-	m.Latency.Observe(time.Since(start).Seconds())
+	promx.Observe(m.Latency, time.Since(start).Seconds(), trace.SpanContextFromContext(ctx))
 	if err != nil {
 		if errors.Is(err, ErrUnavailable) {
-			m.Requests.With("match", "unavailable").Inc()
+			m.Requests.WithLabelValues("match", "unavailable").Inc()
 			return MatchResponse{}, http.StatusServiceUnavailable, err
 		}
-		m.Requests.With("match", "error").Inc()
+		m.Requests.WithLabelValues("match", "error").Inc()
 		return MatchResponse{}, http.StatusInternalServerError, err
 	}
-	m.Requests.With("match", "ok").Inc()
+	m.Requests.WithLabelValues("match", "ok").Inc()
 	return resp, http.StatusOK, nil
 }
 

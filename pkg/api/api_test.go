@@ -7,8 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 )
 
 // recordingBackend records the query and answers with a fixed table of
@@ -32,10 +33,19 @@ func (b *recordingBackend) Lanes() []LaneStatus {
 }
 func (b *recordingBackend) Ready() bool { return b.ready }
 
+func mustMetrics(t *testing.T, reg prometheus.Registerer) *Metrics {
+	t.Helper()
+	m, err := NewMetrics(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 func serve(t *testing.T, b Backend, method, path, body string) (*httptest.ResponseRecorder, map[string]any) {
 	t.Helper()
-	reg := metrics.NewRegistry()
-	h := Handler(b, NewMetrics(reg), reg)
+	reg := prometheus.NewRegistry()
+	h := Handler(b, mustMetrics(t, reg), reg)
 	rec := httptest.NewRecorder()
 	h.ServeHTTP(rec, httptest.NewRequest(method, path, strings.NewReader(body)))
 	var out map[string]any

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -10,7 +9,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 )
 
 func tokensJSON(n int) string {
@@ -84,8 +85,8 @@ func TestTooManyBlocksRefused(t *testing.T) {
 
 func TestOversizedBodyIs413(t *testing.T) {
 	b := &recordingBackend{ready: true}
-	reg := metrics.NewRegistry()
-	h := Handler(b, NewMetrics(reg), reg, WithLimits(Limits{MaxBodyBytes: 64}))
+	reg := prometheus.NewRegistry()
+	h := Handler(b, mustMetrics(t, reg), reg, WithLimits(Limits{MaxBodyBytes: 64}))
 	body := `{"local_hashes":` + tokensJSON(100) + `}`
 	for _, chunked := range []bool{false, true} {
 		req := httptest.NewRequest("POST", "/v1/match", strings.NewReader(body))
@@ -98,10 +99,8 @@ func TestOversizedBodyIs413(t *testing.T) {
 			t.Fatalf("chunked=%v: status %d, want 413", chunked, rec.Code)
 		}
 	}
-	var out bytes.Buffer
-	reg.WritePrometheus(&out)
-	if !strings.Contains(out.String(), `outcome="too_large"} 2`) {
-		t.Fatalf("too_large not counted:\n%s", out.String())
+	if out, ok := promtest.Has(reg, `ckf_api_requests_total{outcome="too_large"} 2`); !ok {
+		t.Fatalf("too_large not counted:\n%s", out)
 	}
 }
 
@@ -120,8 +119,8 @@ func (b *blockingBackend) Match(q Query) (MatchResponse, error) {
 
 func TestConcurrencyBoundAnswers429WithRetryAfter(t *testing.T) {
 	b := &blockingBackend{recordingBackend: recordingBackend{ready: true}, entered: make(chan struct{}), release: make(chan struct{})}
-	reg := metrics.NewRegistry()
-	h := Handler(b, NewMetrics(reg), reg, WithLimits(Limits{MaxConcurrentMatches: 2}))
+	reg := prometheus.NewRegistry()
+	h := Handler(b, mustMetrics(t, reg), reg, WithLimits(Limits{MaxConcurrentMatches: 2}))
 	var wg sync.WaitGroup
 	codes := make(chan int, 2)
 	for range 2 {

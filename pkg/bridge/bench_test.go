@@ -10,12 +10,12 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ckfrelay/ckfrelay/pkg/bridge"
 	"github.com/ckfrelay/ckfrelay/pkg/engine"
 	"github.com/ckfrelay/ckfrelay/pkg/engine/enginetest"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -143,7 +143,7 @@ func BenchmarkBridgeToKVEVENTS(b *testing.B) {
 		defer e.Close()
 		br, err := bridge.New(bridge.Config{Domain: "bench", DC: "br", Engines: []bridge.EngineSpec{{WorkerID: uint64(run),
 			Pub: e.PubEndpoint(), Replay: e.ReplayEndpoint()}}, Streams: jsx.Options{Memory: true},
-			MaxInFlight: window, Metrics: metrics.NewRegistry()}, js)
+			MaxInFlight: window, Metrics: prometheus.NewRegistry()}, js)
 		if err != nil {
 			b.Fatal(err)
 		}

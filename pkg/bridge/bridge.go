@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -33,7 +34,6 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/pkg/engine"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -69,7 +69,7 @@ type Config struct {
 
 	Logger  zerolog.Logger
 	Tracer  trace.TracerProvider
-	Metrics *metrics.Registry
+	Metrics prometheus.Registerer
 	// Now is the clock for status times (nil = time.Now).
 	Now func() time.Time
 }
@@ -148,11 +148,15 @@ func New(cfg Config, js jetstream.JetStream) (*Bridge, error) {
 		tp = noop.NewTracerProvider()
 	}
 	_, isNoop := tp.(noop.TracerProvider)
+	m, err := newBridgeMetrics(cfg.Metrics)
+	if err != nil {
+		return nil, fmt.Errorf("bridge: metrics: %w", err)
+	}
 	return &Bridge{
 		cfg:     cfg,
 		js:      js,
 		log:     cfg.Logger.With().Str("component", "engine-bridge").Str("dc", cfg.DC).Logger(),
-		m:       newBridgeMetrics(cfg.Metrics),
+		m:       m,
 		tracer:  tp.Tracer("github.com/ckfrelay/ckfrelay/pkg/bridge"),
 		tracing: !isNoop,
 		prop:    propagation.TraceContext{},
@@ -203,10 +207,10 @@ func (b *Bridge) Run(ctx context.Context) error {
 		pos, err := loadPosition(ctx, kv, key, spec)
 		switch {
 		case err != nil:
-			b.m.checkpoints.With("load_error").Inc()
+			b.m.checkpoints.WithLabelValues("load_error").Inc()
 			b.log.Warn().Err(err).Str("engine", spec.String()).Msg("resume point unusable; starting fresh")
 		case pos.Has:
-			b.m.checkpoints.With("restored").Inc()
+			b.m.checkpoints.WithLabelValues("restored").Inc()
 			b.log.Info().Str("engine", spec.String()).Uint64("seq", pos.Seq).Uint64("epoch", pos.Epoch).Msg("resuming after the last acknowledged batch")
 		}
 		srcs = append(srcs, newSource(b, spec, key, pos))
@@ -244,25 +248,25 @@ func (b *Bridge) flush(ctx context.Context, kv jetstream.KeyValue, srcs []*sourc
 		}
 		if err := storePosition(ctx, kv, s.key, p); err != nil {
 			s.markDirty()
-			b.m.checkpoints.With("write_error").Inc()
+			b.m.checkpoints.WithLabelValues("write_error").Inc()
 			b.log.Warn().Err(err).Str("engine", s.spec.String()).Msg("resume point not stored")
 			continue
 		}
-		b.m.checkpoints.With("written").Inc()
+		b.m.checkpoints.WithLabelValues("written").Inc()
 	}
 }
 
 func (b *Bridge) countStats(c *convertCounters, st *engine.Stats) {
-	c.stored.Add(st.Stored)
-	c.removed.Add(st.Removed)
-	c.cleared.Add(st.Cleared)
-	b.m.blocks.Add(st.Blocks)
-	c.tier.Add(st.TierFiltered)
-	c.unknownMedium.Add(st.UnknownMedium)
-	c.blockSize.Add(st.BlockSizeMismatch)
-	c.nonMain.Add(st.NonMainGroup)
-	c.remote.Add(st.RemoteLocality)
-	c.dupHash.Add(st.DuplicateHashes)
-	c.emptyStore.Add(st.EmptyStores)
-	c.shortTokens.Add(st.ShortTokens)
+	c.stored.Add(float64(st.Stored))
+	c.removed.Add(float64(st.Removed))
+	c.cleared.Add(float64(st.Cleared))
+	b.m.blocks.Add(float64(st.Blocks))
+	c.tier.Add(float64(st.TierFiltered))
+	c.unknownMedium.Add(float64(st.UnknownMedium))
+	c.blockSize.Add(float64(st.BlockSizeMismatch))
+	c.nonMain.Add(float64(st.NonMainGroup))
+	c.remote.Add(float64(st.RemoteLocality))
+	c.dupHash.Add(float64(st.DuplicateHashes))
+	c.emptyStore.Add(float64(st.EmptyStores))
+	c.shortTokens.Add(float64(st.ShortTokens))
 }

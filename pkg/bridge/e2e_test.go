@@ -423,7 +423,7 @@ func TestPublishCarriesTraceContext(t *testing.T) {
 		t.Fatalf("spans %v", spans)
 	}
 	want := spans[0].SpanContext().TraceID().String()
-	if tp := m.Header.Get("Traceparent"); !strings.Contains(tp, want) {
+	if tp := m.Header.Get("traceparent"); !strings.Contains(tp, want) { // the exact W3C name on the wire
 		t.Fatalf("traceparent %q lacks trace %s", tp, want)
 	}
 }

@@ -7,15 +7,15 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/bridge"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -24,7 +24,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/engine/enginetest"
 	"github.com/ckfrelay/ckfrelay/pkg/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/relay"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -81,7 +80,7 @@ func newStack(t *testing.T) *stack {
 	rc.LeaseTTL = 3 * time.Second
 	rc.Streams = jsx.Options{Memory: true}
 	rc.Logger = logger(t, "relay")
-	rc.Metrics = metrics.NewRegistry()
+	rc.Metrics = prometheus.NewRegistry()
 	r, err := relay.New(nc, js, rc)
 	if err != nil {
 		t.Fatal(err)
@@ -157,7 +156,7 @@ func (s *stack) mustDepth(t testing.TB, tokens []uint32, lora string, want int) 
 type runningBridge struct {
 	*bridge.Bridge
 	nc     *nats.Conn
-	reg    *metrics.Registry
+	reg    *prometheus.Registry
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -169,7 +168,7 @@ func (s *stack) startBridge(t *testing.T, engines []bridge.EngineSpec, mod func(
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	cfg := bridge.Config{
 		Domain: domain, DC: dc, Engines: engines, BlockSize: blockSize,
 		Streams:      jsx.Options{Memory: true},
@@ -311,16 +310,12 @@ func publish(t testing.TB, e *enginetest.Engine, evs ...engine.Event) uint64 {
 	return seq
 }
 
-// metric reads one series (name with its labels, as exposed) from reg;
-// absent series read 0.
-func metric(reg *metrics.Registry, series string) float64 {
-	var b strings.Builder
-	reg.WritePrometheus(&b)
-	for _, line := range strings.Split(b.String(), "\n") {
-		if v, ok := strings.CutPrefix(line, series+" "); ok {
-			f, _ := strconv.ParseFloat(v, 64)
-			return f
-		}
+// metric reads one series (name with its labels) from reg; absent series
+// read 0.
+func metric(reg prometheus.Gatherer, series string) float64 {
+	v, _, err := promtest.Value(reg, series)
+	if err != nil {
+		panic(err)
 	}
-	return 0
+	return v
 }

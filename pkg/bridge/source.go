@@ -12,6 +12,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"github.com/zeebo/xxh3"
 	"go.opentelemetry.io/otel/attribute"
@@ -20,7 +21,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/pkg/engine"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 )
 
 // errPublish ends a session after a failed JetStream publish; the source
@@ -72,8 +72,8 @@ type source struct {
 
 	// Metric children resolved once.
 	cc        convertCounters
-	lastSeqG  *metrics.Gauge
-	connected *metrics.Gauge
+	lastSeqG  prometheus.Gauge
+	connected prometheus.Gauge
 
 	// Sequence state of the batches handed to JetStream.
 	epoch    uint64
@@ -111,7 +111,7 @@ func newSource(b *Bridge, spec EngineSpec, key string, start position) *source {
 	s.acked.Endpoint, s.acked.WorkerID = spec.Pub, spec.WorkerID
 	s.cc = b.m.convertCounters()
 	labels := []string{strconv.FormatUint(spec.WorkerID, 10), spec.Pub}
-	s.lastSeqG, s.connected = b.m.lastSeq.With(labels...), b.m.connected.With(labels...)
+	s.lastSeqG, s.connected = b.m.lastSeq.WithLabelValues(labels...), b.m.connected.WithLabelValues(labels...)
 	s.st = EngineStatus{WorkerID: spec.WorkerID, Endpoint: spec.Pub, Replay: spec.Replay, Epoch: start.Epoch}
 	if start.Has {
 		s.st.LastSeq, s.st.AckedSeq = u64p(start.Seq), u64p(start.Seq)
@@ -155,7 +155,7 @@ func (s *source) run(ctx context.Context) {
 			backoff = s.b.cfg.ReconnectMin // the session made progress
 		}
 		s.b.m.reconnects.Inc()
-		s.log.Warn().Err(err).Dur("backoff", backoff).Msg("engine session ended; reconnecting")
+		s.log.Warn().Err(err).Dur("backoff_ms", backoff).Msg("engine session ended; reconnecting")
 		if !ctxwait.Sleep(ctx, backoff) {
 			return
 		}
@@ -308,7 +308,7 @@ func (s *source) onConnect(ctx context.Context, rep *replayer) {
 	})
 	switch {
 	case err != nil:
-		s.b.m.replays.With("failed").Inc()
+		s.b.m.replays.WithLabelValues("failed").Inc()
 		s.log.Warn().Err(err).Uint64("from", from).Msg("replay on connect failed; gaps will show on live messages")
 		return
 	case first:
@@ -316,7 +316,7 @@ func (s *source) onConnect(ctx context.Context, rep *replayer) {
 		// sequence is older than ours, so it restarted.
 		restarted = true
 	}
-	s.b.m.replays.With("ok").Inc()
+	s.b.m.replays.WithLabelValues("ok").Inc()
 	if restarted {
 		s.restarted(ctx, rep, fmt.Sprintf("replay from %d disagrees with the batch applied", from))
 		s.catchUp(ctx, rep, 0)
@@ -344,11 +344,11 @@ func (s *source) catchUp(ctx context.Context, rep *replayer, from uint64) {
 		s.offer(ctx, rep, seq, payload, false)
 	})
 	if err != nil {
-		s.b.m.replays.With("failed").Inc()
+		s.b.m.replays.WithLabelValues("failed").Inc()
 		s.log.Warn().Err(err).Uint64("from", from).Msg("replay failed")
 		return
 	}
-	s.b.m.replays.With("ok").Inc()
+	s.b.m.replays.WithLabelValues("ok").Inc()
 }
 
 // offer applies one batch in sequence order: a batch already applied is a
@@ -369,7 +369,7 @@ func (s *source) offer(ctx context.Context, rep *replayer, seq uint64, payload [
 		if s.has && seq > s.last+1 {
 			s.gapLost(ctx, s.last+1, seq)
 		} else if s.lost == lost {
-			s.b.m.gaps.With("recovered").Inc()
+			s.b.m.gaps.WithLabelValues("recovered").Inc()
 		}
 		if s.has && seq <= s.last {
 			s.b.m.duplicates.Inc()
@@ -384,8 +384,8 @@ func (s *source) offer(ctx context.Context, rep *replayer, seq uint64, payload [
 // removed over-reports (see README, "gap handling").
 func (s *source) gapLost(ctx context.Context, from, to uint64) {
 	s.lost++
-	s.b.m.gaps.With("unrecoverable").Inc()
-	s.b.m.gapBatches.Add(to - from)
+	s.b.m.gaps.WithLabelValues("unrecoverable").Inc()
+	s.b.m.gapBatches.Add(float64(to - from))
 	s.log.Error().Uint64("from", from).Uint64("to", to).Msg("engine batches lost beyond replay; clearing the worker")
 	g := &Gap{From: from, To: to, At: s.b.now()}
 	s.updateStatus(func(st *EngineStatus) { st.Gaps++; st.LastGap = g })
@@ -407,7 +407,7 @@ func (s *source) position() position {
 // id is deterministic so a bridge that re-sends it after a crash is
 // deduplicated.
 func (s *source) clearWorker(_ context.Context, reason string) {
-	s.b.m.clears.With(reason).Inc()
+	s.b.m.clears.WithLabelValues(reason).Inc()
 	s.cc.cleared.Inc()
 	data := s.conv.AppendCleared(nil, s.rank, s.nextSeq())
 	id := s.spec.Pub + "#" + strconv.FormatUint(s.epoch, 10) + "#clear#" + strconv.FormatUint(s.nextSeq(), 10)
@@ -429,9 +429,9 @@ func (s *source) apply(seq uint64, payload []byte) {
 			s.rank = uint32(b.DPRank)
 		}
 		s.buf, n = s.conv.Convert(s.buf[:0], b, seq, &st)
-		s.b.m.unknownFields.Add(uint64(b.UnknownFields))
-		s.cc.unknownEvent.Add(uint64(b.UnknownEvents))
-		s.cc.badEvent.Add(uint64(b.BadEvents))
+		s.b.m.unknownFields.Add(float64(b.UnknownFields))
+		s.cc.unknownEvent.Add(float64(b.UnknownEvents))
+		s.cc.badEvent.Add(float64(b.BadEvents))
 		s.b.countStats(&s.cc, &st)
 	}
 	s.has, s.last, s.digest = true, seq, xxh3.Hash(payload)

@@ -4,6 +4,7 @@ import (
 	"math/bits"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
@@ -12,7 +13,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -67,8 +67,9 @@ type Config struct {
 	Logger zerolog.Logger
 	// Tracer provides the lane_apply spans (nil: no-op).
 	Tracer trace.TracerProvider
-	// Metrics receives the indexer and API metrics (nil: a private registry).
-	Metrics *metrics.Registry
+	// Metrics receives the indexer and API metrics (nil: a private
+	// registry). One service per registry: a second registration fails New.
+	Metrics *prometheus.Registry
 	// BootstrapBackoffMin and BootstrapBackoffMax bound the exponential
 	// backoff between failed bootstraps of one lane (defaults 50ms and 2s).
 	BootstrapBackoffMin time.Duration

@@ -107,7 +107,7 @@ func TestWrongFormatLaneIsRefusedAndCounted(t *testing.T) {
 	cfg.Format = &other
 	s := startService(t, e.nc, e.js, cfg)
 	lane := r.lane
-	waitFor(t, func() bool { return s.m.faults.With(itoa(lane), ErrWrongFormat.String()).Value() > 0 })
+	waitFor(t, func() bool { return metricCount(s.reg, MetricFaults, itoa(lane), "kind", ErrWrongFormat.String()) > 0 })
 	if s.Ready() {
 		t.Fatal("a lane of another format became ready")
 	}

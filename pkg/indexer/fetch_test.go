@@ -59,10 +59,10 @@ func TestStalledSnapshotReadIsRetriedWithoutALaneFault(t *testing.T) {
 	testenv.Eventually(t, waitTotal, waitInterval, func() error { return checkDepths(s.Service, r, w) })
 
 	lane := strconv.Itoa(r.lane)
-	if got := s.m.fetchRetries.With(lane).Value(); got != 1 {
+	if got := metricCount(s.reg, MetricSnapshotFetchRetries, lane); got != 1 {
 		t.Fatalf("fetch retries = %d, want 1", got)
 	}
-	if got := s.m.bootstraps.With(lane, "failed").Value(); got != 0 {
+	if got := metricCount(s.reg, MetricBootstraps, lane, "outcome", "failed"); got != 0 {
 		t.Fatalf("failed bootstraps = %d, want 0: a retried read is not a bootstrap failure", got)
 	}
 	if st, _ := statusOf(s.Service, r.lane); st.LastFault != "" {
@@ -90,7 +90,7 @@ func TestSnapshotReadTimingOutOnEveryAttemptIsALaneFault(t *testing.T) {
 	s := startService(t, e.nc, e.js, cfg, f.install)
 	lane := strconv.Itoa(r.lane)
 	testenv.Eventually(t, waitTotal, waitInterval, func() error {
-		if got := s.m.faults.With(lane, "snapshot_fetch").Value(); got == 0 {
+		if got := metricCount(s.reg, MetricFaults, lane, "kind", "snapshot_fetch"); got == 0 {
 			return errors.New("no snapshot_fetch fault yet")
 		}
 		st, err := statusOf(s.Service, r.lane)
@@ -106,8 +106,8 @@ func TestSnapshotReadTimingOutOnEveryAttemptIsALaneFault(t *testing.T) {
 		t.Fatal("lane ready without a snapshot")
 	}
 	// Each failed bootstrap made exactly Attempts reads and Attempts-1 retries.
-	failed := s.m.bootstraps.With(lane, "failed").Value()
-	retries := s.m.fetchRetries.With(lane).Value()
+	failed := metricCount(s.reg, MetricBootstraps, lane, "outcome", "failed")
+	retries := metricCount(s.reg, MetricSnapshotFetchRetries, lane)
 	if failed == 0 || retries < failed || retries > failed+1 {
 		t.Fatalf("failed bootstraps %d, retries %d: want one retry per failed bootstrap", failed, retries)
 	}
@@ -127,10 +127,10 @@ func TestMissingSnapshotObjectIsNotRetried(t *testing.T) {
 	s := startService(t, e.nc, e.js, testConfig(t), f.install)
 	waitInstalled(t, s.Service, r.lane, r.epoch(), r.pub.LastSequence())
 	lane := strconv.Itoa(r.lane)
-	if got := s.m.fetchRetries.With(lane).Value(); got != 0 {
+	if got := metricCount(s.reg, MetricSnapshotFetchRetries, lane); got != 0 {
 		t.Fatalf("fetch retries = %d, want 0: only timeouts are retried", got)
 	}
-	if got := s.m.faults.With(lane, "snapshot_fetch").Value(); got != 1 {
+	if got := metricCount(s.reg, MetricFaults, lane, "kind", "snapshot_fetch"); got != 1 {
 		t.Fatalf("snapshot_fetch faults = %d, want 1", got)
 	}
 }

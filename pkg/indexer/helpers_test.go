@@ -12,8 +12,10 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
@@ -206,4 +208,14 @@ func waitFor(t testing.TB, cond func() bool) {
 		}
 		return nil
 	})
+}
+
+// metricCount sums the series of metric name on lane (whatever its dc)
+// that carry the extra label pairs kv.
+func metricCount(g prometheus.Gatherer, name, lane string, kv ...string) uint64 {
+	spec := name + `{lane="` + lane + `"`
+	for i := 0; i+1 < len(kv); i += 2 {
+		spec += `,` + kv[i] + `="` + kv[i+1] + `"`
+	}
+	return promtest.Count(g, spec+"}")
 }

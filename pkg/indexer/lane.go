@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
@@ -77,6 +78,7 @@ type laneStatus struct {
 	phase     string
 	epoch     uint64
 	installed uint64
+	lag       uint64
 	lastFault string
 }
 
@@ -113,6 +115,7 @@ func (r *laneRunner) Status() api.LaneStatus {
 		State:             r.st.phase,
 		Epoch:             r.st.epoch,
 		InstalledSequence: r.st.installed,
+		StreamLag:         r.st.lag,
 		LastFault:         r.st.lastFault,
 	}
 }
@@ -697,6 +700,9 @@ func faultKind(f consumer.Fault) string {
 func (r *laneRunner) handle(ctx context.Context, m jetstream.Msg) (out outcome, done bool) {
 	if meta, err := m.Metadata(); err == nil {
 		r.m.lag.Set(float64(meta.NumPending))
+		r.mu.Lock()
+		r.st.lag = meta.NumPending
+		r.mu.Unlock()
 	}
 	data := m.Data()
 	kind, err := wire.PeekKind(data)
@@ -798,6 +804,11 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 	_, span := r.svc.tracer.Start(pctx, SpanLaneApply,
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithAttributes(
+			semconv.MessagingSystemKey.String("nats"),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("apply"),
+			semconv.MessagingDestinationName(m.Subject()),
+			semconv.MessagingMessageBodySize(len(m.Data())),
 			attribute.Int("lane", r.lane),
 			attribute.String("dc", r.dc),
 			attribute.Int64("sequence", int64(d.Sequence)),
@@ -814,11 +825,11 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 		return r.poolRefused(err), true
 	}
 	r.m.deltas.Inc()
-	r.m.images.Add(uint64(len(d.Images)))
+	r.m.images.Add(float64(len(d.Images)))
 	r.setInstalled(r.cur.epoch, d.Sequence)
 	if t, ok := eventTime(m.Headers()); ok {
 		if lat := admitted.Sub(t); lat >= 0 {
-			r.m.latency.Observe(lat.Seconds())
+			r.m.observeLatency(lat.Seconds(), span.SpanContext())
 		}
 	}
 	return outcome{}, false

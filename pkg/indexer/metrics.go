@@ -3,12 +3,19 @@ package indexer
 import (
 	"strconv"
 	"strings"
+	"sync/atomic"
 
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
-// Metric names exported by the indexer (labels in braces).
+// Metric names exported by the indexer (labels in braces). Every per-lane
+// series carries lane and dc; they are deleted when the lane's runner goes
+// away (the service stops), so a registry outliving a service keeps no
+// stale lane.
 const (
 	// MetricLaneState is 1 for the lane runner's current phase and 0 for the
 	// others {lane, dc, state}; states are the Phase* constants.
@@ -21,28 +28,30 @@ const (
 	// MetricStreamLag is the number of lane messages in the stream not yet
 	// consumed, from the ordered consumer's NumPending {lane, dc}.
 	MetricStreamLag = "ckf_indexer_stream_lag_messages"
-	// MetricFaults counts lane faults by kind {lane, kind}.
+	// MetricFaults counts lane faults by kind {lane, dc, kind}.
 	MetricFaults = "ckf_indexer_faults_total"
-	// MetricMalformed counts refused lane messages by kind {lane, kind}.
+	// MetricMalformed counts refused lane messages by kind {lane, dc, kind}.
 	MetricMalformed = "ckf_indexer_malformed_total"
 	// MetricSuperseded counts messages of a superseded wire epoch dropped
-	// before the pool {lane, kind}.
+	// before the pool {lane, dc, kind}.
 	MetricSuperseded = "ckf_indexer_superseded_total"
-	// MetricBootstraps counts bootstrap attempts {lane,
+	// MetricBootstraps counts bootstrap attempts {lane, dc,
 	// outcome=installed|failed|waiting}; waiting: no snapshot marker yet.
 	MetricBootstraps = "ckf_indexer_bootstraps_total"
-	// MetricSnapshotRequests counts snapshot requests sent to the producer {lane}.
+	// MetricSnapshotRequests counts snapshot requests sent to the producer
+	// {lane, dc}.
 	MetricSnapshotRequests = "ckf_indexer_snapshot_requests_total"
 	// MetricSnapshotFetchRetries counts snapshot body reads retried after a
-	// timeout {lane}.
+	// timeout {lane, dc}.
 	MetricSnapshotFetchRetries = "ckf_indexer_snapshot_fetch_retries_total"
-	// MetricDeltas counts deltas admitted to the pool {lane}.
+	// MetricDeltas counts deltas admitted to the pool {lane, dc}.
 	MetricDeltas = "ckf_indexer_deltas_total"
-	// MetricImages counts bucket images admitted to the pool {lane}.
+	// MetricImages counts bucket images admitted to the pool {lane, dc}.
 	MetricImages = "ckf_indexer_images_total"
 	// MetricEventToQueryable observes, per delta carrying EventTimeHeader,
 	// the seconds from the oldest event of its batch to the moment
-	// SubmitDelta returned {lane}. It is approximate: admission precedes the
+	// SubmitDelta returned {lane, dc}, with the lane_apply span's trace id
+	// as exemplar. It is approximate: admission precedes the
 	// worker's bucket stores by the queue wait (bounded by the pool's
 	// MaxDirtyToAppliedAge), and relay and indexer clocks may differ.
 	MetricEventToQueryable = "ckf_indexer_event_to_queryable_seconds"
@@ -51,7 +60,7 @@ const (
 	MetricWorkerFailures = "ckf_indexer_worker_failures_total"
 	// MetricUngrantedEpoch counts lane messages refused because their epoch
 	// is above every epoch the lease coordinator has granted the pool, even
-	// after re-reading the lease bucket (forged traffic) {lane, kind}.
+	// after re-reading the lease bucket (forged traffic) {lane, dc, kind}.
 	MetricUngrantedEpoch = "ckf_indexer_ungranted_epoch_total"
 	// MetricLaneMapRejected counts lane map entries refused on read (bad DC
 	// name, DC id not derived from the name, duplicate), and maps that did
@@ -98,77 +107,110 @@ const (
 const faultSuperseded = "superseded_traffic"
 
 type serviceMetrics struct {
-	laneState        *metrics.GaugeVec
-	laneReady        *metrics.GaugeVec
-	installed        *metrics.GaugeVec
-	lag              *metrics.GaugeVec
-	faults           *metrics.CounterVec
-	malformed        *metrics.CounterVec
-	superseded       *metrics.CounterVec
-	bootstraps       *metrics.CounterVec
-	snapshotRequests *metrics.CounterVec
-	fetchRetries     *metrics.CounterVec
-	deltas           *metrics.CounterVec
-	images           *metrics.CounterVec
-	latency          *metrics.HistogramVec
-	workerFailures   *metrics.Counter
-	poolRebuilds     *metrics.Counter
-	setupRetries     *metrics.Counter
-	ungranted        *metrics.CounterVec
-	laneMapRejected  *metrics.CounterVec
-	streamRecreated  *metrics.CounterVec
+	laneState        *prometheus.GaugeVec
+	laneReady        *prometheus.GaugeVec
+	installed        *prometheus.GaugeVec
+	lag              *prometheus.GaugeVec
+	faults           *prometheus.CounterVec
+	malformed        *prometheus.CounterVec
+	superseded       *prometheus.CounterVec
+	bootstraps       *prometheus.CounterVec
+	snapshotRequests *prometheus.CounterVec
+	fetchRetries     *prometheus.CounterVec
+	deltas           *prometheus.CounterVec
+	images           *prometheus.CounterVec
+	latency          *prometheus.HistogramVec
+	workerFailures   prometheus.Counter
+	poolRebuilds     prometheus.Counter
+	rebuildCount     atomic.Uint64 // poolRebuilds, readable for logs
+	setupRetries     prometheus.Counter
+	ungranted        *prometheus.CounterVec
+	laneMapRejected  *prometheus.CounterVec
+	streamRecreated  *prometheus.CounterVec
 }
 
-func newServiceMetrics(reg *metrics.Registry) *serviceMetrics {
-	return &serviceMetrics{
-		laneState:        reg.NewGaugeVec(MetricLaneState, "Lane runner phase (1 for the current phase).", "lane", "dc", "state"),
-		laneReady:        reg.NewGaugeVec(MetricLaneReady, "Lane ready bit in the indexer.", "lane", "dc"),
-		installed:        reg.NewGaugeVec(MetricInstalledSequence, "Last installed or admitted lane sequence.", "lane", "dc"),
-		lag:              reg.NewGaugeVec(MetricStreamLag, "Lane stream messages not yet consumed.", "lane", "dc"),
-		faults:           reg.NewCounterVec(MetricFaults, "Lane faults by kind.", "lane", "kind"),
-		malformed:        reg.NewCounterVec(MetricMalformed, "Refused lane messages by kind.", "lane", "kind"),
-		superseded:       reg.NewCounterVec(MetricSuperseded, "Messages of a superseded producer epoch dropped.", "lane", "kind"),
-		bootstraps:       reg.NewCounterVec(MetricBootstraps, "Lane bootstrap attempts by outcome.", "lane", "outcome"),
-		snapshotRequests: reg.NewCounterVec(MetricSnapshotRequests, "Snapshot requests sent to the producer.", "lane"),
-		fetchRetries:     reg.NewCounterVec(MetricSnapshotFetchRetries, "Snapshot body reads retried after a timeout.", "lane"),
-		deltas:           reg.NewCounterVec(MetricDeltas, "Deltas admitted to the ingestion pool.", "lane"),
-		images:           reg.NewCounterVec(MetricImages, "Bucket images admitted to the ingestion pool.", "lane"),
-		latency: reg.NewHistogramVec(MetricEventToQueryable, "Oldest event of a delta to its admission (approximate).",
-			metrics.ExponentialBuckets(1e-4, 2, 20), "lane"),
-		workerFailures: reg.NewCounter(MetricWorkerFailures, "Ingestion worker failures reported by the pool."),
-		poolRebuilds:   reg.NewCounter(MetricPoolRebuilds, "Ingestion pools rebuilt after a worker failure."),
-		setupRetries:   reg.NewCounter(MetricSetupRetries, "Start-up steps retried while NATS or the hub's JetStream was unreachable."),
-		ungranted: reg.NewCounterVec(MetricUngrantedEpoch,
-			"Lane messages refused: their epoch was never granted by the lease coordinator.", "lane", "kind"),
-		streamRecreated: reg.NewCounterVec(MetricLaneStreamRecreated,
-			"Lane stream incarnations replaced: recreated by another process, or created by this indexer after it went missing.", "outcome"),
-		laneMapRejected: reg.NewCounterVec(MetricLaneMapRejected,
-			"Lane map entries (entry=lane) or whole maps (entry=map) refused on read.", "entry"),
+// perLane are the vectors whose series a lane owns.
+func (m *serviceMetrics) perLane() []interface {
+	DeletePartialMatch(prometheus.Labels) int
+} {
+	return []interface {
+		DeletePartialMatch(prometheus.Labels) int
+	}{m.laneState, m.laneReady, m.installed, m.lag, m.faults, m.malformed, m.superseded, m.bootstraps,
+		m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.ungranted}
+}
+
+func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
+	gauges := func(name, help string, labels ...string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help}, append([]string{"lane", "dc"}, labels...))
 	}
+	counters := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, append([]string{"lane", "dc"}, labels...))
+	}
+	m := &serviceMetrics{
+		laneState:        gauges(MetricLaneState, "Lane runner phase (1 for the current phase).", "state"),
+		laneReady:        gauges(MetricLaneReady, "Lane ready bit in the indexer."),
+		installed:        gauges(MetricInstalledSequence, "Last installed or admitted lane sequence."),
+		lag:              gauges(MetricStreamLag, "Lane stream messages not yet consumed."),
+		faults:           counters(MetricFaults, "Lane faults by kind.", "kind"),
+		malformed:        counters(MetricMalformed, "Refused lane messages by kind.", "kind"),
+		superseded:       counters(MetricSuperseded, "Messages of a superseded producer epoch dropped.", "kind"),
+		bootstraps:       counters(MetricBootstraps, "Lane bootstrap attempts by outcome.", "outcome"),
+		snapshotRequests: counters(MetricSnapshotRequests, "Snapshot requests sent to the producer."),
+		fetchRetries:     counters(MetricSnapshotFetchRetries, "Snapshot body reads retried after a timeout."),
+		deltas:           counters(MetricDeltas, "Deltas admitted to the ingestion pool."),
+		images:           counters(MetricImages, "Bucket images admitted to the ingestion pool."),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricEventToQueryable,
+			Help:    "Oldest event of a delta to its admission (approximate); exemplars carry the lane_apply trace id.",
+			Buckets: prometheus.ExponentialBuckets(1e-4, 2, 20)}, []string{"lane", "dc"}),
+		workerFailures: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricWorkerFailures, Help: "Ingestion worker failures reported by the pool."}),
+		poolRebuilds:   prometheus.NewCounter(prometheus.CounterOpts{Name: MetricPoolRebuilds, Help: "Ingestion pools rebuilt after a worker failure."}),
+		setupRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricSetupRetries,
+			Help: "Start-up steps retried while NATS or the hub's JetStream was unreachable."}),
+		ungranted: counters(MetricUngrantedEpoch, "Lane messages refused: their epoch was never granted by the lease coordinator.", "kind"),
+		laneMapRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLaneMapRejected,
+			Help: "Lane map entries (entry=lane) or whole maps (entry=map) refused on read."}, []string{"entry"}),
+		streamRecreated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLaneStreamRecreated,
+			Help: "Lane stream incarnations replaced: recreated by another process, or created by this indexer after it went missing."}, []string{"outcome"}),
+	}
+	for _, c := range []prometheus.Collector{m.laneState, m.laneReady, m.installed, m.lag, m.faults, m.malformed, m.superseded,
+		m.bootstraps, m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.workerFailures, m.poolRebuilds,
+		m.setupRetries, m.ungranted, m.laneMapRejected, m.streamRecreated} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
 }
 
 // laneMetrics holds one lane's children so the hot path skips vector lookups.
 type laneMetrics struct {
 	m        *serviceMetrics
 	lane, dc string
-	ready    *metrics.Gauge
-	install  *metrics.Gauge
-	lag      *metrics.Gauge
-	deltas   *metrics.Counter
-	images   *metrics.Counter
-	latency  *metrics.Histogram
+	ready    prometheus.Gauge
+	install  prometheus.Gauge
+	lag      prometheus.Gauge
+	deltas   prometheus.Counter
+	images   prometheus.Counter
+	latency  prometheus.Observer
 }
 
 func (m *serviceMetrics) forLane(lane int, dc string) *laneMetrics {
 	l := strconv.Itoa(lane)
 	return &laneMetrics{
 		m: m, lane: l, dc: dc,
-		ready:   m.laneReady.With(l, dc),
-		install: m.installed.With(l, dc),
-		lag:     m.lag.With(l, dc),
-		deltas:  m.deltas.With(l),
-		images:  m.images.With(l),
-		latency: m.latency.With(l),
+		ready:   m.laneReady.WithLabelValues(l, dc),
+		install: m.installed.WithLabelValues(l, dc),
+		lag:     m.lag.WithLabelValues(l, dc),
+		deltas:  m.deltas.WithLabelValues(l, dc),
+		images:  m.images.WithLabelValues(l, dc),
+		latency: m.latency.WithLabelValues(l, dc),
+	}
+}
+
+// remove deletes every series of the lane.
+func (lm *laneMetrics) remove() {
+	for _, v := range lm.m.perLane() {
+		v.DeletePartialMatch(prometheus.Labels{"lane": lm.lane, "dc": lm.dc})
 	}
 }
 
@@ -178,20 +220,38 @@ func (lm *laneMetrics) setPhase(phase string) {
 		if p == phase {
 			v = 1
 		}
-		lm.m.laneState.With(lm.lane, lm.dc, p).Set(v)
+		lm.m.laneState.WithLabelValues(lm.lane, lm.dc, p).Set(v)
 	}
 }
 
-func (lm *laneMetrics) fault(kind string)      { lm.m.faults.With(lm.lane, kind).Inc() }
-func (lm *laneMetrics) malformed(kind string)  { lm.m.malformed.With(lm.lane, kind).Inc() }
-func (lm *laneMetrics) superseded(kind string) { lm.m.superseded.With(lm.lane, kind).Inc() }
-func (lm *laneMetrics) bootstrap(outcome string) {
-	lm.m.bootstraps.With(lm.lane, outcome).Inc()
+func (lm *laneMetrics) fault(kind string) { lm.m.faults.WithLabelValues(lm.lane, lm.dc, kind).Inc() }
+func (lm *laneMetrics) malformed(kind string) {
+	lm.m.malformed.WithLabelValues(lm.lane, lm.dc, kind).Inc()
 }
-func (lm *laneMetrics) ungranted(kind string) { lm.m.ungranted.With(lm.lane, kind).Inc() }
-func (lm *laneMetrics) snapshotRequested()    { lm.m.snapshotRequests.With(lm.lane).Inc() }
+func (lm *laneMetrics) superseded(kind string) {
+	lm.m.superseded.WithLabelValues(lm.lane, lm.dc, kind).Inc()
+}
+func (lm *laneMetrics) bootstrap(outcome string) {
+	lm.m.bootstraps.WithLabelValues(lm.lane, lm.dc, outcome).Inc()
+}
+func (lm *laneMetrics) ungranted(kind string) {
+	lm.m.ungranted.WithLabelValues(lm.lane, lm.dc, kind).Inc()
+}
+func (lm *laneMetrics) snapshotRequested() {
+	lm.m.snapshotRequests.WithLabelValues(lm.lane, lm.dc).Inc()
+}
+func (lm *laneMetrics) fetchRetried() { lm.m.fetchRetries.WithLabelValues(lm.lane, lm.dc).Inc() }
 
-func (lm *laneMetrics) fetchRetried() { lm.m.fetchRetries.With(lm.lane).Inc() }
+// observeLatency records one event-to-queryable latency, with the trace
+// of the lane apply as exemplar when it is sampled.
+func (lm *laneMetrics) observeLatency(seconds float64, sc trace.SpanContext) {
+	promx.Observe(lm.latency, seconds, sc)
+}
+
+func (m *serviceMetrics) poolRebuilt() uint64 {
+	m.poolRebuilds.Inc()
+	return m.rebuildCount.Add(1)
+}
 
 // wireKindLabel turns a wire decode error kind into a metric label
 // ("trailing bytes" → "trailing_bytes").

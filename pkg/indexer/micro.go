@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -55,7 +56,7 @@ func (s *Service) startMicro() (micro.Service, error) {
 }
 
 func (s *Service) handleMatch(req micro.Request) {
-	resp, status, err := api.Match(s, s.apiM, req.Data())
+	resp, status, err := api.Match(context.Background(), s, s.apiM, req.Data())
 	if err != nil {
 		if rerr := req.Error(strconv.Itoa(status), err.Error(), api.ErrorJSON(err)); rerr != nil {
 			s.log.Warn().Err(rerr).Msg("replying to a match request")

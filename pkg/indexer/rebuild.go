@@ -107,7 +107,7 @@ func (s *Service) rebuild(g *poolGen) {
 		wait := s.limiter.delay(time.Now())
 		s.mu.Unlock()
 		if wait > 0 {
-			s.log.Warn().Dur("wait", wait).Msg("ingestion pool rebuild rate limited")
+			s.log.Warn().Dur("wait_ms", wait).Msg("ingestion pool rebuild rate limited")
 			t := time.NewTimer(wait)
 			select {
 			case <-s.stopFault:
@@ -149,10 +149,10 @@ func (s *Service) replacePool(g *poolGen) (done bool, err error) {
 	next := newPoolGen(p)
 	s.gen.Store(next)
 	close(g.replaced)
-	s.m.poolRebuilds.Inc()
+	rebuilds := s.m.poolRebuilt()
 	s.dispatch.Add(1)
 	go s.dispatchFaults(next)
-	s.log.Warn().Uint64("rebuilds", s.m.poolRebuilds.Value()).Dur("next_min_interval", s.limiter.interval).
+	s.log.Warn().Uint64("rebuilds", rebuilds).Dur("next_min_interval_ms", s.limiter.interval).
 		Msg("ingestion pool rebuilt; every lane bootstraps again")
 	return true, nil
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -25,7 +26,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -48,7 +48,7 @@ type Service struct {
 	cfg      Config
 	log      zerolog.Logger
 	tracer   trace.Tracer
-	reg      *metrics.Registry
+	reg      *prometheus.Registry
 	m        *serviceMetrics
 	apiM     *api.Metrics
 	instance ckf.ConsumerInstanceID
@@ -116,7 +116,15 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	}
 	reg := cfg.Metrics
 	if reg == nil {
-		reg = metrics.NewRegistry()
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newServiceMetrics(reg)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
+	}
+	apiM, err := api.NewMetrics(reg)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
 	tp := cfg.Tracer
 	if tp == nil {
@@ -126,11 +134,11 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		nc:         nc,
 		js:         js,
 		cfg:        cfg,
-		log:        cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Logger(),
+		log:        cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Str("instance", "indexer-"+strconv.FormatUint(instance, 16)).Logger(),
 		tracer:     tp.Tracer(TracerName),
 		reg:        reg,
-		m:          newServiceMetrics(reg),
-		apiM:       api.NewMetrics(reg),
+		m:          m,
+		apiM:       apiM,
 		instance:   ckf.ConsumerInstanceID(instance),
 		domainID:   domainID,
 		requester:  "indexer-" + strconv.FormatUint(instance, 16),
@@ -148,7 +156,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 func (s *Service) ConsumerInstance() ckf.ConsumerInstanceID { return s.instance }
 
 // Metrics returns the registry holding the indexer and API metrics.
-func (s *Service) Metrics() *metrics.Registry { return s.reg }
+func (s *Service) Metrics() *prometheus.Registry { return s.reg }
 
 // APIMetrics returns the API metrics to pass to api.Handler, so HTTP and
 // the NATS endpoint count into the same series.
@@ -171,7 +179,7 @@ func (s *Service) Run(ctx context.Context) error {
 	user := pol.OnRetry
 	pol.OnRetry = func(attempt int, err error, wait time.Duration) {
 		s.m.setupRetries.Inc()
-		s.log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("start-up step failed; retrying")
+		s.log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in_ms", wait).Msg("start-up step failed; retrying")
 		if user != nil {
 			user(attempt, err, wait)
 		}
@@ -207,7 +215,7 @@ func (s *Service) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	defer s.shutdown(cancel, svc)
 
-	s.log.Info().Uint64("consumer_instance", uint64(s.instance)).Msg("indexer started")
+	s.log.Info().Msg("indexer started")
 	if info, err := res.Lanes.Info(rctx); err == nil {
 		s.runnersWG.Add(1)
 		go func() {
@@ -261,7 +269,7 @@ func (s *Service) watchLaneStream(ctx context.Context, created time.Time) {
 				s.log.Warn().Err(err).Msg("lane stream missing; recreating it failed")
 				continue
 			}
-			s.m.streamRecreated.With("created").Inc()
+			s.m.streamRecreated.WithLabelValues("created").Inc()
 			s.log.Warn().Msg("lane stream was missing; recreated it")
 			continue
 		}
@@ -269,7 +277,7 @@ func (s *Service) watchLaneStream(ctx context.Context, created time.Time) {
 			continue
 		}
 		if !created.IsZero() {
-			s.m.streamRecreated.With("recreated").Inc()
+			s.m.streamRecreated.WithLabelValues("recreated").Inc()
 		}
 		s.log.Warn().Time("was_created", created).Time("created", info.Created).Msg("lane stream replaced; every lane bootstraps again")
 		created = info.Created
@@ -293,6 +301,15 @@ func (s *Service) shutdown(cancel context.CancelFunc, svc micro.Service) {
 	s.closing = true
 	s.mu.Unlock()
 	s.runnersWG.Wait()
+	// The lanes go away with the service: a registry that outlives it (a
+	// restarted service in the same process) keeps no stale lane series.
+	s.mu.Lock()
+	for _, r := range s.runners {
+		if r != nil {
+			r.m.remove()
+		}
+	}
+	s.mu.Unlock()
 	if err := svc.Stop(); err != nil {
 		s.log.Warn().Err(err).Msg("stopping the NATS endpoint")
 	}
@@ -309,12 +326,12 @@ func (s *Service) shutdown(cancel context.CancelFunc, svc micro.Service) {
 // refused on read (the rest of the map applies).
 func (s *Service) laneMapRefused(m lease.LaneMap) bool {
 	if m.Err != nil {
-		s.m.laneMapRejected.With("map").Inc()
+		s.m.laneMapRejected.WithLabelValues("map").Inc()
 		s.log.Error().Err(m.Err).Uint64("revision", m.Revision).Msg("lane map does not decode; not obeyed, running lanes kept")
 		return true
 	}
 	for _, r := range m.Rejected {
-		s.m.laneMapRejected.With("lane").Inc()
+		s.m.laneMapRejected.WithLabelValues("lane").Inc()
 		s.log.Error().Str("entry", r).Uint64("revision", m.Revision).Msg("lane map entry refused")
 	}
 	return false

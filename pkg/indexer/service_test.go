@@ -62,14 +62,14 @@ func TestMatchEqualsProducerExactState(t *testing.T) {
 	if !s.Ready() {
 		t.Fatal("Ready() = false with an active lane")
 	}
-	lm := s.m.forLane(r.lane, r.dc)
-	if got := lm.deltas.Value(); got == 0 {
+	lane := strconv.Itoa(r.lane)
+	if got := metricCount(s.reg, MetricDeltas, lane); got == 0 {
 		t.Fatalf("deltas admitted = %d, want > 0", got)
 	}
-	if lm.latency.Count() == 0 {
+	if metricCount(s.reg, MetricEventToQueryable, lane) == 0 {
 		t.Fatal("no event→queryable latency observed for deltas carrying the event time header")
 	}
-	if got := s.m.bootstraps.With(strconv.Itoa(r.lane), "installed").Value(); got != 1 {
+	if got := metricCount(s.reg, MetricBootstraps, strconv.Itoa(r.lane), "outcome", "installed"); got != 1 {
 		t.Fatalf("bootstraps installed = %d, want 1", got)
 	}
 	// Every lane-map DC is reported, with its state and sequence.
@@ -154,11 +154,11 @@ func TestMalformedMessagesAreCountedAndSkipped(t *testing.T) {
 
 	lane := strconv.Itoa(r.lane)
 	for _, kind := range []string{"malformed", "truncated", "trailing_bytes", malformedSubject, malformedForeignPool} {
-		if got := s.m.malformed.With(lane, kind).Value(); got != 1 {
+		if got := metricCount(s.reg, MetricMalformed, lane, "kind", kind); got != 1 {
 			t.Errorf("malformed{%s} = %d, want 1", kind, got)
 		}
 	}
-	if got := s.m.bootstraps.With(lane, "installed").Value(); got != 1 {
+	if got := metricCount(s.reg, MetricBootstraps, lane, "outcome", "installed"); got != 1 {
 		t.Fatalf("bootstraps = %d, want 1: a malformed message must not touch the lane", got)
 	}
 	if st, _ := statusOf(s.Service, r.lane); st.LastFault != "" {
@@ -221,7 +221,7 @@ func TestGapRetiresOnlyThatLaneAndRecoversFromNewerSnapshot(t *testing.T) {
 	case <-time.After(waitTotal):
 		t.Fatal("no snapshot request after the gap")
 	}
-	if got := s.m.faults.With(strconv.Itoa(a.lane), consumer.FaultBaseSequenceMismatch.String()).Value(); got == 0 {
+	if got := metricCount(s.reg, MetricFaults, strconv.Itoa(a.lane), "kind", consumer.FaultBaseSequenceMismatch.String()); got == 0 {
 		t.Fatal("gap fault not counted")
 	}
 	// The producer answers with a newer barrier snapshot.
@@ -237,7 +237,7 @@ func TestGapRetiresOnlyThatLaneAndRecoversFromNewerSnapshot(t *testing.T) {
 		t.Fatal("lane b lost readiness while lane a recovered")
 	}
 	lb := strconv.Itoa(b.lane)
-	if got := s.m.bootstraps.With(lb, "installed").Value(); got != 1 {
+	if got := metricCount(s.reg, MetricBootstraps, lb, "outcome", "installed"); got != 1 {
 		t.Fatalf("lane b bootstraps = %d, want 1", got)
 	}
 	if err := checkDepths(s.Service, b, wb); err != nil {
@@ -277,7 +277,7 @@ func TestNewerEpochSwitchesAndDropsSupersededTraffic(t *testing.T) {
 	feed(r, w, func(i int) int { return 8 })
 	r.drain()
 	testenv.Eventually(t, waitTotal, waitInterval, func() error {
-		if got := s.m.superseded.With(strconv.Itoa(r.lane), "delta").Value(); got != 1 {
+		if got := metricCount(s.reg, MetricSuperseded, strconv.Itoa(r.lane), "kind", "delta"); got != 1 {
 			return fmt.Errorf("superseded deltas = %d, want 1", got)
 		}
 		return nil
@@ -286,7 +286,7 @@ func TestNewerEpochSwitchesAndDropsSupersededTraffic(t *testing.T) {
 	if err := checkDepths(s.Service, r, w); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.m.bootstraps.With(strconv.Itoa(r.lane), "installed").Value(); got != 2 {
+	if got := metricCount(s.reg, MetricBootstraps, strconv.Itoa(r.lane), "outcome", "installed"); got != 2 {
 		t.Fatalf("bootstraps = %d, want 2 (initial epoch, newer epoch)", got)
 	}
 }
@@ -461,7 +461,7 @@ func TestALaneWaitingForItsFirstMarkerIsNotAFault(t *testing.T) {
 	s := startService(t, e.nc, e.js, testConfig(t))
 	lane := strconv.Itoa(r.lane)
 	testenv.Eventually(t, waitTotal, waitInterval, func() error {
-		if got := s.m.bootstraps.With(lane, "waiting").Value(); got < 2 {
+		if got := metricCount(s.reg, MetricBootstraps, lane, "outcome", "waiting"); got < 2 {
 			return fmt.Errorf("waiting bootstraps %d, want a few", got)
 		}
 		return nil
@@ -471,10 +471,10 @@ func TestALaneWaitingForItsFirstMarkerIsNotAFault(t *testing.T) {
 	}
 	r.takeEpoch() // the first snapshot marker
 	waitInstalled(t, s.Service, r.lane, r.epoch(), r.pub.LastSequence())
-	if got := s.m.faults.With(lane, "no_snapshot").Value(); got != 0 {
+	if got := metricCount(s.reg, MetricFaults, lane, "kind", "no_snapshot"); got != 0 {
 		t.Fatalf("no_snapshot faults = %d, want 0", got)
 	}
-	if got := s.m.bootstraps.With(lane, "failed").Value(); got != 0 {
+	if got := metricCount(s.reg, MetricBootstraps, lane, "outcome", "failed"); got != 0 {
 		t.Fatalf("failed bootstraps = %d, want 0", got)
 	}
 	if st, _ := statusOf(s.Service, r.lane); st.LastFault != "" {

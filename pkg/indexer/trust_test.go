@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
@@ -94,11 +95,11 @@ func TestAForgedHigherEpochCannotTakeALaneOver(t *testing.T) {
 	}
 	lane := strconv.Itoa(r.lane)
 	for _, kind := range []string{wire.KindSnapshotMarker.String(), wire.KindDelta.String()} {
-		if got := s.m.ungranted.With(lane, kind).Value(); got != 1 {
+		if got := metricCount(s.reg, MetricUngrantedEpoch, lane, "kind", kind); got != 1 {
 			t.Fatalf("ungranted %s = %d, want 1", kind, got)
 		}
 	}
-	if got := s.m.bootstraps.With(lane, "installed").Value(); got != 1 {
+	if got := metricCount(s.reg, MetricBootstraps, lane, "outcome", "installed"); got != 1 {
 		t.Fatalf("bootstraps = %d: the forged epoch moved the lane", got)
 	}
 
@@ -106,7 +107,7 @@ func TestAForgedHigherEpochCannotTakeALaneOver(t *testing.T) {
 	// refuses it, asks for a snapshot and installs the genuine one.
 	s.stop(t)
 	s2 := startService(t, e.nc, e.js, testConfig(t))
-	waitFor(t, func() bool { return s2.m.snapshotRequests.With(lane).Value() > 0 })
+	waitFor(t, func() bool { return metricCount(s2.reg, MetricSnapshotRequests, lane) > 0 })
 	r.snapshot()
 	waitInstalled(t, s2.Service, r.lane, r.epoch(), r.pub.LastSequence())
 	if err := checkDepths(s2.Service, r, w); err != nil {
@@ -127,7 +128,7 @@ func TestAGenuineNewEpochIsAcceptedBeforeTheIndexerSawTheCounterMove(t *testing.
 	r.takeEpoch()
 	feed(r, w, func(i int) int { return 6 })
 	waitInstalled(t, s.Service, r.lane, r.epoch(), r.pub.LastSequence())
-	if got := s.m.ungranted.With(strconv.Itoa(r.lane), wire.KindSnapshotMarker.String()).Value(); got != 0 {
+	if got := metricCount(s.reg, MetricUngrantedEpoch, strconv.Itoa(r.lane), "kind", wire.KindSnapshotMarker.String()); got != 0 {
 		t.Fatalf("a genuine epoch was refused %d times", got)
 	}
 	if err := checkDepths(s.Service, r, w); err != nil {
@@ -163,7 +164,7 @@ func TestALaneDroppingSupersededTrafficReportsAFaultAndRecovers(t *testing.T) {
 	// The real relay goes on under its epoch: dropped, until the lane says so.
 	lane := strconv.Itoa(r.lane)
 	deadline := time.Now().Add(waitTotal)
-	for s.m.faults.With(lane, faultSuperseded).Value() == 0 {
+	for metricCount(s.reg, MetricFaults, lane, "kind", faultSuperseded) == 0 {
 		if time.Now().After(deadline) {
 			t.Fatal("no superseded_traffic fault")
 		}
@@ -177,7 +178,7 @@ func TestALaneDroppingSupersededTrafficReportsAFaultAndRecovers(t *testing.T) {
 	}
 	// The fault asked for a snapshot; the relay answers it and the lane
 	// installs its real epoch again.
-	waitFor(t, func() bool { return s.m.snapshotRequests.With(lane).Value() > 0 })
+	waitFor(t, func() bool { return metricCount(s.reg, MetricSnapshotRequests, lane) > 0 })
 	r.snapshot()
 	waitInstalled(t, s.Service, r.lane, r.epoch(), r.pub.LastSequence())
 	if err := checkDepths(s.Service, r, w); err != nil {
@@ -232,7 +233,7 @@ func TestASnapshotBodyIsCheckedBeforeAnyByteIsRead(t *testing.T) {
 			s := startService(t, e.nc, e.js, testConfig(t), count)
 			lane := strconv.Itoa(r.lane)
 			testenv.Eventually(t, waitTotal, waitInterval, func() error {
-				if got := s.m.malformed.With(lane, malformedObject).Value(); got == 0 {
+				if got := metricCount(s.reg, MetricMalformed, lane, "kind", malformedObject); got == 0 {
 					return fmt.Errorf("marker not refused")
 				}
 				return nil
@@ -268,7 +269,7 @@ func TestADeletedLaneStreamIsRecreatedAndLanesBootstrapAgain(t *testing.T) {
 	if err := e.js.DeleteStream(ctx, "CKF_LANES"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return s.m.streamRecreated.With("created").Value() > 0 })
+	waitFor(t, func() bool { return promtest.Count(s.reg, MetricLaneStreamRecreated+`{outcome="created"}`) > 0 })
 	if _, err := e.js.Stream(ctx, "CKF_LANES"); err != nil {
 		t.Fatalf("lane stream not recreated: %v", err)
 	}
@@ -281,7 +282,7 @@ func TestADeletedLaneStreamIsRecreatedAndLanesBootstrapAgain(t *testing.T) {
 	if err := checkDepths(s.Service, r, w); err != nil {
 		t.Fatal(err)
 	}
-	if got := s.m.faults.With(strconv.Itoa(r.lane), faultStreamReplaced).Value(); got == 0 {
+	if got := metricCount(s.reg, MetricFaults, strconv.Itoa(r.lane), "kind", faultStreamReplaced); got == 0 {
 		t.Fatal("the lane did not report the replaced stream")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/testenv"
@@ -91,20 +92,22 @@ func TestWorkerFailureRebuildsPoolAndRecoversEveryLane(t *testing.T) {
 		return nil
 	})
 	g1 := s.gen.Load()
-	if s.m.poolRebuilds.Value() != 0 || s.m.workerFailures.Value() != 0 {
-		t.Fatalf("rebuilds %d, worker failures %d before any crash", s.m.poolRebuilds.Value(), s.m.workerFailures.Value())
+	if promtest.Count(s.reg, MetricPoolRebuilds) != 0 || promtest.Count(s.reg, MetricWorkerFailures) != 0 {
+		t.Fatalf("rebuilds %d, worker failures %d before any crash", promtest.Count(s.reg, MetricPoolRebuilds), promtest.Count(s.reg, MetricWorkerFailures))
 	}
 
 	// First crash: lane a's worker. The pool fails closed for lane a only.
 	consumer.CrashLaneWorkerForTest(g1.pool, a.lane)
-	waitFor(t, func() bool { return s.m.workerFailures.Value() == 1 })
-	waitFor(t, func() bool { return s.m.faults.With(strconv.Itoa(a.lane), "worker_failed").Value() >= 1 })
+	waitFor(t, func() bool { return promtest.Count(s.reg, MetricWorkerFailures) == 1 })
+	waitFor(t, func() bool {
+		return metricCount(s.reg, MetricFaults, strconv.Itoa(a.lane), "kind", "worker_failed") >= 1
+	})
 	// The producers keep publishing while the lane is down: the stream
 	// replays it all into the rebuilt pool.
 	feed(a, wa, func(i int) int { return 6 + i%6 })
 	feed(b, wb, func(i int) int { return 12 - i%6 })
 	g2 := waitRecovered(t, s.Service, g1, relays, loads)
-	if got := s.m.poolRebuilds.Value(); got != 1 {
+	if got := promtest.Count(s.reg, MetricPoolRebuilds); got != 1 {
 		t.Fatalf("pool rebuilds = %d after one crash, want 1", got)
 	}
 	t1, interval := lastRebuild(s.Service)
@@ -113,7 +116,7 @@ func TestWorkerFailureRebuildsPoolAndRecoversEveryLane(t *testing.T) {
 	}
 	// Close retired the live lane too: both bootstrapped again.
 	for _, r := range relays {
-		if got := s.m.bootstraps.With(strconv.Itoa(r.lane), "installed").Value(); got != 2 {
+		if got := metricCount(s.reg, MetricBootstraps, strconv.Itoa(r.lane), "outcome", "installed"); got != 2 {
 			t.Fatalf("lane %d installed %d snapshots, want 2 (initial, after the rebuild)", r.lane, got)
 		}
 	}
@@ -122,10 +125,10 @@ func TestWorkerFailureRebuildsPoolAndRecoversEveryLane(t *testing.T) {
 	// rebuild waits for the limiter; meanwhile lane a, on a live worker,
 	// keeps answering exactly.
 	consumer.CrashLaneWorkerForTest(g2.pool, b.lane)
-	waitFor(t, func() bool { return s.m.workerFailures.Value() == 2 })
-	waitFor(t, func() bool { return !isReady(s.Service, b.lane) || s.m.poolRebuilds.Value() > 1 })
+	waitFor(t, func() bool { return promtest.Count(s.reg, MetricWorkerFailures) == 2 })
+	waitFor(t, func() bool { return !isReady(s.Service, b.lane) || promtest.Count(s.reg, MetricPoolRebuilds) > 1 })
 	if err := checkDepths(s.Service, a, wa); err != nil {
-		if s.m.poolRebuilds.Value() == 1 {
+		if promtest.Count(s.reg, MetricPoolRebuilds) == 1 {
 			t.Fatalf("lane a while the rebuild is pending: %v", err)
 		}
 		t.Logf("the rebuild was not pending any more when lane a was checked: %v", err)
@@ -140,15 +143,15 @@ func TestWorkerFailureRebuildsPoolAndRecoversEveryLane(t *testing.T) {
 		t.Fatalf("interval after two quick rebuilds %s, want %s", interval, 2*rebuildMin)
 	}
 	// Not spinning: one rebuild per crash, one install per lane per pool.
-	if got := s.m.poolRebuilds.Value(); got != 2 {
+	if got := promtest.Count(s.reg, MetricPoolRebuilds); got != 2 {
 		t.Fatalf("pool rebuilds = %d after two crashes, want 2", got)
 	}
 	for _, r := range relays {
-		if got := s.m.bootstraps.With(strconv.Itoa(r.lane), "installed").Value(); got != 3 {
+		if got := metricCount(s.reg, MetricBootstraps, strconv.Itoa(r.lane), "outcome", "installed"); got != 3 {
 			t.Fatalf("lane %d installed %d snapshots, want 3", r.lane, got)
 		}
 	}
-	if got := s.m.faults.With(strconv.Itoa(b.lane), "worker_failed").Value(); got < 1 {
+	if got := metricCount(s.reg, MetricFaults, strconv.Itoa(b.lane), "kind", "worker_failed"); got < 1 {
 		t.Fatalf("lane %d worker_failed faults = %d, want >= 1", b.lane, got)
 	}
 	if !s.Ready() {

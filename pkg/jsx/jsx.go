@@ -8,12 +8,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -180,12 +177,6 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, cfg jetstream.Str
 		return nil, fmt.Errorf("jsx: create stream %s: %w", cfg.Name, err)
 	}
 	return s, nil
-}
-
-// HeaderCarrier adapts NATS headers to OpenTelemetry propagation. It goes
-// through http.Header so keys are canonicalised the same way on both sides.
-func HeaderCarrier(h nats.Header) propagation.HeaderCarrier {
-	return propagation.HeaderCarrier(http.Header(h))
 }
 
 // LastLaneSequence returns the stream sequence of the newest message on a

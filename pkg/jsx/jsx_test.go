@@ -56,16 +56,77 @@ func TestEnsureIsIdempotentAndLaneFilterFencesAZombie(t *testing.T) {
 	}
 }
 
-func TestTraceContextRidesInNATSHeaders(t *testing.T) {
-	tp := sdktrace.NewTracerProvider()
-	ctx, span := tp.Tracer("t").Start(context.Background(), "publish")
-	defer span.End()
-	msg := nats.NewMsg("x")
+// A plain publisher (no OpenTelemetry, raw header map) sets the W3C names
+// in lower case, as every W3C implementation writes them; the carrier must
+// read them after a real NATS hop, and what it writes must arrive under the
+// exact W3C names.
+func TestCarrierInteropWithAPlainPublisher(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc := srv.Connect(t)
+	sub, err := nc.SubscribeSync("trace.>")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const (
+		traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+		tracestate  = "vendor=opaque"
+	)
+	plain := &nats.Msg{Subject: "trace.plain", Header: nats.Header{"traceparent": {traceparent}, "tracestate": {tracestate}}}
+	if err := nc.PublishMsg(plain); err != nil {
+		t.Fatal(err)
+	}
+	got, err := sub.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
 	prop := propagation.TraceContext{}
-	prop.Inject(ctx, HeaderCarrier(msg.Header))
-	got := prop.Extract(context.Background(), HeaderCarrier(msg.Header))
-	if sc := spanContextFrom(got); sc.TraceID() != span.SpanContext().TraceID() {
-		t.Fatalf("trace id %s want %s", sc.TraceID(), span.SpanContext().TraceID())
+	ctx := prop.Extract(context.Background(), HeaderCarrier(got.Header))
+	sc := spanContextFrom(ctx)
+	if sc.TraceID().String() != "4bf92f3577b34da6a3ce929d0e0e4736" || sc.SpanID().String() != "00f067aa0ba902b7" || !sc.IsSampled() || !sc.IsRemote() {
+		t.Fatalf("extracted %+v from %v", sc, got.Header)
+	}
+	if sc.TraceState().String() != tracestate {
+		t.Fatalf("tracestate %q", sc.TraceState().String())
+	}
+
+	// Our own injection, read back by a consumer that indexes the raw map.
+	tp := sdktrace.NewTracerProvider()
+	defer tp.Shutdown(context.Background())
+	ctx, span := tp.Tracer("t").Start(ctx, "publish")
+	defer span.End()
+	out := nats.NewMsg("trace.ours")
+	prop.Inject(ctx, HeaderCarrier(out.Header))
+	if err := nc.PublishMsg(out); err != nil {
+		t.Fatal(err)
+	}
+	got, err = sub.NextMsg(5 * time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Header) != 2 || got.Header["tracestate"][0] != tracestate {
+		t.Fatalf("headers on the wire: %v", got.Header)
+	}
+	want := "00-" + sc.TraceID().String() + "-" + span.SpanContext().SpanID().String() + "-01"
+	if v := got.Header["traceparent"]; len(v) != 1 || v[0] != want {
+		t.Fatalf("traceparent on the wire: %v want %s", got.Header, want)
+	}
+}
+
+func TestCarrierIgnoresCaseAndKeepsOneCopy(t *testing.T) {
+	h := nats.Header{"TraceParent": {"a"}, "Other": {"x"}}
+	c := HeaderCarrier(h)
+	if c.Get("traceparent") != "a" || c.Get("TRACEPARENT") != "a" || c.Get("tracestate") != "" {
+		t.Fatalf("get: %v", h)
+	}
+	c.Set("Traceparent", "b")
+	if len(h) != 2 || h["traceparent"][0] != "b" || h["Other"][0] != "x" {
+		t.Fatalf("set: %v", h)
+	}
+	if len(c.Keys()) != 2 {
+		t.Fatalf("keys %v", c.Keys())
+	}
+	if HeaderCarrier(nil).Get("traceparent") != "" {
+		t.Fatal("nil headers")
 	}
 }
 

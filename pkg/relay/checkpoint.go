@@ -106,7 +106,7 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 	}
 	log := r.log.With().Str("object", name).Logger()
 	reject := func(outcome string, err error, msg string) (*producer.State, uint64, bool) {
-		r.m.checkpoints.With(outcome).Inc()
+		r.m.checkpoints.WithLabelValues(outcome).Inc()
 		log.Warn().Err(err).Str("outcome", outcome).Msg(msg + "; replaying the whole input stream")
 		return nil, 0, false
 	}
@@ -114,7 +114,7 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 	defer cancel()
 	info, err := snaps.GetInfo(lctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
-		r.m.checkpoints.With(cpAbsent).Inc()
+		r.m.checkpoints.WithLabelValues(cpAbsent).Inc()
 		log.Info().Msg("no checkpoint; replaying the whole input stream")
 		return nil, 0, false
 	}
@@ -163,13 +163,13 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 		return reject(cpLoadError, err, "checkpoint fetch failed")
 	}
 	if recreated {
-		r.m.checkpoints.With(cpRestoredNew).Inc()
+		r.m.checkpoints.WithLabelValues(cpRestoredNew).Inc()
 		log.Warn().Time("checkpoint_stream_created", created).Time("stream_created", stream.created).
 			Msg("input stream recreated since the checkpoint: restored it and replaying the new stream from its start; events the old stream held after the checkpoint are lost")
 		return state, 0, true
 	}
-	r.m.checkpoints.With(cpRestored).Inc()
-	log.Info().Uint64("input_sequence", seq).Uint64("bytes", info.Size).Dur("took", time.Since(start)).
+	r.m.checkpoints.WithLabelValues(cpRestored).Inc()
+	log.Info().Uint64("input_sequence", seq).Uint64("bytes", info.Size).Dur("took_ms", time.Since(start)).
 		Int("unique_blocks", state.UniqueBlocks()).Msg("exact state restored from the checkpoint")
 	return state, seq, true
 }
@@ -194,11 +194,11 @@ func (e *epochRun) checkpoint(ctx context.Context, trigger string) {
 	// successor's newer one with an older state. The lease record is read
 	// from the bucket, not judged by the local view alone.
 	if !e.lease.Held() {
-		r.m.checkpoints.With(cpNotHeld).Inc()
+		r.m.checkpoints.WithLabelValues(cpNotHeld).Inc()
 		return
 	}
 	if err := e.lease.Verify(ctx); err != nil {
-		r.m.checkpoints.With(cpNotHeld).Inc()
+		r.m.checkpoints.WithLabelValues(cpNotHeld).Inc()
 		r.log.Warn().Err(err).Str("trigger", trigger).Msg("checkpoint not stored: the lease could not be confirmed")
 		return
 	}
@@ -227,13 +227,13 @@ func (e *epochRun) checkpoint(ctx context.Context, trigger string) {
 	took := time.Since(start)
 	r.m.checkpointSeconds.Observe(took.Seconds())
 	if err != nil {
-		r.m.checkpoints.With(cpWriteError).Inc()
+		r.m.checkpoints.WithLabelValues(cpWriteError).Inc()
 		r.log.Warn().Err(err).Str("trigger", trigger).Uint64("input_sequence", e.inputSeq).Msg("checkpoint not stored")
 		return
 	}
 	e.checkpointSeq = e.inputSeq
-	r.m.checkpoints.With(cpWritten).Inc()
-	r.log.Info().Str("trigger", trigger).Uint64("input_sequence", e.inputSeq).Int64("bytes", cw.n).Dur("took", took).
+	r.m.checkpoints.WithLabelValues(cpWritten).Inc()
+	r.log.Info().Str("trigger", trigger).Uint64("input_sequence", e.inputSeq).Int64("bytes", cw.n).Dur("took_ms", took).
 		Str("object", name).Msg("checkpoint stored")
 }
 

@@ -10,20 +10,22 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/replay"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
-func hasMetric(reg *metrics.Registry, line string) bool {
-	var out fmtBuf
-	reg.WritePrometheus(&out)
-	return out.contains(line)
+// hasMetric reports whether reg has the series of spec (name{labels},
+// other labels ignored) with the value spec ends with, if any.
+func hasMetric(reg prometheus.Gatherer, spec string) bool {
+	_, ok := promtest.Has(reg, spec)
+	return ok
 }
 
 func checkpointCount(outcome string, n int) string {
@@ -36,7 +38,7 @@ func checkpointCount(outcome string, n int) string {
 func checkpointedFirstHalf(t *testing.T, srv *testenv.Server, cfg relay.Config, steps []replay.Step) *jetstream.ObjectInfo {
 	t.Helper()
 	nc, js := srv.Connect(t), srv.JetStream(t)
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	cfg.CheckpointInterval = 20 * time.Millisecond
 	r, stop := startRelay(t, nc, js, cfg)
@@ -103,7 +105,7 @@ func TestRelayRestoresItsCheckpointAndReplaysOnlyWhatFollows(t *testing.T) {
 	}
 	publishEvents(t, js, "a", steps[150:])
 
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
 	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
@@ -123,7 +125,7 @@ func TestACheckpointOfAnotherFormatIsIgnored(t *testing.T) {
 	publishEvents(t, js, "a", steps[150:])
 
 	cfg := testConfig("a")
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
 	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
@@ -156,7 +158,7 @@ func TestACorruptCheckpointIsIgnoredAndCounted(t *testing.T) {
 	}
 	publishEvents(t, js, "a", steps[150:])
 
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
 	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
@@ -20,7 +21,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -92,9 +92,11 @@ type Config struct {
 	// JetStream is not reachable yet. The zero value uses retry's defaults.
 	Setup retry.Policy
 
-	Logger  zerolog.Logger
-	Tracer  trace.TracerProvider
-	Metrics *metrics.Registry
+	Logger zerolog.Logger
+	Tracer trace.TracerProvider
+	// Metrics receives the relay's series (nil: a private registry). One
+	// relay per registerer: a second registration fails New.
+	Metrics prometheus.Registerer
 }
 
 // DefaultConfig returns production defaults for domain and dc.

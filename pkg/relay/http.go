@@ -4,12 +4,14 @@ import (
 	"encoding/json"
 	"net/http"
 
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ckfrelay/ckfrelay/internal/promx"
 )
 
 // Handler serves /healthz, /readyz (200 while publishing), /v1/status and
 // /metrics.
-func (r *Relay) Handler(reg *metrics.Registry) http.Handler {
+func (r *Relay) Handler(reg prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -26,7 +28,7 @@ func (r *Relay) Handler(reg *metrics.Registry) http.Handler {
 		writeJSON(w, http.StatusOK, r.Status())
 	})
 	if reg != nil {
-		mux.Handle("GET /metrics", reg.Handler())
+		mux.Handle("GET /metrics", promx.Handler(reg))
 	}
 	return mux
 }

@@ -17,9 +17,11 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
+	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
@@ -112,6 +114,10 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
+	m, err := newRelayMetrics(cfg.Metrics, cfg.DC)
+	if err != nil {
+		return nil, fmt.Errorf("%w: metrics: %w", ErrConfig, err)
+	}
 	r := &Relay{
 		cfg:    cfg,
 		nc:     nc,
@@ -119,7 +125,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Relay, error) {
 		log:    cfg.Logger.With().Str("domain", cfg.Domain).Str("dc", cfg.DC).Str("instance", cfg.Instance).Logger(),
 		tracer: cfg.tracer(),
 		prop:   propagation.TraceContext{},
-		m:      newRelayMetrics(cfg.Metrics),
+		m:      m,
 		pool:   ckf.PoolID{Domain: dom, Dc: ckf.DcIDFromName(cfg.DC)},
 		subj:   subj,
 		status: Status{State: StateStarting, Domain: cfg.Domain, DC: cfg.DC, Instance: cfg.Instance, Lane: -1},
@@ -151,7 +157,7 @@ func (r *Relay) setFault(kind, detail string) {
 	}
 	r.faults[kind] = detail
 	r.mu.Unlock()
-	r.m.fault.With(kind).Set(1)
+	r.m.fault.WithLabelValues(kind).Set(1)
 	if !had {
 		r.log.Error().Str("fault", kind).Str("detail", detail).Msg("relay fault")
 	}
@@ -164,7 +170,7 @@ func (r *Relay) clearFault(kind string) {
 	delete(r.faults, kind)
 	r.mu.Unlock()
 	if had {
-		r.m.fault.With(kind).Set(0)
+		r.m.fault.WithLabelValues(kind).Set(0)
 		r.log.Info().Str("fault", kind).Msg("relay fault cleared")
 	}
 }
@@ -182,7 +188,7 @@ func (r *Relay) setState(s State) {
 		if x == s {
 			v = 1
 		}
-		r.m.state.With(string(x)).Set(v)
+		r.m.state.WithLabelValues(string(x)).Set(v)
 	}
 }
 
@@ -233,7 +239,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			switch {
 			case errors.As(err, &le) && errors.Is(err, lease.ErrLeaseHeld):
 				r.clearFault(FaultEpochExhausted)
-				r.log.Info().Str("holder", le.Holder).Uint64("holder_epoch", le.Epoch).Msg("standby: lease held by another relay")
+				r.log.Info().Str("holder_instance", le.Holder).Uint64("holder_epoch", le.Epoch).Msg("standby: lease held by another relay")
 			case errors.Is(err, lease.ErrEpochExhausted):
 				// Never wrap: stand by and say so until an operator repairs
 				// the epoch key.
@@ -266,7 +272,7 @@ func (r *Relay) Run(ctx context.Context) error {
 			bo.reset() // it served a good while: this failure starts a new series
 		}
 		wait := bo.next()
-		r.log.Warn().Err(err).Uint64("epoch", l.Epoch()).Dur("retry_in", wait).Msg("stopped publishing under this epoch")
+		r.log.Warn().Err(err).Uint64("epoch", l.Epoch()).Dur("retry_in_ms", wait).Msg("stopped publishing under this epoch")
 		res = nil
 		if !ctxwait.Sleep(ctx, wait) {
 			break
@@ -286,14 +292,14 @@ func (r *Relay) setup(ctx context.Context) (res *jsx.Resources, coord *lease.Coo
 	user := pol.OnRetry
 	pol.OnRetry = func(attempt int, err error, wait time.Duration) {
 		r.m.setupRetries.Inc()
-		r.log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in", wait).Msg("start-up step failed; retrying")
+		r.log.Warn().Err(err).Int("attempt", attempt).Dur("retry_in_ms", wait).Msg("start-up step failed; retrying")
 		if user != nil {
 			user(attempt, err, wait)
 		}
 	}
 	fail := func(step string, err error) error {
 		if ctx.Err() == nil {
-			r.m.setupFailures.With(step).Inc()
+			r.m.setupFailures.WithLabelValues(step).Inc()
 			r.setFault(FaultSetup, step+": "+err.Error())
 		}
 		if isPermanentSetup(err) {
@@ -376,10 +382,12 @@ type epochRun struct {
 	lastSnap  uint64
 
 	// batch tracing: the oldest pending event time and the span contexts
-	// of the applies whose effects the next delta publishes.
-	oldestEvent time.Time
-	applySpan   trace.SpanContext
-	inputSeq    uint64 // stream sequence of the last input message seen
+	// of the applies whose effects the next delta publishes (at most
+	// maxSpanLinks; linksDropped counts the rest).
+	oldestEvent  time.Time
+	applySpans   []trace.SpanContext
+	linksDropped int
+	inputSeq     uint64 // stream sequence of the last input message seen
 
 	inputStream   inputStream // the input stream incarnation inputSeq refers to
 	checkpointSeq uint64      // input sequence of the newest stored (or restored) checkpoint
@@ -402,14 +410,10 @@ func (e *epochRun) Enqueue(d ckf.Delta) error {
 		return err
 	}
 	e.buf = buf
-	ctx := e.ctx
-	if e.applySpan.IsValid() {
-		ctx = trace.ContextWithSpanContext(ctx, e.applySpan)
-	}
-	ctx, span := e.r.tracer.Start(ctx, "ckf.relay.publish_delta", trace.WithSpanKind(trace.SpanKindProducer),
-		trace.WithAttributes(attribute.String("ckf.dc", e.r.cfg.DC), attribute.Int("ckf.lane", e.lane),
-			attribute.Int64("ckf.epoch", int64(e.epoch)), attribute.Int64("ckf.sequence", int64(d.Sequence)),
-			attribute.Int("ckf.images", len(d.Images))))
+	msgID := wire.MsgID(wire.KindDelta, &e.identity, e.epoch, d.Sequence)
+	ctx, span := e.startPublishSpan(len(buf), msgID,
+		attribute.Int64("ckf.epoch", int64(e.epoch)), attribute.Int64("ckf.sequence", int64(d.Sequence)),
+		attribute.Int("ckf.images", len(d.Images)))
 	defer span.End()
 	msg := nats.NewMsg(e.r.subj.Delta)
 	msg.Data = buf
@@ -418,16 +422,54 @@ func (e *epochRun) Enqueue(d ckf.Delta) error {
 		msg.Header.Set(HeaderEventTime, strconv.FormatInt(e.oldestEvent.UnixNano(), 10))
 	}
 	start := time.Now()
-	err = e.publish(ctx, wire.KindDelta, msg, wire.MsgID(wire.KindDelta, &e.identity, e.epoch, d.Sequence))
-	e.r.m.publishSeconds.Observe(time.Since(start).Seconds())
+	err = e.publish(ctx, wire.KindDelta, msg, msgID)
+	promx.Observe(e.r.m.publishSeconds, time.Since(start).Seconds(), span.SpanContext())
 	if err != nil {
 		span.RecordError(err)
 		span.SetStatus(codes.Error, err.Error())
 		return err
 	}
 	e.r.m.deltas.Inc()
-	e.r.m.images.Add(uint64(len(d.Images)))
+	e.r.m.images.Add(float64(len(d.Images)))
 	return nil
+}
+
+// maxSpanLinks bounds the links of one publish span (the SDK's default
+// link limit): a delta coalescing more input messages links the first ones
+// and counts the rest in ckf.links_dropped.
+const maxSpanLinks = 128
+
+// startPublishSpan starts the producer span of one delta. Its parent is
+// the first sampled apply span of the batch (the first one when none is
+// sampled), so a traced input message's trace continues to the indexer;
+// every coalesced input message's apply span is linked.
+func (e *epochRun) startPublishSpan(bodySize int, msgID string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
+	ctx := e.ctx
+	var parent trace.SpanContext
+	links := make([]trace.Link, 0, len(e.applySpans))
+	for _, sc := range e.applySpans {
+		if !parent.IsValid() || (!parent.IsSampled() && sc.IsSampled()) {
+			parent = sc
+		}
+		links = append(links, trace.Link{SpanContext: sc})
+	}
+	if parent.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, parent)
+	}
+	attrs = append(attrs,
+		semconv.MessagingSystemKey.String("nats"),
+		semconv.MessagingOperationTypeSend,
+		semconv.MessagingOperationName("publish"),
+		semconv.MessagingDestinationName(e.r.subj.Delta),
+		semconv.MessagingMessageID(msgID),
+		semconv.MessagingMessageBodySize(bodySize),
+		attribute.String("ckf.dc", e.r.cfg.DC), attribute.Int("ckf.lane", e.lane),
+		attribute.Int("ckf.coalesced_messages", len(e.applySpans)+e.linksDropped))
+	if e.linksDropped > 0 {
+		attrs = append(attrs, attribute.Int("ckf.links_dropped", e.linksDropped))
+	}
+	return e.r.tracer.Start(ctx, "ckf.relay.publish_delta", trace.WithSpanKind(trace.SpanKindProducer),
+		trace.WithLinks(links...), trace.WithAttributes(attrs...))
 }
 
 // publish stores msg on the lane, expecting the lane's last sequence so a
@@ -562,7 +604,7 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx
 	}
 	e.state.Flush() // nothing was published yet: the snapshot covers it
 	log.Info().Uint64("input_sequence", e.inputSeq).Bool("from_checkpoint", restored).Uint64("checkpoint_sequence", restoredSeq).
-		Int("messages_replayed", replayed).Dur("took", time.Since(rebuildStart)).
+		Int("messages_replayed", replayed).Dur("took_ms", time.Since(rebuildStart)).
 		Int("unique_blocks", e.state.UniqueBlocks()).Msg("exact state rebuilt from the input stream")
 
 	if e.lastLane, err = jsx.LastLaneSequence(ctx, res.Lanes, r.subj.Filter); err != nil {
@@ -604,7 +646,7 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-l.Done():
-			r.m.fences.With("lease_lost").Inc()
+			r.m.fences.WithLabelValues("lease_lost").Inc()
 			return ErrLeaseLost
 		case err := <-in.errs:
 			return err
@@ -658,9 +700,9 @@ func (r *Relay) checkInputRetention(stream inputStream, from uint64) {
 	if gap == 0 {
 		return
 	}
-	r.m.inputGap.Add(gap)
+	r.m.inputGap.Add(float64(gap))
 	r.log.Error().Uint64("from_sequence", from).Uint64("first_stored_sequence", stream.firstSeq).Uint64("missing", gap).
-		Dur("input_max_age", stream.maxAge).Dur("checkpoint_interval", r.cfg.CheckpointInterval).
+		Dur("input_max_age_ms", stream.maxAge).Dur("checkpoint_interval_ms", r.cfg.CheckpointInterval).
 		Msg("the input stream no longer holds sequences this rebuild needs: events of this DC among them are missing from the exact state")
 }
 
@@ -671,7 +713,7 @@ func (r *Relay) warnRetention(stream inputStream) {
 		return
 	}
 	if r.cfg.CheckpointInterval == 0 || 2*r.cfg.CheckpointInterval > stream.maxAge {
-		r.log.Warn().Dur("input_max_age", stream.maxAge).Dur("checkpoint_interval", r.cfg.CheckpointInterval).
+		r.log.Warn().Dur("input_max_age_ms", stream.maxAge).Dur("checkpoint_interval_ms", r.cfg.CheckpointInterval).
 			Msg("input retention is less than twice the checkpoint interval: a restart may find events already dropped")
 	}
 }
@@ -685,31 +727,40 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 	if err == nil {
 		e.inputSeq = meta.Sequence.Stream
 		r.update(func(s *Status) { s.InputSeq = meta.Sequence.Stream })
-		r.m.inputLag.Set(float64(meta.NumPending))
+		r.m.inputPending.Set(float64(meta.NumPending))
 	}
 	_, _, worker, err := wire.ParseWorkerEventsSubject(msg.Subject())
 	if err != nil {
-		r.m.badEvents.With("subject").Inc()
+		r.m.badEvents.WithLabelValues("subject").Inc()
 		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("bad event subject")
 		return 0
 	}
 	evs, err := ckf.DecodeRouterEventsInto(e.events, msg.Data())
 	e.events = evs
 	if err != nil {
-		r.m.badEvents.With("malformed").Inc()
+		r.m.badEvents.WithLabelValues("malformed").Inc()
 		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("malformed router event")
 		return 0
 	}
 	ctx := r.prop.Extract(e.ctx, jsx.HeaderCarrier(msg.Headers()))
 	_, span := r.tracer.Start(ctx, "ckf.relay.apply_events", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(attribute.String("ckf.dc", r.cfg.DC), attribute.Int64("ckf.worker_id", int64(worker)),
+		trace.WithAttributes(
+			semconv.MessagingSystemKey.String("nats"),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("apply"),
+			semconv.MessagingDestinationName(msg.Subject()),
+			semconv.MessagingMessageBodySize(len(msg.Data())),
+			attribute.String("ckf.dc", r.cfg.DC), attribute.Int64("ckf.worker_id", int64(worker)),
 			attribute.Int("ckf.events", len(evs))))
+	if meta != nil {
+		span.SetAttributes(attribute.Int64("ckf.input_sequence", int64(meta.Sequence.Stream)))
+	}
 	applied, refused := 0, 0
 	limit := r.cfg.maxTrackedBlocks()
 	for i := range evs {
 		ev := &evs[i]
 		if ev.WorkerID != worker {
-			r.m.badEvents.With("worker_mismatch").Inc()
+			r.m.badEvents.WithLabelValues("worker_mismatch").Inc()
 			r.log.Warn().Uint64("subject_worker", worker).Uint64("event_worker", ev.WorkerID).Msg("event worker id differs from its subject; rejected")
 			continue
 		}
@@ -721,7 +772,7 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 		out := e.state.ApplyEvent(ev)
 		applied++
 		if out.UnknownRemovals > 0 {
-			r.m.unknownRemovals.Add(out.UnknownRemovals)
+			r.m.unknownRemovals.Add(float64(out.UnknownRemovals))
 		}
 		if out.FirstError != nil {
 			kind := "other"
@@ -729,18 +780,24 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 			if errors.As(out.FirstError, &ee) {
 				kind = ee.FailurePoint().String() + ":" + eventErrorName(ee)
 			}
-			r.m.eventErrors.With(kind).Inc()
+			r.m.eventErrors.WithLabelValues(kind).Inc()
 			r.log.Debug().Err(out.FirstError).Uint64("worker_id", ev.WorkerID).Uint64("event_id", ev.Event.EventID).Msg("event error")
 		}
 	}
 	span.End()
 	e.trackLimit(refused, limit)
 	if applied > 0 {
-		r.m.events.Add(uint64(applied))
+		r.m.addEvents(applied)
 		if e.oldestEvent.IsZero() && meta != nil {
 			e.oldestEvent = meta.Timestamp
 		}
-		e.applySpan = span.SpanContext()
+		if sc := span.SpanContext(); sc.IsValid() {
+			if len(e.applySpans) < maxSpanLinks {
+				e.applySpans = append(e.applySpans, sc)
+			} else {
+				e.linksDropped++
+			}
+		}
 	}
 	return applied
 }
@@ -751,7 +808,7 @@ func (e *epochRun) trackLimit(refused int, limit uint64) {
 	r := e.r
 	switch {
 	case refused > 0:
-		r.m.refusedEvents.Add(uint64(refused))
+		r.m.refusedEvents.Add(float64(refused))
 		if !e.overLimit {
 			e.overLimit = true
 			r.setFault(FaultTrackedBlocks, fmt.Sprintf("the pool tracks %d blocks, --max-tracked-blocks is %d: stored events are refused (their blocks are missing from the index) until removals make room; raise --expected-blocks",
@@ -789,7 +846,7 @@ func eventErrorName(e ckf.EventError) string {
 // consecutive deltas.
 func (e *epochRun) flush() error {
 	batch := e.state.Flush()
-	defer func() { e.oldestEvent, e.applySpan = time.Time{}, trace.SpanContext{} }()
+	defer func() { e.oldestEvent, e.applySpans, e.linksDropped = time.Time{}, e.applySpans[:0], 0 }()
 	return e.publishBatch(batch)
 }
 
@@ -816,7 +873,7 @@ func (e *epochRun) publishedStats() {
 	e.r.update(func(s *Status) {
 		s.Sequence = seq
 		s.UniqueBlocks = unique
-		s.Events = e.r.m.events.Value()
+		s.Events = e.r.m.eventsApplied.Load()
 	})
 }
 
@@ -834,7 +891,7 @@ func (e *epochRun) fence(err error) error {
 	case errors.Is(err, producer.FenceSequenceExhausted):
 		reason = "sequence_exhausted"
 	}
-	e.r.m.fences.With(reason).Inc()
+	e.r.m.fences.WithLabelValues(reason).Inc()
 	return fmt.Errorf("relay: fenced (%s): %w", reason, err)
 }
 
@@ -881,7 +938,7 @@ func (e *epochRun) snapshot(trigger string) error {
 		return e.fence(err)
 	}
 	e.lastSnap = snap.Sequence
-	e.r.m.snapshots.With(trigger).Inc()
+	e.r.m.snapshots.WithLabelValues(trigger).Inc()
 	e.publishedStats()
 	e.r.log.Info().Str("trigger", trigger).Uint64("epoch", e.epoch).Uint64("sequence", snap.Sequence).
 		Int("bytes", len(body)).Str("object", name).Msg("barrier snapshot published")

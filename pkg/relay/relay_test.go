@@ -14,11 +14,12 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/producer"
 	"github.com/ckfrelay/ckfrelay/pkg/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/replay"
@@ -209,7 +210,7 @@ func TestRelayPublishesALaneThatReproducesTheExactProducerState(t *testing.T) {
 	nc, js := srv.Connect(t), srv.JetStream(t)
 	steps := traceEvents(t, 400)
 	cfg := testConfig("a")
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
 	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
@@ -313,7 +314,7 @@ func TestAZombiePublishIsRefusedAndTheRelayRecoversUnderANewEpoch(t *testing.T) 
 	srv := testenv.StartServer(t)
 	nc, js := srv.Connect(t), srv.JetStream(t)
 	cfg := testConfig("a")
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, err := relay.New(nc, js, cfg)
 	if err != nil {
@@ -369,7 +370,7 @@ func TestJunkOnTheLaneNeverFencesTheRelay(t *testing.T) {
 	srv := testenv.StartServer(t)
 	nc, js := srv.Connect(t), srv.JetStream(t)
 	cfg := testConfig("a")
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, err := relay.New(nc, js, cfg)
 	if err != nil {
@@ -426,15 +427,13 @@ func TestBadInputIsCountedAndNeverStopsTheRelay(t *testing.T) {
 		}
 	}
 	waitFor(t, "good event applied", func() bool { return r.Status().UniqueBlocks == 1 })
-	var out fmtBuf
-	reg.WritePrometheus(&out)
 	for _, want := range []string{
 		`ckf_relay_bad_events_total{reason="malformed"} 1`,
 		`ckf_relay_bad_events_total{reason="worker_mismatch"} 1`,
 		`ckf_relay_bad_events_total{reason="subject"} 1`,
 		`ckf_relay_events_total 1`,
 	} {
-		if !out.contains(want) {
+		if out, ok := metricsContain(reg, want); !ok {
 			t.Errorf("missing %q in\n%s", want, out)
 		}
 	}
@@ -463,12 +462,6 @@ func TestConfigValidation(t *testing.T) {
 	}
 }
 
-type fmtBuf struct{ b []byte }
-
-func (f *fmtBuf) Write(p []byte) (int, error) { f.b = append(f.b, p...); return len(p), nil }
-func (f *fmtBuf) String() string              { return string(f.b) }
-func (f *fmtBuf) contains(s string) bool      { return strings.Contains(string(f.b), s) }
-
 func TestRepeatedSnapshotRequestsKeepTheNewestBody(t *testing.T) {
 	_, js, reg := activeRelay(t, testConfig("a"))
 	coord, err := lease.New(context.Background(), js)
@@ -482,11 +475,7 @@ func TestRepeatedSnapshotRequestsKeepTheNewestBody(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf(`ckf_relay_snapshots_total{trigger="request"} %d`, i)
-		waitFor(t, want, func() bool {
-			var out fmtBuf
-			reg.WritePrometheus(&out)
-			return out.contains(want)
-		})
+		waitFor(t, want, func() bool { return hasMetric(reg, want) })
 	}
 	// The sequence never moved: every request named the same body, which
 	// was stored once (a rewrite would purge the chunks a consumer may be
@@ -564,21 +553,19 @@ func TestAnIdleRelayPublishesAnEventWithoutWaitingForItsTimer(t *testing.T) {
 
 // activeRelay starts a server and a relay with its own metrics registry and
 // waits until the relay publishes.
-func activeRelay(t *testing.T, cfg relay.Config) (*relay.Relay, jetstream.JetStream, *metrics.Registry) {
+func activeRelay(t *testing.T, cfg relay.Config) (*relay.Relay, jetstream.JetStream, *prometheus.Registry) {
 	t.Helper()
 	srv := testenv.StartServer(t)
 	nc, js := srv.Connect(t), srv.JetStream(t)
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
 	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
 	return r, js, reg
 }
 
-// metricsContain reports whether the exposition of reg contains want, and
-// returns the exposition for failure messages.
-func metricsContain(reg *metrics.Registry, want string) (string, bool) {
-	var out fmtBuf
-	reg.WritePrometheus(&out)
-	return out.String(), out.contains(want)
+// metricsContain reports whether reg has the series of want (see
+// hasMetric), and returns the exposition for failure messages.
+func metricsContain(reg prometheus.Gatherer, want string) (string, bool) {
+	return promtest.Has(reg, want)
 }

@@ -7,9 +7,9 @@ import (
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/metrics"
 	"github.com/ckfrelay/ckfrelay/pkg/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/replay"
 	"github.com/ckfrelay/ckfrelay/testenv"
@@ -55,7 +55,7 @@ func TestARebuildReportsInputThatRetentionDropped(t *testing.T) {
 	const dropped = 20
 	purgeBefore(t, js, dropped+1)
 
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
 	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
@@ -81,7 +81,7 @@ func TestARestoredCheckpointOnlyMissesInputDroppedAfterIt(t *testing.T) {
 
 	// Dropping only what the checkpoint covers loses nothing.
 	purgeBefore(t, js, cpSeq+1)
-	reg := metrics.NewRegistry()
+	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, stop := startRelay(t, nc, js, cfg)
 	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
@@ -103,7 +103,7 @@ func TestARestoredCheckpointOnlyMissesInputDroppedAfterIt(t *testing.T) {
 	}
 	last := si.State.LastSeq
 	purgeBefore(t, js, last-4) // keeps the last 5 of the 10
-	reg2 := metrics.NewRegistry()
+	reg2 := prometheus.NewRegistry()
 	cfg.Metrics = reg2
 	r2, _ := startRelay(t, nc, js, cfg)
 	waitFor(t, "active", func() bool { return r2.Status().State == relay.StateActive })
