@@ -85,7 +85,7 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 	for key := range want {
 		t.Errorf("row %q missing", key)
 	}
-	if ui, ok := rep.Info["search_cold_under_ingest"].(UnderIngest); !ok || !(ui.ImagesPerSec > 0) || ui.Queries < minPercentileSamples || ui.P99Ns < ui.P50Ns {
+	if ui, ok := rep.Info["search_cold_under_ingest"].(UnderIngest); !ok || !(ui.ImagesPerSec > 0) || ui.Queries < 100 || ui.P99Ns < ui.P50Ns {
 		t.Errorf("search under ingest: %+v", rep.Info["search_cold_under_ingest"])
 	}
 	if len(rep.E2ERates) != 1 {
