@@ -4,32 +4,13 @@ import (
 	"bytes"
 	"context"
 	"io"
-	"strings"
 	"testing"
 
-	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/cli/clitest"
 )
 
 func TestVersionAndGroupedHelp(t *testing.T) {
-	var out bytes.Buffer
-	if code := run(context.Background(), []string{"--version"}, func(string) string { return "" }, io.Discard, &out); code != 0 {
-		t.Fatalf("--version exit %d", code)
-	}
-	if want := "ckf-bench " + cli.Version() + " ("; !strings.HasPrefix(out.String(), want) {
-		t.Fatalf("--version printed %q, want %q...", out.String(), want)
-	}
-	out.Reset()
-	if code := run(context.Background(), []string{"--help"}, func(string) string { return "" }, io.Discard, &out); code != 0 {
-		t.Fatalf("--help exit %d", code)
-	}
-	help := out.String()
-	first, rest, _ := strings.Cut(help, "\n")
-	if !strings.HasPrefix(first, "ckf-bench: ") || len(first) < len("ckf-bench: ")+20 || !strings.HasPrefix(rest, "\nUsage: ") {
-		t.Fatalf("no one-line description: %q", first)
-	}
-	for _, want := range []string{"\nTuning:\n", "\nGeneral:\n", "  --version\n", "[$CKFRELAY_"} {
-		if !strings.Contains(help, want) {
-			t.Errorf("help lacks %q:\n%s", want, help)
-		}
-	}
+	clitest.VersionAndGroupedHelp(t, "ckf-bench", func(args []string, out *bytes.Buffer) int {
+		return run(context.Background(), args, func(string) string { return "" }, io.Discard, out)
+	})
 }
