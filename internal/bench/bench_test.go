@@ -98,8 +98,12 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 	}
 	// The search replaces a linear scan: on a 32-block query it must not
 	// be slower than probing every position.
+	// allocs/op counts the whole process's mallocs over N queries, and the
+	// suite's e2e pair leaves NATS goroutines allocating beside it: a
+	// fraction is theirs, while an allocating search shows at least one per
+	// query.
 	for _, m := range rep.Metrics {
-		if (m.Name == "search/hot" || m.Name == "search/cold") && m.Unit == "allocs/op" && m.Subject != 0 {
+		if (m.Name == "search/hot" || m.Name == "search/cold") && m.Unit == "allocs/op" && m.Subject >= 0.5 {
 			t.Errorf("FindPrefixMatches allocates %.2f per query", m.Subject)
 		}
 	}

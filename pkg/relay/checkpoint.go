@@ -180,6 +180,9 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 // object store (no second in-memory copy of the state); the actor waits
 // for the store meanwhile. A failure is counted and logged and never ends
 // the epoch: the previous checkpoint stays valid.
+// verifyTimeout bounds the lease read before a checkpoint.
+const verifyTimeout = 3 * time.Second
+
 func (e *epochRun) checkpoint(ctx context.Context, trigger string) {
 	if e.inputSeq == e.checkpointSeq {
 		return // nothing applied since the last one
@@ -197,7 +200,12 @@ func (e *epochRun) checkpoint(ctx context.Context, trigger string) {
 		r.m.checkpoints.WithLabelValues(cpNotHeld).Inc()
 		return
 	}
-	if err := e.lease.Verify(ctx); err != nil {
+	// A read that cannot be answered (the server is unreachable while
+	// the relay stops) must not hold the actor, nor a graceful stop.
+	vctx, cancel := context.WithTimeout(ctx, verifyTimeout)
+	err = e.lease.Verify(vctx)
+	cancel()
+	if err != nil {
 		r.m.checkpoints.WithLabelValues(cpNotHeld).Inc()
 		r.log.Warn().Err(err).Str("trigger", trigger).Msg("checkpoint not stored: the lease could not be confirmed")
 		return
