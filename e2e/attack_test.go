@@ -456,17 +456,34 @@ func TestAttackDeletedInputStream(t *testing.T) {
 				t.Fatalf("%s: epoch %d → %d in the attack's 5 s (stream deleted: %t)", dc, before[dc], after[dc], deleted)
 			}
 		}
-		// New events reach both lanes again.
-		seqs := map[string]uint64{}
+		// New events reach both lanes again: the relay applied them and
+		// published them, as deltas or (when one more restart followed
+		// the attack) in its new epoch's snapshot, and the lane installed
+		// what the relay published.
+		seqs, epochs := map[string]uint64{}, map[string]uint64{}
 		for dc, r := range c.relays {
-			seqs[dc] = r.Status().Sequence
+			st := r.Status()
+			seqs[dc], epochs[dc] = st.Sequence, st.Epoch
 		}
 		c.publish(t, 400)
+		events, err := ojs.Stream(ctx, jsx.EventStream)
+		if err != nil {
+			t.Fatal(err)
+		}
 		for dc, r := range c.relays {
+			filter, err := wire.WorkerEventsFilter(domain, dc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			last, err := jsx.LastLaneSequence(ctx, events, filter)
+			if err != nil {
+				t.Fatal(err)
+			}
 			testenv.Eventually(t, attackBound, 20*time.Millisecond, func() error {
 				st := r.Status()
-				if l, _ := laneOf(c.ix, dc); l.State != indexer.PhaseActive || l.Epoch != st.Epoch || st.Sequence <= seqs[dc] || l.InstalledSequence < st.Sequence {
-					return fmt.Errorf("lane %+v, relay %+v", l, st)
+				moved := st.Epoch != epochs[dc] || st.Sequence > seqs[dc]
+				if l, _ := laneOf(c.ix, dc); l.State != indexer.PhaseActive || l.Epoch != st.Epoch || st.InputSeq < last || !moved || l.InstalledSequence < st.Sequence {
+					return fmt.Errorf("lane %+v, relay %+v, last input sequence %d", l, st, last)
 				}
 				return nil
 			})

@@ -166,6 +166,14 @@ func (w *workload) publishPerDC(t testing.TB, jsOf func(dc string) jetstream.Jet
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var futures []jetstream.PubAckFuture
+	// A DC's first message goes out synchronously, retried until its input
+	// stream exists (the relays create it in the background, slowly under
+	// load). An async publish that finds no stream is retried later by the
+	// client, behind messages published meanwhile: the stream would then
+	// hold the events in another order than the ground truth replayed them,
+	// and a removal overtaken by an earlier store leaves a lane below its
+	// "exact" depth for good.
+	streamUp := map[string]bool{}
 	for range n {
 		st, ok := w.rp.Next()
 		if !ok {
@@ -179,8 +187,14 @@ func (w *workload) publishPerDC(t testing.TB, jsOf func(dc string) jetstream.Jet
 		if err != nil {
 			t.Fatal(err)
 		}
-		subj, _ := wire.WorkerEventsSubject(domain, w.dcs[st.DC], st.Worker)
-		f, err := jsOf(w.dcs[st.DC]).PublishAsync(subj, b)
+		dc := w.dcs[st.DC]
+		subj, _ := wire.WorkerEventsSubject(domain, dc, st.Worker)
+		if !streamUp[dc] {
+			publishWhenStored(t, ctx, jsOf(dc), subj, b)
+			streamUp[dc] = true
+			continue
+		}
+		f, err := jsOf(dc).PublishAsync(subj, b)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -193,6 +207,21 @@ func (w *workload) publishPerDC(t testing.TB, jsOf func(dc string) jetstream.Jet
 			t.Fatal(err)
 		case <-ctx.Done():
 			t.Fatal("no publish ack")
+		}
+	}
+}
+
+// publishWhenStored publishes one message synchronously, again while no
+// stream answers (nothing was stored, so a retry cannot duplicate it).
+func publishWhenStored(t testing.TB, ctx context.Context, js jetstream.JetStream, subj string, data []byte) {
+	t.Helper()
+	for {
+		_, err := js.Publish(ctx, subj, data)
+		if err == nil {
+			return
+		}
+		if !errors.Is(err, jetstream.ErrNoStreamResponse) || ctx.Err() != nil {
+			t.Fatalf("publish %s: %v", subj, err)
 		}
 	}
 }
