@@ -219,10 +219,10 @@ log "hub restart: converged"
 
 if [ "$SECURE" = 1 ]; then
   # Every role did its job under its permissions: no server refused one.
-  violations=$("${DC[@]}" logs --no-color nats-hub nats-dc-a nats-dc-b 2>&1 | grep -c 'Violation' || true)
+  violations=$("${DC[@]}" logs --no-color nats-hub nats-dc-a nats-dc-b 2>&1 | grep -cE '(Publish|Subscription) Violation' || true)
   log "secure: $violations permission violations logged by the NATS servers"
   if [ "$violations" != 0 ]; then
-    "${DC[@]}" logs --no-color nats-hub nats-dc-a nats-dc-b 2>&1 | grep 'Violation' | sort | uniq -c | sort -rn | head -20 >&2
+    "${DC[@]}" logs --no-color nats-hub nats-dc-a nats-dc-b 2>&1 | grep -E '(Publish|Subscription) Violation' | sort | uniq -c | sort -rn | head -20 >&2
     exit 1
   fi
 fi
