@@ -11,8 +11,24 @@
 # Prints fault → time to converge → under/over counts, and tears the stack
 # down whatever happens. Skips (one line, exit 0) when no Docker engine
 # answers. Uses the host ports 4222, 8080, 8222 and 9091-9094.
+#
+#   scripts/compose-smoke.sh [--secure]
+#
+# --secure adds docker-compose.secure.yml (per-role NATS users and
+# permissions, leaf links over mutual TLS; certificates from
+# deploy/gen-certs.sh, made when deploy/certs/ has none) and fails on any
+# permission violation logged by the NATS servers.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+SECURE=0
+for arg in "$@"; do
+  case $arg in
+    --secure) SECURE=1 ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) echo "compose-smoke: unknown argument $arg (want --secure)" >&2; exit 2 ;;
+  esac
+done
 
 if ! docker info >/dev/null 2>&1; then
   echo "compose-smoke: skipped (no Docker engine answers)"
@@ -29,6 +45,9 @@ fi
 
 PROJ=${CKF_SMOKE_PROJECT:-ckfsmoke$$}
 DC=("${COMPOSE[@]}" -p "$PROJ")
+if [ "$SECURE" = 1 ]; then
+  DC+=(-f docker-compose.yml -f docker-compose.secure.yml)
+fi
 CUT_SECONDS=${CUT_SECONDS:-30}
 START=$(date +%s)
 LOGDIR=$(mktemp -d)
@@ -117,6 +136,12 @@ row() { # fault, converge seconds, run name, note
 
 log "building the offline images (static binaries, FROM scratch)"
 scripts/build-images.sh
+if [ "$SECURE" = 1 ]; then
+  if [ ! -s deploy/certs/ca.pem ]; then
+    deploy/gen-certs.sh deploy/certs >/dev/null
+  fi
+  log "secure: per-role NATS users (deploy/auth), leaf links over mutual TLS (deploy/certs)"
+fi
 log "starting the stack (project $PROJ)"
 "${DC[@]}" up -d --no-build nats-hub nats-dc-a nats-dc-b indexer-1 indexer-2 relay-a1 relay-a2 relay-b1 relay-b2 >"$LOGDIR/up" 2>&1 \
   || { cat "$LOGDIR/up" >&2; exit 1; }
@@ -126,6 +151,9 @@ wait_for 60 "both lanes active at the indexer" lanes_active
 wait_for 30 "dc-a active relay" active_of a
 wait_for 30 "dc-b active relay" active_of b
 log "stack up and both lanes active after $(since "$t")s"
+if [ "$SECURE" = 1 ]; then
+  log "hub clients by user: $(curl -sf 'localhost:8222/connz?auth=true&limit=1024' | grep -o '"authorized_user": *"[^"]*"' | sed 's/.*"\([^"]*\)"$/\1/' | sort | uniq -c | awk '{printf "%s%s×%s", sep, $2, $1; sep=", "}'); leaf links: $(curl -sf localhost:8222/leafz | grep -c '"account"')"
+fi
 
 # Baseline: 1,000 requests over both DCs as fast as possible.
 t=$(now)
@@ -188,6 +216,16 @@ replay hub-restart 4 --speed 0 --max-requests 1000
 verified hub-restart
 row "restart hub NATS" "$(since "$t")" hub-restart "relays re-fenced: dc-a epoch $(relay_epoch "$(active_of a)"), dc-b epoch $(relay_epoch "$(active_of b)")"
 log "hub restart: converged"
+
+if [ "$SECURE" = 1 ]; then
+  # Every role did its job under its permissions: no server refused one.
+  violations=$("${DC[@]}" logs --no-color nats-hub nats-dc-a nats-dc-b 2>&1 | grep -cE '(Publish|Subscription) Violation' || true)
+  log "secure: $violations permission violations logged by the NATS servers"
+  if [ "$violations" != 0 ]; then
+    "${DC[@]}" logs --no-color nats-hub nats-dc-a nats-dc-b 2>&1 | grep -E '(Publish|Subscription) Violation' | sort | uniq -c | sort -rn | head -20 >&2
+    exit 1
+  fi
+fi
 
 echo
 printf '%-44s %9s %12s %13s %12s  %s\n' "fault" "converge" "under(lag)" "under / over" "unavailable" "note"

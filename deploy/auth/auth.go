@@ -37,6 +37,9 @@ type User struct {
 	// DCs are the DCs a worker publishes for (RoleWorker; a simulator
 	// such as the trace replayer may stand for workers of several DCs).
 	DCs []string
+	// Query also lets a worker request ckfq.<domain>.match (RoleWorker
+	// only: the trace replayer both publishes and verifies).
+	Query bool
 }
 
 // Params describe one server's account.
@@ -48,7 +51,12 @@ type Params struct {
 	JSDomain string
 	// JetStream enables JetStream for the account (the server holding it).
 	JetStream bool
-	Users     []User
+	// InputJSDomain is set on a DC leaf server that holds the DC's own
+	// input stream KVEVENTS in that JetStream domain (relays run with
+	// --input-js-domain <it>): the account gets JetStream, relays' input
+	// grants use $JS.<it>.API and workers may ensure the local stream.
+	InputJSDomain string
+	Users         []User
 }
 
 // ErrInvalidParams is wrapped by every Render validation error.
@@ -64,6 +72,14 @@ func Render(p Params) (string, error) {
 			return "", fmt.Errorf("%w: js domain: %w", ErrInvalidParams, err)
 		}
 	}
+	if p.InputJSDomain != "" {
+		if err := lease.ValidateName(p.InputJSDomain); err != nil {
+			return "", fmt.Errorf("%w: input js domain: %w", ErrInvalidParams, err)
+		}
+		if p.InputJSDomain == p.JSDomain {
+			return "", fmt.Errorf("%w: input js domain %q equals the js domain", ErrInvalidParams, p.InputJSDomain)
+		}
+	}
 	seen := map[string]bool{}
 	for _, u := range p.Users {
 		if err := validateUser(u); err != nil {
@@ -76,11 +92,18 @@ func Render(p Params) (string, error) {
 	}
 	view := struct {
 		Params
-		API, Put string
+		API, Put  string
+		InputAPIs []string
 	}{Params: p, API: "$JS.API"}
 	if p.JSDomain != "" {
 		view.API = "$JS." + p.JSDomain + ".API"
 		view.Put = view.API + "."
+	}
+	view.InputAPIs = []string{view.API}
+	if p.InputJSDomain != "" {
+		// The server maps $JS.<d>.API onto its local $JS.API and checks
+		// the publish permission on both subjects.
+		view.InputAPIs = []string{"$JS." + p.InputJSDomain + ".API", "$JS.API"}
 	}
 	t, err := template.New("accounts").Funcs(template.FuncMap{"join": strings.Join}).Parse(accountsTmpl)
 	if err != nil {
@@ -99,6 +122,9 @@ func validateUser(u User) error {
 	}
 	if err := lease.ValidateName(u.Name); err != nil {
 		return bad("name: %v", err)
+	}
+	if u.Query && u.Role != RoleWorker {
+		return bad("only a worker takes Query (a %q may not)", u.Role)
 	}
 	// The password is written inside a quoted config string.
 	if u.Password == "" || strings.ContainsAny(u.Password, "\"\\\n\r$") {

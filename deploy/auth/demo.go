@@ -32,6 +32,11 @@ func DemoFiles(secretsDir string) (map[string]string, error) {
 		p, err := pw(name)
 		return User{Name: name, Password: p, Role: role, DC: dc, DCs: dcs}, err
 	}
+	mkQuery := func(name string, dcs []string) (User, error) {
+		u, err := mk(name, RoleWorker, "", dcs)
+		u.Query = true
+		return u, err
+	}
 	var errs []error
 	must := func(u User, err error) User {
 		errs = append(errs, err)
@@ -40,8 +45,9 @@ func DemoFiles(secretsDir string) (map[string]string, error) {
 	hub := Params{Domain: DemoDomain, JetStream: true, Users: []User{
 		must(mk("indexer", RoleIndexer, "", nil)),
 		must(mk("query", RoleQuery, "", nil)),
-		// The trace replayer simulates the workers of every DC.
-		must(mk("replayer", RoleWorker, "", DemoDCs)),
+		// The trace replayer simulates the workers of every DC and
+		// verifies over the indexers' NATS queue group.
+		must(mkQuery("replayer", DemoDCs)),
 	}}
 	out := map[string]string{}
 	for _, err := range errs {
@@ -55,8 +61,10 @@ func DemoFiles(secretsDir string) (map[string]string, error) {
 	}
 	out["hub-accounts.conf"] = s
 	for _, dc := range DemoDCs {
-		p := Params{Domain: DemoDomain, JSDomain: DemoJSDomain}
-		for _, u := range []struct{ name, role string }{{"relay-" + dc, RoleRelay}, {"worker-" + dc, RoleWorker}} {
+		// Each DC leaf holds its own KVEVENTS in JetStream domain <dc>;
+		// the replayer publishes there as a worker of that DC.
+		p := Params{Domain: DemoDomain, JSDomain: DemoJSDomain, InputJSDomain: dc}
+		for _, u := range []struct{ name, role string }{{"relay-" + dc, RoleRelay}, {"worker-" + dc, RoleWorker}, {"replayer", RoleWorker}} {
 			usr, err := mk(u.name, u.role, dc, []string{dc})
 			if err != nil {
 				return nil, err

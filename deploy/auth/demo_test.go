@@ -44,6 +44,9 @@ func TestRenderRejectsBadParams(t *testing.T) {
 		"worker no dc":   {Domain: "d", Users: []User{{Name: "u", Password: "p", Role: RoleWorker}}},
 		"wildcard dc":    {Domain: "d", Users: []User{{Name: "u", Password: "p", Role: RoleRelay, DC: ">"}}},
 		"duplicate user": {Domain: "d", Users: []User{{Name: "u", Password: "p", Role: RoleQuery}, {Name: "u", Password: "p", Role: RoleQuery}}},
+		"bad input js":   {Domain: "d", JSDomain: "hub", InputJSDomain: "a.b"},
+		"input js = js":  {Domain: "d", JSDomain: "hub", InputJSDomain: "hub"},
+		"query on relay": {Domain: "d", Users: []User{{Name: "u", Password: "p", Role: RoleRelay, DC: "x", Query: true}}},
 	} {
 		if _, err := Render(p); !errors.Is(err, ErrInvalidParams) {
 			t.Errorf("%s: err %v, want ErrInvalidParams", name, err)

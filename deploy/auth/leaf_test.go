@@ -3,6 +3,7 @@ package auth
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -68,6 +69,8 @@ func (s *shipped) config(t *testing.T, name string, edit func(string) string) st
 	c := string(b)
 	c = strings.ReplaceAll(c, "0.0.0.0:4222", "127.0.0.1:-1")
 	c = strings.ReplaceAll(c, "0.0.0.0:7422", "127.0.0.1:-1")
+	// No fixed monitoring port in tests (compose healthchecks use it).
+	c = strings.ReplaceAll(c, "http: 0.0.0.0:8222\n", "")
 	c = strings.ReplaceAll(c, "/etc/nats/certs/", s.pki.Dir+"/")
 	c = strings.ReplaceAll(c, "store_dir: /data", "store_dir: \""+t.TempDir()+"\"")
 	if s.hubs != "" {
@@ -141,11 +144,13 @@ func TestShippedServerConfigsParse(t *testing.T) {
 }
 
 // The shipped hub and DC configs run the compose topology: the DC leaf
-// links over mutual TLS with its own user; the relay of dc-a (on the DC
-// server, --js-domain hub) and its worker, the indexer and the query client
-// (on the hub) all do their job with their demo users and no permission
-// violation. A leaf without a client certificate, or with a wrong
-// password, is refused by the hub.
+// links over mutual TLS with its own user and holds dc-a's KVEVENTS in its
+// own JetStream domain; the relay of dc-a (on the DC server, input with
+// --input-js-domain dc-a, lanes with --js-domain hub) and its worker, the
+// indexer and the query client (on the hub) and the replayer (worker at the
+// DC, verifier at the hub) all do their job with their demo users and no
+// permission violation. Worker events stay in the DC. A leaf without a
+// client certificate, or with a wrong password, is refused by the hub.
 func TestShippedLeafTopology(t *testing.T) {
 	s := newShipped(t)
 	hubLog := &logLines{}
@@ -215,6 +220,10 @@ func TestShippedLeafTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	inJS, err := jetstream.NewWithDomain(rc.nc, "dc-a")
+	if err != nil {
+		t.Fatal(err)
+	}
 	cfg := relay.DefaultConfig(DemoDomain, "dc-a")
 	cfg.Instance = "relay-dc-a"
 	cfg.CKF = ckf.NewConfig(1 << 12)
@@ -223,6 +232,7 @@ func TestShippedLeafTopology(t *testing.T) {
 	cfg.CheckpointInterval = 200 * time.Millisecond
 	cfg.LeaseTTL = 3 * time.Second
 	cfg.Streams = jsx.Options{Memory: true}
+	cfg.InputJS = inJS
 	r, err := relay.New(rc.nc, rjs, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -230,6 +240,11 @@ func TestShippedLeafTopology(t *testing.T) {
 	runBackground(t, r.Run)
 
 	w := connectTo(t, dcA.ClientURL(), demoUser(t, "worker-dc-a", RoleWorker, ""))
+	// Like the trace replayer, the worker ensures its DC's input stream
+	// (the local JetStream domain; the relay may not have made it yet).
+	if _, err := jsx.EnsureEvents(ctx, w.js, jsx.Options{Memory: true}); err != nil {
+		t.Fatalf("worker ensuring the DC's KVEVENTS: %v", err)
+	}
 	pub, err := eventpub.New(w.js, eventpub.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -257,6 +272,9 @@ func TestShippedLeafTopology(t *testing.T) {
 	}
 	q := connectTo(t, hub.ClientURL(), demoUser(t, "query", RoleQuery, ""))
 	testenv.Eventually(t, 90*time.Second, 50*time.Millisecond, func() error {
+		if v := append(rc.violations(), ixConn.violations()...); len(v) > 0 {
+			t.Fatalf("permission violations: %v", v)
+		}
 		for _, st := range steps {
 			body, _ := json.Marshal(map[string]any{"local_hashes": st.Locals})
 			msg, err := q.nc.Request(indexer.MatchSubject(DemoDomain), body, 2*time.Second)
@@ -273,7 +291,43 @@ func TestShippedLeafTopology(t *testing.T) {
 		}
 		return nil
 	})
-	for who, c := range map[string]*roleConn{"relay": rc, "worker": w, "indexer": ixConn, "query": q} {
+	// The replayer: a worker of dc-a at the DC (ensures the stream and
+	// publishes there), a query client at the hub.
+	rpDC := connectTo(t, dcA.ClientURL(), demoUser(t, "replayer", RoleWorker, ""))
+	if _, err := jsx.EnsureEvents(ctx, rpDC.js, jsx.Options{Memory: true}); err != nil {
+		t.Fatalf("replayer ensuring the DC's KVEVENTS: %v", err)
+	}
+	rpPub, err := eventpub.New(rpDC.js, eventpub.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := steps[len(steps)-1]
+	if err := rpPub.PublishEvents(ctx, DemoDomain, "dc-a", last.Worker, last.Events); err != nil {
+		t.Fatalf("replayer publishing at the DC: %v", err)
+	}
+	rpHub := connectTo(t, hub.ClientURL(), demoUser(t, "replayer", RoleWorker, ""))
+	body, _ := json.Marshal(map[string]any{"local_hashes": last.Locals})
+	if _, err := rpHub.nc.Request(indexer.MatchSubject(DemoDomain), body, 5*time.Second); err != nil {
+		t.Fatalf("replayer query at the hub: %v", err)
+	}
+
+	// Worker events stay in the DC: the hub holds no KVEVENTS, and dc-a's
+	// holds every event published there.
+	if _, err := ixConn.js.Stream(ctx, jsx.EventStream); !errors.Is(err, jetstream.ErrStreamNotFound) {
+		t.Fatalf("KVEVENTS at the hub: err %v, want ErrStreamNotFound", err)
+	}
+	local, err := w.js.Stream(ctx, jsx.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := local.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.State.Msgs == 0 {
+		t.Fatal("dc-a's KVEVENTS holds no event")
+	}
+	for who, c := range map[string]*roleConn{"relay": rc, "worker": w, "indexer": ixConn, "query": q, "replayer@dc": rpDC, "replayer@hub": rpHub} {
 		requireNoViolation(t, who, c)
 	}
 	// Through the leaf, the relay of dc-a still cannot touch dc-b.
