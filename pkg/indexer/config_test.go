@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
@@ -107,15 +108,21 @@ func TestWrongFormatLaneIsRefusedAndCounted(t *testing.T) {
 	cfg.Format = &other
 	s := startService(t, e.nc, e.js, cfg)
 	lane := r.lane
-	waitFor(t, func() bool { return metricCount(s.reg, MetricFaults, itoa(lane), "kind", ErrWrongFormat.String()) > 0 })
+	// The fault is counted before the lane's status records it: wait for
+	// both, then check the lane never became ready.
+	var st api.LaneStatus
+	waitFor(t, func() bool {
+		if metricCount(s.reg, MetricFaults, itoa(lane), "kind", ErrWrongFormat.String()) == 0 {
+			return false
+		}
+		var err error
+		st, err = statusOf(s.Service, lane)
+		return err == nil && st.LastFault != ""
+	})
 	if s.Ready() {
 		t.Fatal("a lane of another format became ready")
 	}
-	st, err := statusOf(s.Service, lane)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if st.State == PhaseActive || st.LastFault == "" {
+	if st.State == PhaseActive {
 		t.Fatalf("lane status %+v, want a refused bootstrap with its fault", st)
 	}
 }
