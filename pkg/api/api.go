@@ -20,6 +20,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
@@ -275,21 +276,21 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 			writeError(w, status, err)
 			return
 		}
-		writeJSON(w, http.StatusOK, resp)
+		httpserve.WriteJSON(w, http.StatusOK, resp)
 	})
 	mux.HandleFunc("GET /v1/lanes", func(w http.ResponseWriter, r *http.Request) {
 		m.Requests.WithLabelValues("lanes", "ok").Inc()
-		writeJSON(w, http.StatusOK, map[string]any{"lanes": b.Lanes()})
+		httpserve.WriteJSON(w, http.StatusOK, map[string]any{"lanes": b.Lanes()})
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpserve.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		if !b.Ready() {
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no lane is active"})
+			httpserve.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no lane is active"})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		httpserve.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	if reg != nil {
 		mux.Handle("GET /metrics", promx.Handler(reg))
@@ -362,11 +363,4 @@ func writeError(w http.ResponseWriter, status int, err error) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	w.Write(append(ErrorJSON(err), '\n'))
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	enc := json.NewEncoder(w)
-	enc.Encode(v)
 }

@@ -1,11 +1,11 @@
 package bridge
 
 import (
-	"encoding/json"
 	"net/http"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
 )
 
@@ -14,7 +14,7 @@ import (
 func (b *Bridge) Handler(reg prometheus.Gatherer) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+		httpserve.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		st := b.Status()
@@ -28,19 +28,13 @@ func (b *Bridge) Handler(reg prometheus.Gatherer) http.Handler {
 		if !st.Running || connected < len(st.Engines) {
 			code = http.StatusServiceUnavailable
 		}
-		writeJSON(w, code, map[string]int{"engines": len(st.Engines), "connected": connected})
+		httpserve.WriteJSON(w, code, map[string]int{"engines": len(st.Engines), "connected": connected})
 	})
 	mux.HandleFunc("GET /v1/status", func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, http.StatusOK, b.Status())
+		httpserve.WriteJSON(w, http.StatusOK, b.Status())
 	})
 	if reg != nil {
 		mux.Handle("GET /metrics", promx.Handler(reg))
 	}
 	return mux
-}
-
-func writeJSON(w http.ResponseWriter, code int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(code)
-	_ = json.NewEncoder(w).Encode(v)
 }
