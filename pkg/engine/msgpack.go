@@ -64,53 +64,35 @@ func (r *reader) isNil() bool {
 
 // arrayLen reads an array header. The count is checked against the bytes
 // left (each element takes at least one), so callers may size buffers by it.
-func (r *reader) arrayLen() (int, bool) {
-	c, ok := r.peek()
-	if !ok {
-		return 0, false
-	}
-	var n uint64
-	switch {
-	case c >= 0x90 && c <= 0x9f:
-		r.off++
-		n = uint64(c & 0x0f)
-	case c == 0xdc:
-		r.off++
-		n, ok = r.be(2)
-	case c == 0xdd:
-		r.off++
-		n, ok = r.be(4)
-	default:
-		return 0, false
-	}
-	if !ok || n > uint64(r.remaining()) {
-		return 0, false
-	}
-	return int(n), true
-}
+func (r *reader) arrayLen() (int, bool) { return r.containerLen(0x90, 0xdc, 0xdd, 1) }
 
 // mapLen reads a map header; the count is checked like arrayLen's (two
 // bytes per entry at least).
-func (r *reader) mapLen() (int, bool) {
+func (r *reader) mapLen() (int, bool) { return r.containerLen(0x80, 0xde, 0xdf, 2) }
+
+// containerLen reads an array or map header: fix is the fix-size family's
+// first byte (16 of them), w16 and w32 the 16- and 32-bit length markers,
+// and minBytes what one entry takes at least.
+func (r *reader) containerLen(fix, w16, w32 byte, minBytes uint64) (int, bool) {
 	c, ok := r.peek()
 	if !ok {
 		return 0, false
 	}
 	var n uint64
 	switch {
-	case c >= 0x80 && c <= 0x8f:
+	case c >= fix && c <= fix+0x0f:
 		r.off++
 		n = uint64(c & 0x0f)
-	case c == 0xde:
+	case c == w16:
 		r.off++
 		n, ok = r.be(2)
-	case c == 0xdf:
+	case c == w32:
 		r.off++
 		n, ok = r.be(4)
 	default:
 		return 0, false
 	}
-	if !ok || 2*n > uint64(r.remaining()) {
+	if !ok || minBytes*n > uint64(r.remaining()) {
 		return 0, false
 	}
 	return int(n), true
