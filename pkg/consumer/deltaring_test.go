@@ -71,3 +71,50 @@ func TestDeltaRingRemovesAnyEntryInOrder(t *testing.T) {
 		t.Fatalf("absent removals changed the ring: %v", got)
 	}
 }
+
+// An id removed from the tail is gone: removing it again fails and leaves
+// the ring as it was, even though its old slot still holds it.
+func TestDeltaRingRemovedTailIsGone(t *testing.T) {
+	var r deltaRing
+	for id := uint64(1); id <= 3; id++ {
+		r.push(outstandingDelta{id: id, images: id})
+	}
+	if _, ok := r.remove(3); !ok {
+		t.Fatal("remove tail 3 failed")
+	}
+	if _, ok := r.remove(3); ok {
+		t.Fatal("tail 3 removed twice")
+	}
+	if got := ringIDs(&r); !slices.Equal(got, []uint64{1, 2}) {
+		t.Fatalf("ring = %v; want [1 2]", got)
+	}
+}
+
+// Removing a middle entry from a full, wrapped ring keeps every other entry,
+// the head included.
+func TestDeltaRingRemoveFromFullWrappedRing(t *testing.T) {
+	var r deltaRing
+	for id := uint64(1); id <= 8; id++ { // fills the initial 8 slots
+		r.push(outstandingDelta{id: id, images: id})
+	}
+	for id := uint64(1); id <= 3; id++ {
+		if _, ok := r.remove(id); !ok {
+			t.Fatalf("pop head %d failed", id)
+		}
+	}
+	for id := uint64(9); id <= 11; id++ { // wraps; the ring is full again
+		r.push(outstandingDelta{id: id, images: id})
+	}
+	if r.n != len(r.buf) {
+		t.Fatalf("ring holds %d of %d slots; the test needs it full", r.n, len(r.buf))
+	}
+	if images, ok := r.remove(7); !ok || images != 7 {
+		t.Fatalf("remove 7 = %d, %v", images, ok)
+	}
+	if got, want := ringIDs(&r), []uint64{4, 5, 6, 8, 9, 10, 11}; !slices.Equal(got, want) {
+		t.Fatalf("ring = %v; want %v", got, want)
+	}
+	if f, ok := r.front(); !ok || f.id != 4 {
+		t.Fatalf("front = %+v, %v; want id 4", f, ok)
+	}
+}
