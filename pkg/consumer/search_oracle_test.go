@@ -277,8 +277,8 @@ func randomLaneMasks(rng *rand.Rand) []uint16 {
 // TestSearchMakesTheReferenceProbesInOrder is the randomized oracle of the
 // memory schedule: over tables with false positives and holes, every
 // window and initial mask, the search probes exactly the reference's
-// positions in the reference's order and returns its depths; touches stay
-// inside the query.
+// positions in the reference's order and returns its depths and fallback
+// statistics; touches stay inside the query.
 func TestSearchMakesTheReferenceProbesInOrder(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	for iter := range 20000 {
@@ -293,14 +293,19 @@ func TestSearchMakesTheReferenceProbesInOrder(t *testing.T) {
 
 		got := &recordingProber{masks: masks}
 		var gd [ckf.LaneCount]uint32
-		runPrefixSearch(n, initial, window, got, &gd, fallback, nil)
+		var gs searchStats
+		runPrefixSearch(n, initial, window, got, &gd, fallback, &gs)
 
 		want := &recordingProber{masks: masks}
 		var wd [ckf.LaneCount]uint32
-		referencePrefixSearch(n, initial, window, want, &wd, fallback, nil)
+		var ws searchStats
+		referencePrefixSearch(n, initial, window, want, &wd, fallback, &ws)
 
 		if gd != wd {
 			t.Fatalf("iter %d (n=%d window=%d initial=%#x fallback=%v): depths %v, reference %v", iter, n, window, initial, fallback, gd, wd)
+		}
+		if gs != ws {
+			t.Fatalf("iter %d (n=%d window=%d): fallback stats %+v, reference %+v", iter, n, window, gs, ws)
 		}
 		if !slices.Equal(got.probes, want.probes) {
 			t.Fatalf("iter %d (n=%d window=%d): probes %v, reference %v", iter, n, window, got.probes, want.probes)

@@ -276,3 +276,48 @@ func TestSearchDoesNotAllocate(t *testing.T) {
 		t.Fatalf("search allocates %.1f times per run", allocs)
 	}
 }
+
+// Sixteen lanes whose verification windows are all disjoint fill every
+// verification group (16 lanes times a window of 8) and still verify each
+// lane's depth.
+func TestSearchVerifiesSixteenDisjointFullWindows(t *testing.T) {
+	const window = ckf.MaxVerificationWindow
+	n := ckf.LaneCount*window + 5
+	depth := func(lane int) int { return window * (lane + 1) }
+	mt := newMaskTable(n, func(lane, pos int) bool { return pos < depth(lane) }, ckf.LaneCount)
+	got := mt.search(ckf.LaneMask, window, nil)
+	for l := range ckf.LaneCount {
+		if got[l] != uint32(depth(l)) {
+			t.Fatalf("lane %d: depth %d, want %d (all %v)", l, got[l], depth(l), got)
+		}
+	}
+}
+
+// Under the weak-read contract a row can change between two probes. When
+// the binary search's last predecessor is the window's left edge itself and
+// misses on re-verification, the fallback counts a provenance skip (the
+// predecessor is inside the window) and scans nothing.
+func TestTerminalBranchFallbackCountsAPredecessorAtTheLeftEdgeAsProvenance(t *testing.T) {
+	const n, window = 16, 2
+	probes := map[int]int{}
+	probe := func(pos int) uint16 {
+		probes[pos]++
+		if pos == 6 && probes[pos] > 1 { // position 6 is retired after its binary probe
+			return 0
+		}
+		if pos < 8 {
+			return 1
+		}
+		return 0
+	}
+	var d [ckf.LaneCount]uint32
+	var stats searchStats
+	runPrefixSearch(n, 1, window, funcProber(probe), &d, true, &stats)
+	if d[0] != 6 {
+		t.Fatalf("depth %d, want 6", d[0])
+	}
+	want := searchStats{leftEdgeLanes: 1, provenanceSkips: 1}
+	if stats != want {
+		t.Fatalf("fallback stats %+v, want %+v", stats, want)
+	}
+}
