@@ -1,0 +1,117 @@
+//go:build linux
+
+package consumer
+
+import (
+	"os"
+	"testing"
+)
+
+// thpAvailable reports whether the kernel has transparent huge pages at all
+// (without them MADV_HUGEPAGE is refused and every table stays on the heap).
+func thpAvailable() bool {
+	_, err := os.Stat("/sys/kernel/mm/transparent_hugepage/enabled")
+	return err == nil
+}
+
+// bucketsOf returns the bucket count of a table of the given byte size.
+func bucketsOf(bytes uint64) uint64 { return bytes / (16 * 8) }
+
+// A table of at least one huge page is its own mapping, advised for huge
+// pages, unless CKFRELAY_TABLE_HUGEPAGES=off; a smaller one stays on the heap.
+// Either way every word of it is usable.
+func TestTableMemoryPlacement(t *testing.T) {
+	if !thpAvailable() {
+		t.Skip("no transparent huge pages on this kernel")
+	}
+	tests := []struct {
+		name    string
+		bytes   uint64
+		env     string
+		advised bool
+	}{
+		{"one huge page", hugePageSize, "", true},
+		{"two huge pages", 2 * hugePageSize, "on", true},
+		{"below one huge page", hugePageSize / 2, "", false},
+		{"smallest table", 16 * 8, "", false},
+		{"huge pages off", 2 * hugePageSize, "off", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(HugePagesEnv, tt.env)
+			buckets := bucketsOf(tt.bytes)
+			tb, err := newTable(buckets)
+			if err != nil {
+				t.Fatal(err)
+			}
+			mem := tb.memory()
+			if mem.Bytes != tt.bytes || mem.HugePagesAdvised != tt.advised {
+				t.Fatalf("memory %+v; want %d bytes, advised %v", mem, tt.bytes, tt.advised)
+			}
+			if mem.HugePageBytes > mem.Bytes {
+				t.Fatalf("%d huge-page bytes in a %d-byte table", mem.HugePageBytes, mem.Bytes)
+			}
+			for _, b := range []uint64{0, buckets / 2, buckets - 1} {
+				for _, l := range []int{0, 15} {
+					v := b<<8 | uint64(l) | 1<<63
+					tb.StoreImage(b, l, v)
+					if got := tb.LoadImage(b, l); got != v {
+						t.Fatalf("bucket %d lane %d = %#x, want %#x", b, l, got, v)
+					}
+				}
+			}
+		})
+	}
+}
+
+// Once every word of an advised table is written, the kernel reports huge
+// pages inside it (read back from /proc/self/smaps), never more than the
+// table holds.
+func TestTableMemoryReportsHugePages(t *testing.T) {
+	if !thpAvailable() {
+		t.Skip("no transparent huge pages on this kernel")
+	}
+	mode, _ := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if len(mode) == 0 || string(mode) == "always madvise [never]\n" {
+		t.Skip("transparent huge pages disabled")
+	}
+	t.Setenv(HugePagesEnv, "")
+	tb, err := newTable(bucketsOf(4 * hugePageSize))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range tb.words {
+		tb.words[i].Store(uint64(i) | 1)
+	}
+	mem := tb.memory()
+	if !mem.HugePagesAdvised {
+		t.Skip("the kernel refused MADV_HUGEPAGE")
+	}
+	if mem.HugePageBytes == 0 || mem.HugePageBytes > mem.Bytes || mem.HugePageBytes%hugePageSize != 0 {
+		t.Fatalf("%d of %d bytes on huge pages; want a positive whole number of huge pages", mem.HugePageBytes, mem.Bytes)
+	}
+}
+
+func TestMappingRange(t *testing.T) {
+	tests := []struct {
+		line   string
+		lo, hi uintptr
+		ok     bool
+	}{
+		{"7f12a0000000-7f12a0400000 rw-p 00000000 00:00 0 ", 0x7f12a0000000, 0x7f12a0400000, true},
+		{"00400000-0040b000 r-xp 00000000 08:01 1234   /bin/cat", 0x400000, 0x40b000, true},
+		{"AnonHugePages:      2048 kB", 0, 0, false},
+		{"Size: 4 kB", 0, 0, false},
+		{"7f12a0000000-7f12a0400000", 0, 0, false}, // no space
+		{"7f12a0000000+7f12a0400000 rw-p", 0, 0, false},
+		{"7g12a0000000-7f12a0400000 rw-p", 0, 0, false},
+		{"7f12a0000000-7f12z0400000 rw-p", 0, 0, false},
+		{"", 0, 0, false},
+	}
+	for _, tt := range tests {
+		lo, hi, ok := mappingRange([]byte(tt.line))
+		if lo != tt.lo || hi != tt.hi || ok != tt.ok {
+			t.Errorf("mappingRange(%q) = %#x, %#x, %v; want %#x, %#x, %v", tt.line, lo, hi, ok, tt.lo, tt.hi, tt.ok)
+		}
+	}
+}
