@@ -208,8 +208,10 @@ func printTable(w io.Writer, rep *bench.Report) {
 		a := sr.Accuracy
 		fmt.Fprintf(w, "scale: %d DCs × %d buckets, %d memberships (%d unique blocks, %d requests over %d trace copies), CKF on huge pages %v\n",
 			sr.Lanes, sr.Buckets, sr.Memberships, sr.UniqueBlocks, sr.Requests, sr.TraceCopies, sr.HugePages)
-		fmt.Fprintf(w, "scale accuracy over %d queries (%d DC answers): under %d, inflated %d (%.4f%%), wrong best DC %d (%.4f%%)\n",
-			a.Queries, a.Answers, a.Under, a.Inflated, a.InflatedPct, a.WrongBest, a.WrongBestPct)
+		fmt.Fprintf(w, "scale accuracy over %d queries (%d DC answers): under %d, inflated %d (%.4f%%; %d from depth 0), wrong best DC %d (%.4f%%)\n",
+			a.Queries, a.Answers, a.Under, a.Inflated, a.InflatedPct, a.InflatedFromZero, a.WrongBest, a.WrongBestPct)
+		fmt.Fprintf(w, "scale false positives: %.4f%% of %d single probes of absent hashes hit; the format's floor for this load is %.0f inflated answers\n",
+			a.ProbeFPPct, a.ProbeFPProbes, a.ExpectedInflated)
 	}
 	if runs, ok := rep.Info["e2e_runs"].([]bench.E2ERun); ok && len(runs) > 1 {
 		for i, r := range runs {
