@@ -133,6 +133,21 @@ type ScaleAccuracy struct {
 	// lane on ties) is not among the exact index's deepest.
 	WrongBest    int     `json:"wrong_best"`
 	WrongBestPct float64 `json:"wrong_best_pct"`
+	// InflatedFromZero counts the inflated answers whose exact depth is 0
+	// (a false positive at the query's first block).
+	InflatedFromZero int `json:"inflated_from_zero"`
+	// ProbeFPPct is the measured false-positive rate of one probe: the share
+	// of (random absent hash, lane) probes that hit, over ProbeFPProbes
+	// probes. A false positive at the first missing position of a prefix
+	// looks exactly like a hit, so no search over this format can inflate
+	// fewer answers than ExpectedInflated: ProbeFPPct times the answers
+	// whose exact depth is shorter than the query.
+	ProbeFPPct       float64 `json:"probe_fp_pct"`
+	ProbeFPProbes    int     `json:"probe_fp_probes"`
+	ExpectedInflated float64 `json:"expected_inflated"`
+	// shortAnswers counts the answers whose exact depth is below the
+	// query's length: the ones a false positive can inflate.
+	shortAnswers int
 }
 
 // ScaleReport is the outcome of RunScale.
@@ -452,6 +467,11 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 
 	cfg.Progress("scale: accuracy over %d trace queries", cfg.AccuracyQueries)
 	rep.Accuracy = scaleAccuracy(ix, x, sample(cfg.AccuracyQueries), cfg.Lanes)
+	probes := 10 * cfg.AccuracyQueries
+	fp := probeFalsePositives(ix, probes, cfg.Seed)
+	rep.Accuracy.ProbeFPProbes = probes * cfg.Lanes
+	rep.Accuracy.ProbeFPPct = 100 * float64(fp) / float64(rep.Accuracy.ProbeFPProbes)
+	rep.Accuracy.ExpectedInflated = float64(rep.Accuracy.shortAnswers) * float64(fp) / float64(rep.Accuracy.ProbeFPProbes)
 	runtime.KeepAlive(x)
 	return rep, nil
 }
@@ -482,6 +502,29 @@ func timeQueries(goroutines int, qs [][]ckf.LocalBlockHash, samples int, mk func
 	return all
 }
 
+// probeFalsePositives asks every lane about n random one-block chains,
+// which no DC stores (a 64-bit hash collision aside), and returns how many
+// (chain, lane) answers were nonetheless present: one probe's false
+// positives.
+func probeFalsePositives(ix *consumer.Indexer, n int, seed uint64) int {
+	var s consumer.QueryScratch
+	var out consumer.QueryResult
+	seq := make([]ckf.SequenceHash, 1)
+	rng := mix64(seed ^ 0xf0f0_f0f0_f0f0_f0f0)
+	hits := 0
+	for range n {
+		rng = mix64(rng)
+		seq[0] = ckf.SequenceHash(rng)
+		if ix.FindPrefixMatchesSequence(seq, &s, &out) != nil {
+			continue
+		}
+		for _, l := range out.Lanes {
+			hits += int(l.Depth)
+		}
+	}
+	return hits
+}
+
 // scaleAccuracy runs qs through both indexes.
 func scaleAccuracy(ix *consumer.Indexer, x *ExactIndex, qs [][]ckf.LocalBlockHash, lanes int) ScaleAccuracy {
 	var acc ScaleAccuracy
@@ -504,6 +547,12 @@ func scaleAccuracy(ix *consumer.Indexer, x *ExactIndex, qs [][]ckf.LocalBlockHas
 				acc.Under++
 			case got > exact[l]:
 				acc.Inflated++
+				if exact[l] == 0 {
+					acc.InflatedFromZero++
+				}
+			}
+			if int(exact[l]) < len(q) {
+				acc.shortAnswers++
 			}
 			if got > bestDepth {
 				best, bestDepth = l, got

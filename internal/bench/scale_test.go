@@ -49,6 +49,18 @@ func TestScaleFixtureNeverUnderReports(t *testing.T) {
 	if a.InflatedPct > 1 || a.WrongBestPct > 2 {
 		t.Fatalf("inflated %.3f%%, wrong best %.3f%%", a.InflatedPct, a.WrongBestPct)
 	}
+	if a.InflatedFromZero > a.Inflated {
+		t.Fatalf("%d of %d inflated answers from depth 0", a.InflatedFromZero, a.Inflated)
+	}
+	// 16-bit fingerprints in two buckets of 4 slots at 80% load: about 6.4
+	// occupied slots per probe, a false-positive rate near 6.4/65535 ≈
+	// 0.0098% (measured over 640,000 probes: a few dozen hits).
+	if a.ProbeFPProbes != 16*10*4000 || a.ProbeFPPct < 0.003 || a.ProbeFPPct > 0.03 {
+		t.Fatalf("probe false positives %.4f%% over %d probes", a.ProbeFPPct, a.ProbeFPProbes)
+	}
+	if a.ExpectedInflated <= 0 {
+		t.Fatalf("expected inflation floor %.1f", a.ExpectedInflated)
+	}
 	for _, side := range []ScaleSide{rep.CKF, rep.Exact} {
 		if side.HotP50Ns <= 0 || side.ColdP99Ns < side.ColdP50Ns || side.IngestBlocksPerSec <= 0 {
 			t.Fatalf("side %+v", side)

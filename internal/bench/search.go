@@ -37,6 +37,13 @@ type SearchConfig struct {
 	// the rest stop at scattered depths). ChainBlocks = Blocks spreads the
 	// lanes' depths over the whole query, the search's worst case.
 	ChainBlocks int
+	// IngestRate is the paced rate, in images/s, at which a consumer.Pool
+	// applies deltas while QueryUnderIngest times cold queries (default 1M).
+	IngestRate float64
+	// PoolMaxDirtyAge overrides the fixture pool's MaxDirtyToAppliedAge
+	// (0: the default, 10ms). Tests under the race detector on one core
+	// raise it: a goroutine there may wait a whole 10ms time slice.
+	PoolMaxDirtyAge time.Duration
 	// Seed makes the table and the queries reproducible.
 	Seed uint64
 }
@@ -44,6 +51,9 @@ type SearchConfig struct {
 func (c SearchConfig) withDefaults() SearchConfig {
 	if c.Buckets == 0 {
 		c.Buckets = 1 << 22
+	}
+	if c.IngestRate == 0 {
+		c.IngestRate = 1e6
 	}
 	if c.Blocks == 0 {
 		c.Blocks = 128
@@ -97,7 +107,7 @@ func SearchPairs(cfg SearchConfig) (hot, cold Pair) {
 type SearchFixture struct {
 	cfg     SearchConfig
 	ix      *consumer.Indexer
-	ings    [ckf.LaneCount]*consumer.LaneIngestor
+	pool    *consumer.Pool
 	ids     [ckf.LaneCount]ckf.ProducerIdentity
 	leases  [ckf.LaneCount]ckf.LaneLease
 	linear  *LinearProbe
@@ -105,8 +115,8 @@ type SearchFixture struct {
 }
 
 // NewSearchFixture builds the tables and the queries. The consumer table is
-// filled through the public path: every lane is claimed, assigned and given
-// a snapshot of its words.
+// filled through the public path: a consumer.Pool owns every lane, which is
+// assigned and given a snapshot of its words. Close releases the pool.
 func NewSearchFixture(cfg SearchConfig) (*SearchFixture, error) {
 	cfg = cfg.withDefaults()
 	if cfg.Blocks <= 0 || cfg.Queries <= 0 || cfg.HotQueries <= 0 || cfg.HotQueries > cfg.Queries || cfg.ChainBlocks < cfg.Blocks {
@@ -141,6 +151,21 @@ func NewSearchFixture(cfg SearchConfig) (*SearchFixture, error) {
 	if err != nil {
 		return nil, err
 	}
+	pcfg := consumer.DefaultPoolConfig()
+	if cfg.PoolMaxDirtyAge > 0 {
+		pcfg.MaxDirtyToAppliedAge = cfg.PoolMaxDirtyAge
+	}
+	pool, err := consumer.NewPool(ix, pcfg)
+	if err != nil {
+		return nil, err
+	}
+	fx.pool = pool
+	ok := false
+	defer func() {
+		if !ok {
+			_ = pool.Close()
+		}
+	}()
 	linear := NewLinearProbe(addressing)
 
 	rng := rand.New(rand.NewPCG(cfg.Seed, cfg.Buckets))
@@ -156,19 +181,14 @@ func NewSearchFixture(cfg SearchConfig) (*SearchFixture, error) {
 	words := make([]uint64, cfg.Buckets)
 	for l := range ckf.LaneCount {
 		fillLane(words, addressing, seqs, cfg.ChainBlocks, rng)
-		ing, err := ix.ClaimLane(l)
-		if err != nil {
-			return nil, err
-		}
-		fx.ings[l] = ing
 		id := ckf.ProducerIdentity{Pool: *pools[l], ProducerIncarnation: 1, LayoutGeneration: 1, Format: format}
 		lease := ckf.LaneLease{ConsumerInstance: instance, PhysicalLane: uint8(l), AssignmentEpoch: 1}
 		fx.ids[l], fx.leases[l] = id, lease
-		if err := ing.Assign(id, lease); err != nil {
+		if err := pool.Assign(id, lease); err != nil {
 			return nil, err
 		}
-		if out := ing.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Buckets: words}); out.Kind != consumer.OutcomeSnapshotInstalled {
-			return nil, fmt.Errorf("bench: install lane %d: %v", l, out)
+		if out, err := pool.InstallSnapshot(&ckf.Snapshot{Identity: id, Lease: lease, Sequence: 1, Buckets: words}); err != nil || out.Kind != consumer.OutcomeSnapshotInstalled {
+			return nil, fmt.Errorf("bench: install lane %d: %v %w", l, out, err)
 		}
 		linear.setLane(l, words)
 	}
@@ -176,8 +196,12 @@ func NewSearchFixture(cfg SearchConfig) (*SearchFixture, error) {
 		return nil, fmt.Errorf("bench: ready lanes %016b after installing all 16", ix.ReadyLanes())
 	}
 	fx.ix, fx.linear, fx.queries = ix, linear, queries
+	ok = true
 	return fx, nil
 }
+
+// Close stops the fixture's ingestion pool (its lanes are retired).
+func (f *SearchFixture) Close() error { return f.pool.Close() }
 
 // fillLane clears words, inserts each query chain to a depth drawn from
 // 0..chainBlocks (clipped to the query), then tops the lane up to 80% slot
@@ -379,33 +403,52 @@ func (t *LinearProbe) Depths(locals []ckf.LocalBlockHash, depths *[ckf.LaneCount
 // underIngestMaxTime bounds QueryUnderIngest's timed pass.
 const underIngestMaxTime = 5 * time.Second
 
-// UnderIngest is a query latency measured while deltas are applied.
+// UnderIngest is a query latency measured while a pool applies deltas.
 type UnderIngest struct {
-	ImagesPerSec float64 `json:"images_per_sec"`
-	Queries      int     `json:"queries"`
-	P50Ns        float64 `json:"p50_ns"`
-	P99Ns        float64 `json:"p99_ns"`
+	// TargetImagesPerSec is the paced submission rate, ImagesPerSec the
+	// rate the pool admitted over the pass; a pass returns only when the
+	// pool reported no fault and every lane stayed ready (a lane that lags
+	// or saturates is retired), so it kept pace.
+	TargetImagesPerSec float64 `json:"target_images_per_sec"`
+	ImagesPerSec       float64 `json:"images_per_sec"`
+	Queries            int     `json:"queries"`
+	P50Ns              float64 `json:"p50_ns"`
+	P99Ns              float64 `json:"p99_ns"`
 }
+
+// underIngestRing is the number of deltas QueryUnderIngest cycles through.
+// The pool reads a submitted delta's images until a worker applies it, and
+// it admits at most WorkerCount × QueueCapacity deltas (4 × 256) beyond the
+// ones being applied, so a slot is free again 4,096 submissions later.
+const underIngestRing = 4096
 
 // QueryUnderIngest times the first n queries one by one (cycling, so a
 // set larger than the caches stays cold) on one goroutine while another
-// applies 64-image deltas round-robin over the 16 lanes as fast as it can,
-// the work of the ingestion pool's workers. Each image rewrites its
-// bucket's current word, so answers do not change but every store and
-// cache-line invalidation is real.
-func (f *SearchFixture) QueryUnderIngest(n, samples int) (UnderIngest, error) {
+// submits 64-image deltas round-robin over the 16 lanes to the fixture's
+// consumer.Pool, paced at rate images/s, and the pool's workers apply
+// them. Each image rewrites its bucket's current word, so answers do not
+// change but every store and cache-line invalidation is real. A refused
+// submission or a pool fault ends the pass with an error.
+func (f *SearchFixture) QueryUnderIngest(n, samples int, rate float64) (UnderIngest, error) {
+	if rate <= 0 {
+		return UnderIngest{}, fmt.Errorf("bench: ingest rate %v must be positive", rate)
+	}
 	qs := f.queries[:min(max(n, 1), len(f.queries))]
 	const perDelta = 64
 	stop := make(chan struct{})
 	done := make(chan error, 1)
 	var images int64
 	var elapsed time.Duration
+	ring := make([]ckf.Delta, underIngestRing)
+	for i := range ring {
+		ring[i].Images = make([]ckf.BucketImage, perDelta)
+	}
+	var seq [ckf.LaneCount]uint64
+	for l := range seq {
+		seq[l] = 1 // the snapshot's sequence
+	}
 	go func() {
 		rng := rand.New(rand.NewPCG(9, 9))
-		var deltas [ckf.LaneCount]ckf.Delta
-		for l := range ckf.LaneCount {
-			deltas[l] = ckf.Delta{Identity: f.ids[l], Lease: f.leases[l], BaseSequence: 1, Sequence: 2, Images: make([]ckf.BucketImage, perDelta)}
-		}
 		t0 := time.Now()
 		for i := 0; ; i++ {
 			select {
@@ -415,22 +458,28 @@ func (f *SearchFixture) QueryUnderIngest(n, samples int) (UnderIngest, error) {
 				return
 			default:
 			}
+			// Pace: submit while behind the target, else yield briefly.
+			if float64(images) >= rate*time.Since(t0).Seconds() {
+				time.Sleep(20 * time.Microsecond)
+				continue
+			}
 			l := i % ckf.LaneCount
-			d := &deltas[l]
+			d := &ring[i%len(ring)]
+			d.Identity, d.Lease = f.ids[l], f.leases[l]
+			d.BaseSequence, d.Sequence = seq[l], seq[l]+1
 			// Distinct buckets: a random run of perDelta consecutive ones.
 			start := rng.Uint64N(f.cfg.Buckets - perDelta)
 			for k := range d.Images {
 				bk := start + uint64(k)
 				d.Images[k] = ckf.BucketImage{Bucket: bk, Value: f.linear.words[bk*ckf.LaneCount+uint64(l)].Load()}
 			}
-			if out := f.ings[l].ApplyDelta(d); out.Kind != consumer.OutcomeDeltaApplied {
+			if err := f.pool.SubmitDelta(d); err != nil {
 				elapsed = time.Since(t0)
-				done <- fmt.Errorf("bench: ingest lane %d: %v", l, out)
+				done <- fmt.Errorf("bench: ingest lane %d: %w", l, err)
 				return
 			}
+			seq[l]++
 			images += perDelta
-			d.BaseSequence++
-			d.Sequence++
 		}
 	}()
 	var s consumer.QueryScratch
@@ -457,10 +506,21 @@ func (f *SearchFixture) QueryUnderIngest(n, samples int) (UnderIngest, error) {
 	if failed != nil {
 		return UnderIngest{}, failed
 	}
+	faults := 0
+	for {
+		if _, ok := f.pool.TryRecvFault(); !ok {
+			break
+		}
+		faults++
+	}
+	if ready := f.ix.ReadyLanes(); faults > 0 || ready != ckf.LaneMask {
+		return UnderIngest{}, fmt.Errorf("bench: the pool fell behind: %d faults, ready lanes %016b", faults, ready)
+	}
 	return UnderIngest{
-		ImagesPerSec: float64(images) / elapsed.Seconds(),
-		Queries:      len(lat),
-		P50Ns:        float64(lat.Quantile(0.5).Nanoseconds()),
-		P99Ns:        float64(lat.Quantile(0.99).Nanoseconds()),
+		TargetImagesPerSec: rate,
+		ImagesPerSec:       float64(images) / elapsed.Seconds(),
+		Queries:            len(lat),
+		P50Ns:              float64(lat.Quantile(0.5).Nanoseconds()),
+		P99Ns:              float64(lat.Quantile(0.99).Nanoseconds()),
 	}, nil
 }

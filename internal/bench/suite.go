@@ -145,6 +145,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 			if err != nil {
 				return rep, err
 			}
+			defer fx.Close()
 			sc := fx.Config()
 			for _, set := range []struct {
 				name string
@@ -164,8 +165,8 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 					NewMetric(name+" p99", "ns", Extra(s, "p99-ns"), Extra(b, "p99-ns"), false),
 					NewMetric(name, "allocs/op", AllocsPerOp(s), AllocsPerOp(b), false))
 			}
-			cfg.Progress("search: cold queries while deltas are applied")
-			ui, err := fx.QueryUnderIngest(sc.Queries, minPercentileSamples)
+			cfg.Progress("search: cold queries while a consumer.Pool applies %.0f images/s", sc.IngestRate)
+			ui, err := fx.QueryUnderIngest(sc.Queries, minPercentileSamples, sc.IngestRate)
 			if err != nil {
 				return rep, err
 			}

@@ -181,20 +181,28 @@ type queryProber struct {
 	hashed int
 	// probes[i].Fingerprint == 0 marks position i as not yet prepared;
 	// prepared fingerprints are never 0.
-	probes []ckf.Probe
+	probes []probeMemo
 	sink   uint64
 }
 
-func (q *queryProber) prepared(pos int) ckf.Probe {
-	pr := q.probes[pos]
-	if pr.Fingerprint == 0 {
+// probeMemo is one position's prepared probe and the lane bits already
+// read for it: the search re-probes some positions (the verification
+// window re-checks positions the binary phase probed), and a query sees one
+// read of a lane word per position, as a weak read allows.
+type probeMemo struct {
+	ckf.Probe
+	read, hits uint16
+}
+
+func (q *queryProber) prepared(pos int) *probeMemo {
+	pm := &q.probes[pos]
+	if pm.Fingerprint == 0 {
 		if pos >= q.hashed {
 			q.extend(pos)
 		}
-		pr = q.addressing.prepare(uint64(q.seq[pos]))
-		q.probes[pos] = pr
+		pm.Probe = q.addressing.prepare(uint64(q.seq[pos]))
 	}
-	return pr
+	return pm
 }
 
 // extend computes the chain through pos (spec §2.2).
@@ -211,11 +219,26 @@ func (q *queryProber) extend(pos int) {
 }
 
 func (q *queryProber) probe(pos int, need uint16) uint16 {
-	return q.table.probeLanes(q.prepared(pos), need)
+	pm := q.prepared(pos)
+	if need&^pm.read == 0 {
+		return pm.hits
+	}
+	lo, hi := laneHalves(need)
+	read := uint16(0xffff)
+	if hi-lo == 8 {
+		read = 0xff << lo
+	}
+	pm.hits = pm.hits&^read | q.table.probeLanes(pm.Probe, need)
+	pm.read |= read
+	return pm.hits
 }
 
 func (q *queryProber) prefetch(pos int, need uint16) {
-	q.sink ^= q.table.touchLanes(q.prepared(pos), need)
+	if hasPrefetch {
+		q.table.prefetchLanes(q.prepared(pos).Probe, need)
+		return
+	}
+	q.sink ^= q.table.touchLanes(q.prepared(pos).Probe, need)
 }
 
 // FindPrefixMatches searches the currently ready lanes for the prefix of
@@ -263,7 +286,7 @@ func (ix *Indexer) findWithCapturedReady(n int, captured uint16, s *QueryScratch
 	if n > 0 {
 		q := &s.prober
 		if cap(q.probes) < n {
-			q.probes = make([]ckf.Probe, n)
+			q.probes = make([]probeMemo, n)
 		}
 		q.probes = q.probes[:n]
 		clear(q.probes)

@@ -266,6 +266,18 @@ func TestFindPrefixMatchesOnARealTable(t *testing.T) {
 		linearPrefixDepths(len(seq), ckf.LaneMask, func(pos int) uint16 {
 			return ix.table.Probe(ix.addressing.Prepare(uint64(seq[pos])))
 		}, &lin)
+		// The query path (lazy hashing, per-position read memo, half-row
+		// reads, prefetches) must answer what the plain search answers
+		// over whole-row probes of the same table.
+		var plain [ckf.LaneCount]uint32
+		findPrefixDepths(len(seq), ckf.LaneMask, ix.window, func(pos int) uint16 {
+			return ix.table.Probe(ix.addressing.Prepare(uint64(seq[pos])))
+		}, &plain)
+		for l := range lanes {
+			if out.Lanes[l].Depth != plain[l] {
+				t.Fatalf("chain %d lane %d: depth %d, plain search %d", c, l, out.Lanes[l].Depth, plain[l])
+			}
+		}
 		for l := range lanes {
 			got := out.Lanes[l].Depth
 			if int(got) < world.depths[c][l] {

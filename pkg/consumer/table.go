@@ -149,6 +149,19 @@ func (t *table) touchLanes(p ckf.Probe, need uint16) uint64 {
 	return a[0].Load() ^ a[8].Load() ^ b[0].Load() ^ b[8].Load()
 }
 
+// prefetchLanes requests the cache lines holding need's lanes of both
+// candidate rows without waiting for them (see prefetchRows).
+func (t *table) prefetchLanes(p ckf.Probe, need uint16) {
+	lo, hi := laneHalves(need)
+	a := unsafe.Pointer(&t.words[uint64(p.BucketA)*ckf.LaneCount+uint64(lo)])
+	b := unsafe.Pointer(&t.words[uint64(p.BucketB)*ckf.LaneCount+uint64(lo)])
+	if hi-lo == 8 {
+		prefetchLines(a, b)
+		return
+	}
+	prefetchRows(a, b)
+}
+
 // touch loads one word per cache line of both candidate rows so that a batch
 // of independent probes overlaps its memory misses: Go has no prefetch
 // intrinsic, and plain loads whose results are folded into a sink serve.

@@ -136,3 +136,24 @@ func TestTableProbeDoesNotAllocate(t *testing.T) {
 	}
 	_ = sink
 }
+
+// TestPrefetchLanesReachesEveryRowEdge: prefetching the first and last rows
+// of a table, for one half of the lanes or both, neither faults nor changes
+// a word (a prefetch past the mapping would crash the test binary).
+func TestPrefetchLanesReachesEveryRowEdge(t *testing.T) {
+	tb, err := newTable(64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb.StoreImage(63, 15, 0x0001_0002_0003_0004)
+	for _, need := range []uint16{0x0001, 0x8000, ckf.LaneMask} {
+		tb.prefetchLanes(ckf.Probe{Fingerprint: 1, BucketA: 0, BucketB: 63}, need)
+		tb.prefetchLanes(ckf.Probe{Fingerprint: 1, BucketA: 63, BucketB: 0}, need)
+	}
+	if got := tb.LoadImage(63, 15); got != 0x0001_0002_0003_0004 {
+		t.Fatalf("word changed to %#x", got)
+	}
+	if got := tb.probeLanes(ckf.Probe{Fingerprint: 3, BucketA: 0, BucketB: 63}, 0x8000); got != 0x8000 {
+		t.Fatalf("probe after prefetch %#x, want lane 15", got)
+	}
+}
