@@ -324,3 +324,44 @@ func TestValidatesPublishCadenceAndDefaultsToImmediatePublication(t *testing.T) 
 		t.Fatalf("cadence 0: %v", err)
 	}
 }
+
+// Block sizes up to 256 tokens (257 for the Eagle window) hash from a stack
+// buffer: with room in dst, no allocation per call. The hashes match the
+// same windows cut by hand, whatever buffer held them.
+func TestLocalBlockHashesCommonSizesDoNotAllocate(t *testing.T) {
+	tokens := make([]uint32, 3*257)
+	for i := range tokens {
+		tokens[i] = uint32(i * 7919)
+	}
+	dst := make([]LocalBlockHash, 0, 8)
+	for _, bs := range []int{16, 64, 255, 256} {
+		if a := testing.AllocsPerRun(20, func() { dst = LocalBlockHashes(dst[:0], tokens, bs) }); a != 0 {
+			t.Errorf("LocalBlockHashes block size %d: %v allocations per call", bs, a)
+		}
+		if a := testing.AllocsPerRun(20, func() { dst = LocalBlockHashesWith(dst[:0], tokens, bs, BlockOptions{Eagle: true}) }); a != 0 {
+			t.Errorf("LocalBlockHashesWith Eagle block size %d: %v allocations per call", bs, a)
+		}
+	}
+	// Larger blocks still hash every full window.
+	for _, bs := range []int{256, 257, 300} {
+		for _, eagle := range []bool{false, true} {
+			window := bs
+			if eagle {
+				window++
+			}
+			got := LocalBlockHashesWith(nil, tokens, bs, BlockOptions{Eagle: eagle})
+			var want []LocalBlockHash
+			for start := 0; start+window <= len(tokens); start += bs {
+				want = LocalBlockHashesWith(want, tokens[start:start+window], window, BlockOptions{})
+			}
+			if len(got) != len(want) {
+				t.Fatalf("block size %d eagle %v: %d hashes, want %d", bs, eagle, len(got), len(want))
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Fatalf("block size %d eagle %v: hash %d = %#x, want %#x", bs, eagle, i, got[i], want[i])
+				}
+			}
+		}
+	}
+}
