@@ -72,13 +72,20 @@ func TestExplicitIdentityBounds(t *testing.T) {
 		if _, err := ExplicitRoutingScope(entries(c[0], c[1], c[2])); err != nil {
 			t.Fatalf("entries %d, key %d, value %d bytes: %v", c[0], c[1], c[2], err)
 		}
-		if _, err := ExplicitCacheSemantics(entries(c[0], c[1], c[2]), 16, 1); err != nil {
+		id, err := ExplicitCacheSemantics(entries(c[0], c[1], c[2]), 16, 1)
+		if err != nil {
 			t.Fatalf("entries %d, key %d, value %d bytes: %v", c[0], c[1], c[2], err)
+		}
+		if id.Source != SourceExplicit || id.Digest == (Digest16{}) {
+			t.Fatalf("entries %d, key %d, value %d bytes: cache semantics %+v, want an explicit digest", c[0], c[1], c[2], id)
 		}
 	}
 	for _, c := range refused {
 		if _, err := ExplicitRoutingScope(entries(c[0], c[1], c[2])); !errors.Is(err, ErrInvalidExplicitIdentity) {
 			t.Fatalf("entries %d, key %d, value %d bytes: %v; want ErrInvalidExplicitIdentity", c[0], c[1], c[2], err)
+		}
+		if _, err := ExplicitCacheSemantics(entries(c[0], c[1], c[2]), 16, 1); !errors.Is(err, ErrInvalidExplicitIdentity) {
+			t.Fatalf("cache semantics: entries %d, key %d, value %d bytes: %v; want ErrInvalidExplicitIdentity", c[0], c[1], c[2], err)
 		}
 	}
 }
