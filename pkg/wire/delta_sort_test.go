@@ -57,3 +57,38 @@ func BenchmarkNewDelta(b *testing.B) {
 		_ = NewDelta(d, WireLease{})
 	}
 }
+
+// TestSortedImagesCopiesOnceWhenItCan: input already in order (repeated
+// buckets included) and short deltas in any order cost one allocation, the
+// copy; only long unsorted deltas take the radix sort's two buffers.
+func TestSortedImagesCopiesOnceWhenItCan(t *testing.T) {
+	images := func(n int, bucket func(i int) uint64) []ckf.BucketImage {
+		in := make([]ckf.BucketImage, n)
+		for i := range in {
+			in[i] = ckf.BucketImage{Bucket: bucket(i), Value: uint64(i)}
+		}
+		return in
+	}
+	tests := []struct {
+		name   string
+		in     []ckf.BucketImage
+		allocs float64
+	}{
+		{"sorted with repeats", images(4*insertionSortMax, func(i int) uint64 { return uint64(i / 3) }), 1},
+		{"short reversed", images(2, func(i int) uint64 { return uint64(2 - i) }), 1},
+		{"longest insertion sort", images(insertionSortMax, func(i int) uint64 { return uint64(insertionSortMax - i) }), 1},
+		{"radix sort", images(insertionSortMax+1, func(i int) uint64 { return uint64(insertionSortMax + 1 - i) }), 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			want := slices.Clone(tt.in)
+			slices.SortStableFunc(want, func(a, b ckf.BucketImage) int { return cmp.Compare(a.Bucket, b.Bucket) })
+			if got := sortedImages(tt.in); !slices.Equal(got, want) {
+				t.Fatalf("sorted %v, want %v", got, want)
+			}
+			if a := testing.AllocsPerRun(20, func() { sortedImages(tt.in) }); a != tt.allocs {
+				t.Fatalf("%v allocations, want %v", a, tt.allocs)
+			}
+		})
+	}
+}
