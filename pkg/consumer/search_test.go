@@ -321,3 +321,51 @@ func TestTerminalBranchFallbackCountsAPredecessorAtTheLeftEdgeAsProvenance(t *te
 		t.Fatalf("fallback stats %+v, want %+v", stats, want)
 	}
 }
+
+// touchProber records prefetches only.
+type touchProber struct{ touched []int }
+
+func (*touchProber) probe(int, uint16) uint16     { return 0 }
+func (p *touchProber) prefetch(pos int, _ uint16) { p.touched = append(p.touched, pos) }
+
+// binaryMidpoints collects every midpoint a binary search of (lo, hi) can
+// probe in its first rounds rounds, over all answers.
+func binaryMidpoints(lo, hi, rounds int, into map[int]bool) {
+	if rounds == 0 || hi-lo <= 1 {
+		return
+	}
+	mid := lo + (hi-lo)/2
+	into[mid] = true
+	binaryMidpoints(lo, mid, rounds-1, into)
+	binaryMidpoints(mid, hi, rounds-1, into)
+}
+
+// touchSubtree requests exactly the midpoints the binary search may probe in
+// its next levels rounds, each once: nothing the search will not read.
+func TestTouchSubtreeRequestsExactlyTheNextRoundsMidpoints(t *testing.T) {
+	for lo := range 6 {
+		for hi := lo; hi <= lo+40; hi++ {
+			for levels := range 4 {
+				var p touchProber
+				touchSubtree(&p, lo, hi, levels, 1)
+				want := map[int]bool{}
+				binaryMidpoints(lo, hi, levels, want)
+				got := map[int]bool{}
+				for _, pos := range p.touched {
+					if got[pos] {
+						t.Fatalf("(%d, %d) levels %d: %d touched twice: %v", lo, hi, levels, pos, p.touched)
+					}
+					got[pos] = true
+				}
+				if len(got) != len(want) || len(p.touched) > 1<<levels-1 {
+					t.Fatalf("(%d, %d) levels %d: touched %v, want the midpoints %v", lo, hi, levels, p.touched, want)
+				}
+				for pos := range want {
+					if !got[pos] {
+						t.Fatalf("(%d, %d) levels %d: touched %v, want the midpoints %v", lo, hi, levels, p.touched, want)
+					}
+				}
+			}
+		}
+	}
+}
