@@ -5,6 +5,7 @@ package consumer
 import (
 	"os"
 	"testing"
+	"unsafe"
 )
 
 // thpAvailable reports whether the kernel has transparent huge pages at all
@@ -18,8 +19,9 @@ func thpAvailable() bool {
 func bucketsOf(bytes uint64) uint64 { return bytes / (16 * 8) }
 
 // A table of at least one huge page is its own mapping, advised for huge
-// pages, unless CKFRELAY_TABLE_HUGEPAGES=off; a smaller one stays on the heap.
-// Either way every word of it is usable.
+// pages and starting on a huge-page boundary, unless
+// CKFRELAY_TABLE_HUGEPAGES=off; a smaller one stays on the heap. Either way
+// every word of it is usable.
 func TestTableMemoryPlacement(t *testing.T) {
 	if !thpAvailable() {
 		t.Skip("no transparent huge pages on this kernel")
@@ -32,6 +34,10 @@ func TestTableMemoryPlacement(t *testing.T) {
 	}{
 		{"one huge page", hugePageSize, "", true},
 		{"two huge pages", 2 * hugePageSize, "on", true},
+		// The kernel aligns a mapping of whole huge pages by itself; this
+		// one it does not (the mapping is the table plus one huge page).
+		{"one and a quarter huge pages", 5 * hugePageSize / 4, "", true},
+		{"one and three quarter huge pages", 7 * hugePageSize / 4, "", true},
 		{"below one huge page", hugePageSize / 2, "", false},
 		{"smallest table", 16 * 8, "", false},
 		{"huge pages off", 2 * hugePageSize, "off", false},
@@ -47,6 +53,9 @@ func TestTableMemoryPlacement(t *testing.T) {
 			mem := tb.memory()
 			if mem.Bytes != tt.bytes || mem.HugePagesAdvised != tt.advised {
 				t.Fatalf("memory %+v; want %d bytes, advised %v", mem, tt.bytes, tt.advised)
+			}
+			if start := uintptr(unsafe.Pointer(&tb.words[0])); tt.advised && start%hugePageSize != 0 {
+				t.Fatalf("advised table starts at %#x, not on a huge-page boundary", start)
 			}
 			if mem.HugePageBytes > mem.Bytes {
 				t.Fatalf("%d huge-page bytes in a %d-byte table", mem.HugePageBytes, mem.Bytes)
