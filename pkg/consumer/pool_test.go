@@ -1025,3 +1025,63 @@ func BenchmarkPoolDeltaThroughput(b *testing.B) {
 	}
 	b.ReportMetric(float64(images.Load())/elapsed.Seconds(), "images/s")
 }
+
+// The lag watchdog looks at the lanes about four times per
+// MaxDirtyToAppliedAge, so a stalled lane is retired at most about a quarter
+// of the bound late. Measured as the gaps between the watchdog's clock reads
+// on an idle pool (nothing else reads the clock): their median stays well
+// below a 2ms bound's 500µs period times eight.
+func TestLagWatchdogPollsAQuarterOfTheAgeBound(t *testing.T) {
+	format, err := ckf.NewConfig(64).Format()
+	if err != nil {
+		t.Fatal(err)
+	}
+	domain := poolTestDomain(1)
+	poolID := ckf.PoolID{Domain: domain, Dc: 7}
+	var lanes [ckf.LaneCount]*ckf.PoolID
+	lanes[3] = &poolID
+	manifest, err := NewManifest(11, domain, format, lanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	indexer, err := NewIndexer(manifest, ckf.DefaultPrefixSearchConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultPoolConfig()
+	cfg.WorkerCount = 1
+	cfg.MaxDirtyToAppliedAge = 2 * time.Millisecond
+	const reads = 41
+	var mu sync.Mutex
+	var at []time.Time
+	done := make(chan struct{})
+	now := func() time.Time {
+		t := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if at = append(at, t); len(at) == reads {
+			close(done)
+		}
+		return t
+	}
+	pool, err := newPoolWithClock(indexer, cfg, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watchdog read the clock fewer than 41 times in 10s")
+	}
+	mu.Lock()
+	gaps := make([]time.Duration, 0, reads-1)
+	for i := 1; i < reads; i++ {
+		gaps = append(gaps, at[i].Sub(at[i-1]))
+	}
+	mu.Unlock()
+	slices.Sort(gaps)
+	if median := gaps[len(gaps)/2]; median >= 4*time.Millisecond {
+		t.Fatalf("median watchdog period %v for a 2ms age bound, want about 500µs (gaps %v)", median, gaps)
+	}
+}
