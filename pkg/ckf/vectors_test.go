@@ -3,6 +3,7 @@ package ckf
 import (
 	"errors"
 	"testing"
+	"time"
 )
 
 func TestHashingVectors(t *testing.T) {
@@ -326,7 +327,8 @@ func TestValidatesPublishCadenceAndDefaultsToImmediatePublication(t *testing.T) 
 }
 
 // Block sizes up to 256 tokens (257 for the Eagle window) hash from a stack
-// buffer: with room in dst, no allocation per call. The hashes match the
+// buffer: with room in dst, no allocation per call; larger ones allocate
+// their buffer once per call. The hashes match the
 // same windows cut by hand, whatever buffer held them.
 func TestLocalBlockHashesCommonSizesDoNotAllocate(t *testing.T) {
 	tokens := make([]uint32, 3*257)
@@ -340,6 +342,15 @@ func TestLocalBlockHashesCommonSizesDoNotAllocate(t *testing.T) {
 		}
 		if a := testing.AllocsPerRun(20, func() { dst = LocalBlockHashesWith(dst[:0], tokens, bs, BlockOptions{Eagle: true}) }); a != 0 {
 			t.Errorf("LocalBlockHashesWith Eagle block size %d: %v allocations per call", bs, a)
+		}
+	}
+	// Larger blocks take one heap buffer per call, reused for every block.
+	for _, bs := range []int{300, 1000} {
+		if a := testing.AllocsPerRun(20, func() { dst = LocalBlockHashes(dst[:0], tokens, bs) }); a != 1 {
+			t.Errorf("LocalBlockHashes block size %d: %v allocations per call, want 1", bs, a)
+		}
+		if a := testing.AllocsPerRun(20, func() { dst = LocalBlockHashesWith(dst[:0], tokens, bs, BlockOptions{Eagle: true}) }); a != 1 {
+			t.Errorf("LocalBlockHashesWith Eagle block size %d: %v allocations per call, want 1", bs, a)
 		}
 	}
 	// Larger blocks still hash every full window.
@@ -361,6 +372,35 @@ func TestLocalBlockHashesCommonSizesDoNotAllocate(t *testing.T) {
 				if got[i] != want[i] {
 					t.Fatalf("block size %d eagle %v: hash %d = %#x, want %#x", bs, eagle, i, got[i], want[i])
 				}
+			}
+		}
+	}
+}
+
+// A block size below 1 yields no blocks and returns dst as it was. The call
+// runs on its own goroutine so that a loop that never advances fails the
+// test instead of hanging it.
+func TestLocalBlockHashesWithoutABlockSize(t *testing.T) {
+	tokens := []uint32{1, 2, 3, 4}
+	for _, bs := range []int{0, -1} {
+		for _, eagle := range []bool{false, true} {
+			dst := []LocalBlockHash{7}
+			done := make(chan [2][]LocalBlockHash, 1)
+			go func() {
+				done <- [2][]LocalBlockHash{
+					LocalBlockHashes(dst, tokens, bs),
+					LocalBlockHashesWith(dst, tokens, bs, BlockOptions{Eagle: eagle}),
+				}
+			}()
+			select {
+			case got := <-done:
+				for _, g := range got {
+					if len(g) != 1 || g[0] != 7 {
+						t.Fatalf("block size %d eagle %v: %v, want dst unchanged", bs, eagle, g)
+					}
+				}
+			case <-time.After(500 * time.Millisecond):
+				t.Fatalf("block size %d eagle %v: no answer after 500ms", bs, eagle)
 			}
 		}
 	}
