@@ -188,6 +188,10 @@ func TestDecodeRouterEventsIntoShapes(t *testing.T) {
 			[]RouterEvent{{WorkerID: 1, Event: KvCacheEvent{EventID: 2, Data: EventData{Kind: EventStored, Stored: StoreData{Blocks: []StoredBlock{{BlockHash: 3}}}}}}}},
 		{"hex escapes of both cases in an ignored value", `{"worker_id":1,"x":"\u00C9\u09aF\uFA0f\uE000","event":{"data":"cleared"}}`, []RouterEvent{
 			{WorkerID: 1, Event: KvCacheEvent{Data: EventData{Kind: EventCleared}}}}},
+		{"zeros in ignored numbers", `{"worker_id":1,"x":[10,0.05,2e10,-100,1E+0],"event":{"data":"cleared"}}`, []RouterEvent{
+			{WorkerID: 1, Event: KvCacheEvent{Data: EventData{Kind: EventCleared}}}}},
+		{"space in an unknown key", `{"worker_id":1,"a b":1,"event":{"data":"cleared"}}`, []RouterEvent{
+			{WorkerID: 1, Event: KvCacheEvent{Data: EventData{Kind: EventCleared}}}}},
 		{"invalid UTF-8 in an ignored value", "{\"worker_id\":1,\"note\":\"\xff\xfe\",\"event\":{\"data\":\"cleared\"}}", []RouterEvent{
 			{WorkerID: 1, Event: KvCacheEvent{Data: EventData{Kind: EventCleared}}}}},
 	}
@@ -271,15 +275,24 @@ func TestDecodeRouterEventsIntoRejects(t *testing.T) {
 		"missing colon":            `{"worker_id" 1,"event":{"data":"cleared"}}`,
 		"trailing comma in object": `{"worker_id":1,"event":{"data":"cleared"},}`,
 		// Input cut off inside a value the scanner reads itself.
-		"cut in null parent":    `{"worker_id":1,"event":{"data":{"stored":{"parent_hash":nul`,
-		"cut in literal":        `{"worker_id":1,"x":tru`,
-		"cut in unicode escape": `{"worker_id":1,"x":"\u12`,
-		"cut before a value":    `{"worker_id":1,"x":`,
-		"cut after a minus":     `{"worker_id":1,"x":-`,
-		"cut after a number":    `{"worker_id":1,"x":5`,
-		"cut after a fraction":  `{"worker_id":1,"x":5.25`,
-		"cut after an exponent": `{"worker_id":1,"x":5e+`,
-		"nesting too deep":      `{"worker_id":1,"x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `,"event":{"data":"cleared"}}`,
+		"cut before worker_id":     `{"worker_id":`,
+		"cut in worker_id":         `{"worker_id":12`,
+		"cut after worker_id 0":    `{"worker_id":0`,
+		"cut in an ignored string": `{"worker_id":1,"x":"abc`,
+		"cut after a backslash":    `{"worker_id":1,"x":"ab\`,
+		"cut after an exponent e":  `{"worker_id":1,"x":5e`,
+		"objects nested too deep":  `{"worker_id":1,"x":` + strings.Repeat(`{"a":`, 10001) + `1` + strings.Repeat("}", 10001) + `,"event":{"data":"cleared"}}`,
+		"cut in a key":             `{"worker_id":1,"eve`,
+		"cut in a tier":            `{"worker_id":1,"storage_tier":"dis`,
+		"cut in null parent":       `{"worker_id":1,"event":{"data":{"stored":{"parent_hash":nul`,
+		"cut in literal":           `{"worker_id":1,"x":tru`,
+		"cut in unicode escape":    `{"worker_id":1,"x":"\u12`,
+		"cut before a value":       `{"worker_id":1,"x":`,
+		"cut after a minus":        `{"worker_id":1,"x":-`,
+		"cut after a number":       `{"worker_id":1,"x":5`,
+		"cut after a fraction":     `{"worker_id":1,"x":5.25`,
+		"cut after an exponent":    `{"worker_id":1,"x":5e+`,
+		"nesting too deep":         `{"worker_id":1,"x":` + strings.Repeat("[", 10001) + strings.Repeat("]", 10001) + `,"event":{"data":"cleared"}}`,
 	}
 	for name, in := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -310,6 +323,7 @@ func TestDecodeRouterEventsIntoQuirks(t *testing.T) {
 		"case variant tokens_hash":  `{"worker_id":1,"event":{"data":{"stored":{"blocks":[{"Tokens_Hash":3}]}}}}`,
 		"case variant mm":           `{"worker_id":1,"event":{"data":{"stored":{"blocks":[{"MM_EXTRA_INFO":{}}]}}}}`,
 		"case variant hashes":       `{"worker_id":1,"event":{"data":{"removed":{"block_hashes":[1],"Block_Hashes":[2]}}}}`,
+		"non-ASCII key":             "{\"worker_id\":1,\"\x80\":1,\"event\":{\"data\":\"cleared\"}}",
 		"key case folding":          "{\"worker_id\":1,\"event\":{\"data\":{\"stored\":{\"blocks\":[{\"bloc\u212a_hash\":5}]}}}}",
 		"escaped key":               `{"worker\u005fid":1,"event":{"data":"cleared"}}`,
 		"escaped tier":              `{"worker_id":1,"storage_tier":"dis\u006b","event":{"data":"cleared"}}`,
