@@ -62,12 +62,11 @@ func hugePageBytes(start, size uintptr) uint64 {
 			inside = lo >= start && hi <= end
 			continue
 		}
-		if inside && bytes.HasPrefix(line, []byte("AnonHugePages:")) {
-			fields := bytes.Fields(line[len("AnonHugePages:"):])
-			if len(fields) >= 1 {
-				if kb, err := strconv.ParseUint(string(fields[0]), 10, 64); err == nil {
-					total += kb << 10
-				}
+		if rest, ok := bytes.CutPrefix(line, []byte("AnonHugePages:")); inside && ok {
+			// "AnonHugePages:    2048 kB"
+			num, _, _ := bytes.Cut(bytes.TrimSpace(rest), []byte(" "))
+			if kb, err := strconv.ParseUint(string(num), 10, 64); err == nil {
+				total += kb << 10
 			}
 		}
 	}
@@ -76,16 +75,16 @@ func hugePageBytes(start, size uintptr) uint64 {
 
 // mappingRange parses an smaps header line "lo-hi perms ...".
 func mappingRange(line []byte) (lo, hi uintptr, ok bool) {
-	sp := bytes.IndexByte(line, ' ')
-	if sp < 0 {
+	rng, _, ok := bytes.Cut(line, []byte(" "))
+	if !ok {
 		return 0, 0, false
 	}
-	dash := bytes.IndexByte(line[:sp], '-')
-	if dash < 0 {
+	loHex, hiHex, ok := bytes.Cut(rng, []byte("-"))
+	if !ok {
 		return 0, 0, false
 	}
-	a, err1 := strconv.ParseUint(string(line[:dash]), 16, 64)
-	b, err2 := strconv.ParseUint(string(line[dash+1:sp]), 16, 64)
+	a, err1 := strconv.ParseUint(string(loHex), 16, 64)
+	b, err2 := strconv.ParseUint(string(hiHex), 16, 64)
 	if err1 != nil || err2 != nil {
 		return 0, 0, false
 	}

@@ -75,7 +75,7 @@ func TestTableMemoryPlacement(t *testing.T) {
 
 // Once every word of an advised table is written, the kernel reports huge
 // pages inside it (read back from /proc/self/smaps), never more than the
-// table holds.
+// table holds, and none in an empty range.
 func TestTableMemoryReportsHugePages(t *testing.T) {
 	if !thpAvailable() {
 		t.Skip("no transparent huge pages on this kernel")
@@ -98,6 +98,11 @@ func TestTableMemoryReportsHugePages(t *testing.T) {
 	}
 	if mem.HugePageBytes == 0 || mem.HugePageBytes > mem.Bytes || mem.HugePageBytes%hugePageSize != 0 {
 		t.Fatalf("%d of %d bytes on huge pages; want a positive whole number of huge pages", mem.HugePageBytes, mem.Bytes)
+	}
+	// Only mappings wholly inside the range count: an empty range at the
+	// table's start holds none, though the table itself is backed.
+	if got := hugePageBytes(uintptr(unsafe.Pointer(&tb.words[0])), 0); got != 0 {
+		t.Fatalf("%d huge-page bytes in an empty range", got)
 	}
 }
 
