@@ -48,6 +48,7 @@ type options struct {
 	plots     string
 	chain     int
 	ingest    float64
+	dirtyAge  time.Duration
 	requests  int
 	repeat    int
 	samples   int
@@ -69,6 +70,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.IntVar(&o.accuracy, "accuracy-queries", 100000, "scale: trace queries compared with the exact index")
 	fs.IntVar(&o.lanes, "lanes", 16, "scale: DC lanes")
 	fs.Float64Var(&o.ingest, "ingest-rate", 1e6, "search: images/s a consumer.Pool applies while cold queries are timed beside it")
+	fs.DurationVar(&o.dirtyAge, "pool-max-dirty-age", 0, "search: MaxDirtyToAppliedAge of the pool beside the cold queries (0 = the pool's default, 10ms)")
 	fs.IntVar(&o.chain, "chain-blocks", 0, "search: length of the stored chains each lane holds a random prefix of (0 = 4×blocks; = blocks is the search's worst case)")
 	fs.IntVar(&o.requests, "e2e-requests", 4000, "e2e: replayed Mooncake requests for the throughput pair")
 	fs.IntVar(&o.repeat, "e2e-repeat", 1, "e2e: runs of the throughput pair on fresh batches (rows show the medians, --json every run)")
@@ -103,6 +105,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	}
 	if o.rateTime <= 0 {
 		return nil, fmt.Errorf("--e2e-rate-duration must be positive")
+	}
+	if o.dirtyAge < 0 {
+		return nil, fmt.Errorf("--pool-max-dirty-age %v must not be negative", o.dirtyAge)
 	}
 	if !(o.ingest > 0) || o.ingest > 1e9 {
 		return nil, fmt.Errorf("--ingest-rate %v must be within (0, 1e9] images/s", o.ingest)
@@ -148,7 +153,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	cfg := bench.SuiteConfig{
 		Only:           suites,
-		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, Queries: o.queries, HotQueries: o.hot, ChainBlocks: o.chain, IngestRate: o.ingest},
+		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, Queries: o.queries, HotQueries: o.hot, ChainBlocks: o.chain, IngestRate: o.ingest, PoolMaxDirtyAge: o.dirtyAge},
 		Scale:          bench.ScaleConfig{Lanes: o.lanes, Buckets: o.buckets, HotQueries: o.hot, ColdQueries: o.queries, AccuracyQueries: o.accuracy},
 		Rates:          bench.RateConfig{Rates: o.rates, Duration: o.rateTime},
 		NoRates:        len(o.rates) == 0,
