@@ -55,6 +55,8 @@ type options struct {
 	benchtime string
 	json      bool
 	quiet     bool
+	radix     bool
+	radixMax  uint64
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
@@ -79,6 +81,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	rates := fs.String("e2e-rates", "10000,50000,100000", "e2e: comma-separated paced input rates in events/s (empty: no paced sweep)")
 	fs.DurationVar(&o.rateTime, "e2e-rate-duration", 2*time.Second, "e2e: send time per paced rate and side")
 	fs.StringVar(&o.plots, "plots", "", "write SVG plots of the scale and paced e2e results into this directory (e.g. docs/bench)")
+	fs.BoolVar(&o.radix, "radix", false, "scale: add a radix-tree exact index (hashicorp/go-immutable-radix/v2) as a third side; skipped above --radix-max-memberships")
+	fs.Uint64Var(&o.radixMax, "radix-max-memberships", bench.DefaultRadixMaxMemberships, "scale: the most (block, DC) memberships the radix side is built for (it needs hundreds of bytes per distinct block)")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print progress on stderr")
 	if err := cli.Parse(fs, args, getenv); err != nil {
@@ -154,7 +158,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cfg := bench.SuiteConfig{
 		Only:           suites,
 		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, Queries: o.queries, HotQueries: o.hot, ChainBlocks: o.chain, IngestRate: o.ingest, PoolMaxDirtyAge: o.dirtyAge},
-		Scale:          bench.ScaleConfig{Lanes: o.lanes, Buckets: o.buckets, HotQueries: o.hot, ColdQueries: o.queries, AccuracyQueries: o.accuracy},
+		Scale:          bench.ScaleConfig{Lanes: o.lanes, Buckets: o.buckets, HotQueries: o.hot, ColdQueries: o.queries, AccuracyQueries: o.accuracy, Radix: o.radix, RadixMaxMemberships: o.radixMax},
 		Rates:          bench.RateConfig{Rates: o.rates, Duration: o.rateTime},
 		NoRates:        len(o.rates) == 0,
 		E2ERequests:    o.requests,
@@ -222,6 +226,12 @@ func printTable(w io.Writer, rep *bench.Report) {
 			a.Queries, a.Answers, a.Under, a.Inflated, a.InflatedPct, a.InflatedFromZero, a.WrongBest, a.WrongBestPct)
 		fmt.Fprintf(w, "scale false positives: %.4f%% of %d single probes of absent hashes hit; the format's floor for this load is %.0f inflated answers\n",
 			a.ProbeFPPct, a.ProbeFPProbes, a.ExpectedInflated)
+		if rx := sr.Radix; rx != nil {
+			fmt.Fprintf(w, "scale radix: %d prefixes, %d memberships; answers differing from the exact map %d of %d (%d queries); %.2f allocations per query\n",
+				rx.Prefixes, rx.Memberships, rx.Mismatches, rx.CheckedAnswers, rx.CheckedQueries, rx.AllocsPerQuery)
+		} else if sr.RadixSkipped != "" {
+			fmt.Fprintf(w, "scale radix: skipped: %s\n", sr.RadixSkipped)
+		}
 	}
 	if runs, ok := rep.Info["e2e_runs"].([]bench.E2ERun); ok && len(runs) > 1 {
 		for i, r := range runs {

@@ -3,6 +3,9 @@ package bench
 import (
 	"encoding/binary"
 	"math/bits"
+	"runtime"
+	"sync"
+	"time"
 
 	iradix "github.com/hashicorp/go-immutable-radix/v2"
 
@@ -184,4 +187,99 @@ func (x *RadixIndex) Depths(locals []ckf.LocalBlockHash, s *RadixScratch, depths
 	for ; cur != 0; cur &= cur - 1 {
 		depths[bits.TrailingZeros16(cur)] = uint32(p)
 	}
+}
+
+// buildScaleRadix builds the radix side of the scale run over the same
+// requests as the exact map (perDC[dc] of DC dc's stream), one goroutine
+// per tree, and fills side's build and memory figures, measured from heap0
+// and rss0.
+func buildScaleRadix(ts *traceStream, perDC []int, side *RadixSide, heap0, rss0 uint64) *RadixIndex {
+	rx := NewRadixIndex()
+	t0 := time.Now()
+	var (
+		busy   [RadixShards]time.Duration
+		added  [RadixShards]uint64
+		blocks uint64
+		wg     sync.WaitGroup
+	)
+	for shard := range RadixShards {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			s0 := time.Now()
+			b := rx.Builder(shard)
+			var locals []ckf.LocalBlockHash
+			var n uint64
+			for dc, left := range perDC {
+				if left == 0 {
+					continue
+				}
+				ts.forDC(dc, func(r uint64, i int, _ uint64) bool {
+					locals = ts.locals(locals, r, i)
+					added[shard] += uint64(b.Add(dc, locals))
+					n += uint64(len(locals))
+					left--
+					return left > 0
+				})
+			}
+			b.Commit()
+			busy[shard] = time.Since(s0)
+			if shard == 0 {
+				blocks = n
+			}
+		}()
+	}
+	wg.Wait()
+	wall := time.Since(t0)
+	var total time.Duration
+	for s := range RadixShards {
+		total += busy[s]
+		side.Memberships += added[s]
+	}
+	heap1, rss1 := residentMemory()
+	side.BuildSeconds = total.Seconds()
+	side.BuildWallSeconds = wall.Seconds()
+	side.IngestBlocksPerSec = float64(blocks) / total.Seconds()
+	side.HeapBytes, side.RSSBytes = sub0(heap1, heap0), sub0(rss1, rss0)
+	return rx
+}
+
+// checkRadix compares the radix tree's depths with the exact map's for qs.
+func checkRadix(side *RadixSide, rx *RadixIndex, x *ExactIndex, qs [][]ckf.LocalBlockHash, lanes int) {
+	var rs RadixScratch
+	var es ExactScratch
+	var got, want [ckf.LaneCount]uint32
+	for _, q := range qs {
+		rx.Depths(q, &rs, &got)
+		x.Depths(q, &es, &want)
+		side.CheckedQueries++
+		for l := range lanes {
+			side.CheckedAnswers++
+			if got[l] != want[l] {
+				side.Mismatches++
+			}
+		}
+	}
+}
+
+// radixAllocsPerQuery counts the heap allocations per query of a pass over
+// qs: the process's count, so the least of three passes, lest a runtime
+// allocation elsewhere be charged to the queries.
+func radixAllocsPerQuery(rx *RadixIndex, qs [][]ckf.LocalBlockHash) float64 {
+	var s RadixScratch
+	var d [ckf.LaneCount]uint32
+	for _, q := range qs[:min(64, len(qs))] {
+		rx.Depths(q, &s, &d)
+	}
+	least := uint64(1<<64 - 1)
+	for range 3 {
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		for _, q := range qs {
+			rx.Depths(q, &s, &d)
+		}
+		runtime.ReadMemStats(&m1)
+		least = min(least, m1.Mallocs-m0.Mallocs)
+	}
+	return float64(least) / float64(len(qs))
 }

@@ -15,7 +15,7 @@ func TestRadixDepthsEqualExactAndALinearWalk(t *testing.T) {
 	rng := rand.New(rand.NewPCG(7, 8))
 	var rs RadixScratch
 	var es ExactScratch
-	for iter := range 2000 {
+	for iter := range 600 {
 		n := 1 + rng.IntN(200)
 		q := make([]ckf.LocalBlockHash, n)
 		for i := range q {
