@@ -31,8 +31,9 @@ import (
 // points new nodes' prefixes into it; the build hands it one buffer per
 // chain with new blocks, whose prefixes share it, and re-inserts existing
 // keys with the tree's own key slice. Every node and leaf still carries a
-// mutation channel (an hchan of 96 bytes) whether or not mutation tracking
-// is on: that is the library's cost, not the key's.
+// mutation channel (112 bytes of heap each) whether or not mutation
+// tracking is on: with the node (64 B), the leaf (48 B) and the edge (16
+// B) about 350 B per distinct block that no choice of key avoids.
 //
 // Keys are split over RadixShards trees by the top bit of the chain's
 // first local hash so that a build can fill them on as many goroutines; a
