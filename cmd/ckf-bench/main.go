@@ -227,7 +227,7 @@ func printTable(w io.Writer, rep *bench.Report) {
 		fmt.Fprintf(w, "scale false positives: %.4f%% of %d single probes of absent hashes hit; the format's floor for this load is %.0f inflated answers\n",
 			a.ProbeFPPct, a.ProbeFPProbes, a.ExpectedInflated)
 		if rx := sr.Radix; rx != nil {
-			fmt.Fprintf(w, "scale radix: %d prefixes, %d memberships; answers differing from the exact map %d of %d (%d queries); %.2f allocations per query\n",
+			fmt.Fprintf(w, "scale radix: %d prefixes, %d memberships; answers differing from the exact map %d of %d (%d queries); %.2g heap allocations per query (process-wide count)\n",
 				rx.Prefixes, rx.Memberships, rx.Mismatches, rx.CheckedAnswers, rx.CheckedQueries, rx.AllocsPerQuery)
 		} else if sr.RadixSkipped != "" {
 			fmt.Fprintf(w, "scale radix: skipped: %s\n", sr.RadixSkipped)
