@@ -48,12 +48,15 @@ type options struct {
 	plots     string
 	chain     int
 	ingest    float64
+	dirtyAge  time.Duration
 	requests  int
 	repeat    int
 	samples   int
 	benchtime string
 	json      bool
 	quiet     bool
+	radix     bool
+	radixMax  uint64
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
@@ -69,6 +72,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.IntVar(&o.accuracy, "accuracy-queries", 100000, "scale: trace queries compared with the exact index")
 	fs.IntVar(&o.lanes, "lanes", 16, "scale: DC lanes")
 	fs.Float64Var(&o.ingest, "ingest-rate", 1e6, "search: images/s a consumer.Pool applies while cold queries are timed beside it")
+	fs.DurationVar(&o.dirtyAge, "pool-max-dirty-age", 0, "search: MaxDirtyToAppliedAge of the pool beside the cold queries (0 = the pool's default, 10ms)")
 	fs.IntVar(&o.chain, "chain-blocks", 0, "search: length of the stored chains each lane holds a random prefix of (0 = 4×blocks; = blocks is the search's worst case)")
 	fs.IntVar(&o.requests, "e2e-requests", 4000, "e2e: replayed Mooncake requests for the throughput pair")
 	fs.IntVar(&o.repeat, "e2e-repeat", 1, "e2e: runs of the throughput pair on fresh batches (rows show the medians, --json every run)")
@@ -77,6 +81,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	rates := fs.String("e2e-rates", "10000,50000,100000", "e2e: comma-separated paced input rates in events/s (empty: no paced sweep)")
 	fs.DurationVar(&o.rateTime, "e2e-rate-duration", 2*time.Second, "e2e: send time per paced rate and side")
 	fs.StringVar(&o.plots, "plots", "", "write SVG plots of the scale and paced e2e results into this directory (e.g. docs/bench)")
+	fs.BoolVar(&o.radix, "radix", false, "scale: add a radix-tree exact index (hashicorp/go-immutable-radix/v2) as a third side; skipped above --radix-max-memberships")
+	fs.Uint64Var(&o.radixMax, "radix-max-memberships", bench.DefaultRadixMaxMemberships, "scale: the most (block, DC) memberships the radix side is built for (it needs hundreds of bytes per distinct block)")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print progress on stderr")
 	if err := cli.Parse(fs, args, getenv); err != nil {
@@ -103,6 +109,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	}
 	if o.rateTime <= 0 {
 		return nil, fmt.Errorf("--e2e-rate-duration must be positive")
+	}
+	if o.dirtyAge < 0 {
+		return nil, fmt.Errorf("--pool-max-dirty-age %v must not be negative", o.dirtyAge)
 	}
 	if !(o.ingest > 0) || o.ingest > 1e9 {
 		return nil, fmt.Errorf("--ingest-rate %v must be within (0, 1e9] images/s", o.ingest)
@@ -148,8 +157,8 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	cfg := bench.SuiteConfig{
 		Only:           suites,
-		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, Queries: o.queries, HotQueries: o.hot, ChainBlocks: o.chain, IngestRate: o.ingest},
-		Scale:          bench.ScaleConfig{Lanes: o.lanes, Buckets: o.buckets, HotQueries: o.hot, ColdQueries: o.queries, AccuracyQueries: o.accuracy},
+		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, Queries: o.queries, HotQueries: o.hot, ChainBlocks: o.chain, IngestRate: o.ingest, PoolMaxDirtyAge: o.dirtyAge},
+		Scale:          bench.ScaleConfig{Lanes: o.lanes, Buckets: o.buckets, HotQueries: o.hot, ColdQueries: o.queries, AccuracyQueries: o.accuracy, Radix: o.radix, RadixMaxMemberships: o.radixMax},
 		Rates:          bench.RateConfig{Rates: o.rates, Duration: o.rateTime},
 		NoRates:        len(o.rates) == 0,
 		E2ERequests:    o.requests,
@@ -217,6 +226,12 @@ func printTable(w io.Writer, rep *bench.Report) {
 			a.Queries, a.Answers, a.Under, a.Inflated, a.InflatedPct, a.InflatedFromZero, a.WrongBest, a.WrongBestPct)
 		fmt.Fprintf(w, "scale false positives: %.4f%% of %d single probes of absent hashes hit; the format's floor for this load is %.0f inflated answers\n",
 			a.ProbeFPPct, a.ProbeFPProbes, a.ExpectedInflated)
+		if rx := sr.Radix; rx != nil {
+			fmt.Fprintf(w, "scale radix: %d prefixes, %d memberships; answers differing from the exact map %d of %d (%d queries); %.2g heap allocations per query (process-wide count)\n",
+				rx.Prefixes, rx.Memberships, rx.Mismatches, rx.CheckedAnswers, rx.CheckedQueries, rx.AllocsPerQuery)
+		} else if sr.RadixSkipped != "" {
+			fmt.Fprintf(w, "scale radix: skipped: %s\n", sr.RadixSkipped)
+		}
 	}
 	if runs, ok := rep.Info["e2e_runs"].([]bench.E2ERun); ok && len(runs) > 1 {
 		for i, r := range runs {

@@ -16,7 +16,7 @@ func noEnv(string) string { return "" }
 
 func TestRunPrintsJSONRowsForTheSelectedSuite(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"--only", "search", "--buckets", "4096", "--blocks", "32", "--queries", "128", "--hot-queries", "8", "--benchtime", "20x", "--json", "--quiet"}, noEnv, &out, &errOut)
+	code := run(context.Background(), []string{"--only", "search", "--buckets", "4096", "--blocks", "32", "--queries", "128", "--hot-queries", "8", "--benchtime", "20x", "--ingest-rate", "20000", "--pool-max-dirty-age", "1s", "--json", "--quiet"}, noEnv, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
@@ -42,7 +42,7 @@ func TestRunPrintsJSONRowsForTheSelectedSuite(t *testing.T) {
 
 func TestRunPrintsATable(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := run(context.Background(), []string{"--only", "search", "--buckets", "4096", "--queries", "64", "--benchtime", "10x"}, noEnv, &out, &errOut); code != 0 {
+	if code := run(context.Background(), []string{"--only", "search", "--buckets", "4096", "--queries", "64", "--benchtime", "10x", "--ingest-rate", "20000", "--pool-max-dirty-age", "1s"}, noEnv, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{"search/hot", "search/cold p99", "ns/op", "allocs/op", "ratio = subject / baseline"} {
@@ -67,6 +67,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--e2e-rates", "-5"},
 		{"--e2e-rate-duration", "0s"},
 		{"--benchtime", "soon"},
+		{"--ingest-rate", "0"},
+		{"--ingest-rate", "NaN"},
+		{"--pool-max-dirty-age", "-1s"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), args, noEnv, &out, &errOut); code != 2 {
@@ -123,5 +126,66 @@ func TestScaleJSONKeepsItsStableNamesAndWritesPlots(t *testing.T) {
 		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
 			t.Errorf("plot %s: %v", f, err)
 		}
+	}
+	if _, ok := doc.Scale["radix"]; ok {
+		t.Errorf("radix side present without --radix")
+	}
+}
+
+// TestScaleRadixFromTheEnvironment: CKFRELAY_RADIX adds the radix side
+// under "scale", with the exact side's names, no answer differing from the
+// map's, its rows and its plot series; above --radix-max-memberships the
+// table says it was skipped.
+func TestScaleRadixFromTheEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	env := func(k string) string {
+		if k == "CKFRELAY_RADIX" {
+			return "true"
+		}
+		return ""
+	}
+	args := []string{"--only", "scale", "--buckets", "1024", "--queries", "256", "--hot-queries", "8", "--accuracy-queries", "2000", "--quiet"}
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), append(args, "--plots", dir, "--json"), env, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	var doc struct {
+		Metrics []bench.Metric `json:"metrics"`
+		Scale   struct {
+			Radix map[string]float64 `json:"radix"`
+		} `json:"scale"`
+	}
+	if err := json.Unmarshal(out.Bytes(), &doc); err != nil {
+		t.Fatalf("%v: %s", err, out.String())
+	}
+	for _, k := range []string{"hot_p50_ns", "hot_p99_ns", "cold_p50_ns", "cold_p99_ns", "bytes_per_membership", "heap_bytes_per_membership", "ingest_blocks_per_sec", "cold_p99_ns_2g", "checked_answers"} {
+		if v, ok := doc.Scale.Radix[k]; !ok || !(v > 0) {
+			t.Errorf("radix.%s = %v (present %v)", k, v, ok)
+		}
+	}
+	if m, ok := doc.Scale.Radix["mismatches"]; !ok || m != 0 {
+		t.Errorf("radix mismatches %v (present %v)", m, ok)
+	}
+	rows := 0
+	for _, m := range doc.Metrics {
+		if strings.HasPrefix(m.Name, "scale/radix ") {
+			rows++
+		}
+	}
+	if rows != 11 {
+		t.Errorf("%d scale/radix rows", rows)
+	}
+	cdf, err := os.ReadFile(filepath.Join(dir, "scale_latency_cdf.svg"))
+	if err != nil || !bytes.Contains(cdf, []byte("radix cold")) {
+		t.Errorf("latency CDF without a radix series (%v)", err)
+	}
+
+	out.Reset()
+	errOut.Reset()
+	if code := run(context.Background(), append(args, "--radix-max-memberships", "1000"), env, &out, &errOut); code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if !strings.Contains(out.String(), "scale radix: skipped:") || strings.Contains(out.String(), "scale/radix ") {
+		t.Errorf("capped radix side not reported as skipped:\n%s", out.String())
 	}
 }

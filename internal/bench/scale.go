@@ -40,6 +40,14 @@ type ScaleConfig struct {
 	Trace []replay.Request
 	// Seed picks the routing and the query samples.
 	Seed uint64
+	// Radix adds a third side: a radix tree (RadixIndex) over the same
+	// requests as the exact map, timed and measured the same way, its
+	// answers checked against the map's. It runs only if the producers
+	// stored at most RadixMaxMemberships (block, DC) pairs (default
+	// DefaultRadixMaxMemberships): the tree costs hundreds of bytes per
+	// distinct block, far beyond this machine at the full shape.
+	Radix               bool
+	RadixMaxMemberships uint64
 	// Progress, when set, is told what is about to run.
 	Progress func(format string, args ...any)
 }
@@ -69,6 +77,9 @@ func (c ScaleConfig) withDefaults() (ScaleConfig, error) {
 	if c.BuildGoroutines == 0 {
 		c.BuildGoroutines = 2
 	}
+	if c.RadixMaxMemberships == 0 {
+		c.RadixMaxMemberships = DefaultRadixMaxMemberships
+	}
 	if c.Progress == nil {
 		c.Progress = func(string, ...any) {}
 	}
@@ -90,6 +101,12 @@ func (c ScaleConfig) withDefaults() (ScaleConfig, error) {
 	}
 	return c, nil
 }
+
+// DefaultRadixMaxMemberships caps the radix side: its RSS grew by 433 bytes
+// per membership (5.8 GB for 13.4M) on the scaled trace (see the README),
+// so 30M memberships need about 13 GB, inside a 24 GiB machine beside the
+// CKF and the map; the full 16-DC shape (214M) would need about 93 GB.
+const DefaultRadixMaxMemberships = 30_000_000
 
 // ScaleSide is one index's figures. The first five names are stable.
 type ScaleSide struct {
@@ -119,6 +136,26 @@ type ScaleSide struct {
 	HeapBytes              uint64  `json:"heap_bytes"`
 	RSSBytes               uint64  `json:"rss_bytes"`
 	HeapBytesPerMembership float64 `json:"heap_bytes_per_membership"`
+}
+
+// RadixSide is the radix tree's figures: the exact side's names, and its
+// answers checked against the exact map's.
+type RadixSide struct {
+	ScaleSide
+	// Prefixes is the number of keys the trees hold (one per distinct
+	// block, so equal to unique_blocks); Memberships the (block, DC) pairs
+	// the build added (equal to the exact map's memberships).
+	Prefixes    uint64 `json:"prefixes"`
+	Memberships uint64 `json:"memberships"`
+	// CheckedQueries are the accuracy queries answered by both exact
+	// indexes; Mismatches counts the (query, DC) answers where the tree's
+	// depth differs from the map's (must be 0).
+	CheckedQueries int `json:"checked_queries"`
+	CheckedAnswers int `json:"checked_answers"`
+	Mismatches     int `json:"mismatches"`
+	// AllocsPerQuery is the heap allocations per query over the cold set
+	// (after the scratch has grown).
+	AllocsPerQuery float64 `json:"allocs_per_query"`
 }
 
 // ScaleAccuracy compares the CKF's per-DC depths with the exact ones.
@@ -171,6 +208,11 @@ type ScaleReport struct {
 	Exact       ScaleSide     `json:"exact"`
 	Accuracy    ScaleAccuracy `json:"accuracy"`
 	HugePages   bool          `json:"ckf_hugepages"`
+	// Radix is the radix tree's side when ScaleConfig.Radix asked for it
+	// and the memberships were within its cap; RadixSkipped says why it
+	// was asked for but not run.
+	Radix        *RadixSide `json:"radix,omitempty"`
+	RadixSkipped string     `json:"radix_skipped,omitempty"`
 	// Latencies keeps the sorted samples behind the percentiles, keyed
 	// "ckf hot", "exact cold 2g", ... (for plots; not in JSON).
 	Latencies map[string]Latencies `json:"-"`
@@ -409,6 +451,25 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	}
 	rep.TraceCopies = uint64(rep.Requests)/uint64(len(cfg.Trace)) + 1
 
+	// Radix: the same requests again, one tree per goroutine.
+	var rx *RadixIndex
+	if cfg.Radix {
+		if rep.CkfMemberships > cfg.RadixMaxMemberships {
+			rep.RadixSkipped = fmt.Sprintf("%d memberships exceed the radix cap of %d (ScaleConfig.RadixMaxMemberships): the tree needs hundreds of bytes per distinct block", rep.CkfMemberships, cfg.RadixMaxMemberships)
+			cfg.Progress("scale: radix tree skipped: %s", rep.RadixSkipped)
+		} else {
+			cfg.Progress("scale: radix tree over the same %d requests", rep.Requests)
+			rep.Radix = &RadixSide{}
+			rx = buildScaleRadix(ts, perDC, rep.Radix, heap2, rss2)
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			rep.Radix.Prefixes = uint64(rx.Len())
+			rep.Radix.BytesPerMembership = float64(rep.Radix.RSSBytes) / float64(rep.Memberships)
+			rep.Radix.HeapBytesPerMembership = float64(rep.Radix.HeapBytes) / float64(rep.Memberships)
+		}
+	}
+
 	// Queries: distinct requests of the copies every DC consumed from.
 	rng := mix64(cfg.Seed ^ 0x9e3779b97f4a7c15)
 	copies := max(rep.TraceCopies-1, 1)
@@ -439,11 +500,20 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 		var d [ckf.LaneCount]uint32
 		return func(q []ckf.LocalBlockHash) { x.Depths(q, &s, &d) }
 	}
-	for _, side := range []struct {
+	type querySide struct {
 		name string
 		rep  *ScaleSide
 		mk   func() func([]ckf.LocalBlockHash)
-	}{{"ckf", &rep.CKF, ckfQuery}, {"exact", &rep.Exact, exactQuery}} {
+	}
+	sides := []querySide{{"ckf", &rep.CKF, ckfQuery}, {"exact", &rep.Exact, exactQuery}}
+	if rx != nil {
+		sides = append(sides, querySide{"radix", &rep.Radix.ScaleSide, func() func(q []ckf.LocalBlockHash) {
+			var s RadixScratch
+			var d [ckf.LaneCount]uint32
+			return func(q []ckf.LocalBlockHash) { rx.Depths(q, &s, &d) }
+		}})
+	}
+	for _, side := range sides {
 		for _, g := range []int{1, 2} {
 			cfg.Progress("scale: %s queries, %d goroutine(s)", side.name, g)
 			hl := timeQueries(g, hot, cfg.Samples, side.mk)
@@ -466,13 +536,20 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	}
 
 	cfg.Progress("scale: accuracy over %d trace queries", cfg.AccuracyQueries)
-	rep.Accuracy = scaleAccuracy(ix, x, sample(cfg.AccuracyQueries), cfg.Lanes)
+	accQueries := sample(cfg.AccuracyQueries)
+	rep.Accuracy = scaleAccuracy(ix, x, accQueries, cfg.Lanes)
+	if rx != nil {
+		cfg.Progress("scale: radix answers against the exact map over the same %d queries", len(accQueries))
+		checkRadix(rep.Radix, rx, x, accQueries, cfg.Lanes)
+		rep.Radix.AllocsPerQuery = radixAllocsPerQuery(rx, cold)
+	}
 	probes := 10 * cfg.AccuracyQueries
 	fp := probeFalsePositives(ix, probes, cfg.Seed)
 	rep.Accuracy.ProbeFPProbes = probes * cfg.Lanes
 	rep.Accuracy.ProbeFPPct = 100 * float64(fp) / float64(rep.Accuracy.ProbeFPProbes)
 	rep.Accuracy.ExpectedInflated = float64(rep.Accuracy.shortAnswers) * float64(fp) / float64(rep.Accuracy.ProbeFPProbes)
 	runtime.KeepAlive(x)
+	runtime.KeepAlive(rx)
 	return rep, nil
 }
 
@@ -644,5 +721,27 @@ func (r *ScaleReport) Metrics() []Metric {
 		NewMetric("scale/ingest", "blocks/s", c.IngestBlocksPerSec, x.IngestBlocksPerSec, true),
 		NewMetric("scale/memory RSS", "B/membership", c.BytesPerMembership, x.BytesPerMembership, false),
 		NewMetric("scale/memory heap", "B/membership", c.HeapBytesPerMembership, x.HeapBytesPerMembership, false),
+	}
+}
+
+// RadixMetrics lays the radix side out as subject (CKF) / baseline (radix
+// tree) rows, named "scale/radix ..." (none unless the radix side ran).
+func (r *ScaleReport) RadixMetrics() []Metric {
+	if r.Radix == nil {
+		return nil
+	}
+	c, x := r.CKF, r.Radix.ScaleSide
+	return []Metric{
+		NewMetric("scale/radix hot p50", "ns", c.HotP50Ns, x.HotP50Ns, false),
+		NewMetric("scale/radix hot p99", "ns", c.HotP99Ns, x.HotP99Ns, false),
+		NewMetric("scale/radix cold p50", "ns", c.ColdP50Ns, x.ColdP50Ns, false),
+		NewMetric("scale/radix cold p99", "ns", c.ColdP99Ns, x.ColdP99Ns, false),
+		NewMetric("scale/radix hot p50 2 goroutines", "ns", c.HotP50Ns2G, x.HotP50Ns2G, false),
+		NewMetric("scale/radix hot p99 2 goroutines", "ns", c.HotP99Ns2G, x.HotP99Ns2G, false),
+		NewMetric("scale/radix cold p50 2 goroutines", "ns", c.ColdP50Ns2G, x.ColdP50Ns2G, false),
+		NewMetric("scale/radix cold p99 2 goroutines", "ns", c.ColdP99Ns2G, x.ColdP99Ns2G, false),
+		NewMetric("scale/radix ingest", "blocks/s", c.IngestBlocksPerSec, x.IngestBlocksPerSec, true),
+		NewMetric("scale/radix memory RSS", "B/membership", c.BytesPerMembership, x.BytesPerMembership, false),
+		NewMetric("scale/radix memory heap", "B/membership", c.HeapBytesPerMembership, x.HeapBytesPerMembership, false),
 	}
 }

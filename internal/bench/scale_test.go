@@ -134,3 +134,55 @@ func trailing(m uint16) int {
 	}
 	return 16
 }
+
+// TestScaleRadixSideAgreesWithTheExactMap: with the radix side on, the
+// tree is built over the same requests as the exact map, holds the same
+// memberships and gives the same depth for every (accuracy query, DC), is
+// timed like the others and allocates nothing per query; above its cap it
+// is skipped with a note instead.
+func TestScaleRadixSideAgreesWithTheExactMap(t *testing.T) {
+	cfg := smallScale()
+	cfg.Radix = true
+	rep, err := RunScale(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rx := rep.Radix
+	if rx == nil {
+		t.Fatalf("no radix side (skipped: %q)", rep.RadixSkipped)
+	}
+	if rx.Mismatches != 0 {
+		t.Fatalf("%d of %d radix answers differ from the exact map's", rx.Mismatches, rx.CheckedAnswers)
+	}
+	if rx.CheckedQueries != 4000 || rx.CheckedAnswers != 16*4000 {
+		t.Fatalf("radix checked over %d queries / %d answers", rx.CheckedQueries, rx.CheckedAnswers)
+	}
+	if rx.Memberships != rep.Memberships || rx.Prefixes != rep.UniqueBlocks {
+		t.Fatalf("radix holds %d memberships over %d prefixes, the exact map %d over %d blocks", rx.Memberships, rx.Prefixes, rep.Memberships, rep.UniqueBlocks)
+	}
+	if rx.HotP50Ns <= 0 || rx.ColdP99Ns < rx.ColdP50Ns || rx.ColdP50Ns2G <= 0 || rx.IngestBlocksPerSec <= 0 || rx.HeapBytes == 0 || rx.HeapBytesPerMembership <= 0 {
+		t.Fatalf("radix side %+v", rx.ScaleSide)
+	}
+	if rx.AllocsPerQuery != 0 {
+		t.Fatalf("%g allocations per radix query", rx.AllocsPerQuery)
+	}
+	if len(rep.Latencies["radix cold 2g"]) != 2*256 || len(rep.Latencies["radix hot"]) != 200 {
+		t.Fatalf("radix latency samples: %d cold 2g, %d hot", len(rep.Latencies["radix cold 2g"]), len(rep.Latencies["radix hot"]))
+	}
+	names := map[string]bool{}
+	for _, m := range rep.RadixMetrics() {
+		names[m.Name] = true
+	}
+	if len(names) != 11 || !names["scale/radix cold p50"] || !names["scale/radix memory heap"] {
+		t.Fatalf("radix rows %v", names)
+	}
+
+	cfg.RadixMaxMemberships = rep.Memberships - 1
+	capped, err := RunScale(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if capped.Radix != nil || capped.RadixSkipped == "" || len(capped.RadixMetrics()) != 0 || len(capped.Latencies["radix hot"]) != 0 {
+		t.Fatalf("radix side above its cap: %+v, note %q", capped.Radix, capped.RadixSkipped)
+	}
+}

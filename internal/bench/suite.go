@@ -220,6 +220,12 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 				fmt.Sprintf("CKF global index, %d DC lanes × %d buckets from producer states filled with the scaled Mooncake trace (%d memberships)", sr.Lanes, sr.Buckets, sr.Memberships),
 				"exact global index: Go map canonical hash → DC mask, galloping/binary search over prefix-closed masks"})
 			rep.Metrics = append(rep.Metrics, sr.Metrics()...)
+			if sr.Radix != nil {
+				rep.Pairs = append(rep.Pairs, Description{suite + "/radix",
+					"CKF global index, as above",
+					"exact global index: radix tree (hashicorp/go-immutable-radix/v2) keyed by the chain of local hashes → DC mask, one walk down the query's path"})
+				rep.Metrics = append(rep.Metrics, sr.RadixMetrics()...)
+			}
 		}
 	}
 	return rep, nil

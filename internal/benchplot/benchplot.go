@@ -112,6 +112,20 @@ func Bars(path, title, ylabel string, categories []string, series []Bar) error {
 		}
 		p.Add(labels)
 	}
+	// Headroom above the tallest bar for its label and the legend (one
+	// row per series) drawn in the top right corner.
+	top := 0.0
+	for _, s := range series {
+		for _, v := range s.Values {
+			top = max(top, v)
+		}
+	}
+	if top > 0 {
+		// Rounded up to two significant digits, so the ticks stay round.
+		want := top * (1.1 + 0.08*float64(len(series)))
+		unit := math.Pow(10, math.Floor(math.Log10(want))-1)
+		p.Y.Max = math.Ceil(want/unit) * unit
+	}
 	p.Legend.Top = true
 	p.NominalX(categories...)
 	return p.Save(6*vg.Inch, 4*vg.Inch, path)

@@ -922,10 +922,15 @@ func (r *laneRunner) handleHeartbeat(ctx context.Context, hb *wire.Heartbeat) (o
 	case trafficSuperseded:
 		return r.dropSuperseded(wire.KindHeartbeat, hb.Lease.Epoch)
 	case trafficNewer:
-		// Its marker precedes it on the lane; only a forged one is counted.
 		if !r.epochGranted(ctx, hb.Lease.Epoch) {
 			return r.ungrantedOutcome(wire.KindHeartbeat, hb.Lease.Epoch)
 		}
+		// A granted newer epoch's marker precedes its heartbeats on the
+		// lane, so this lane missed it (purged, or published before the
+		// lane's consumer started): the installed epoch is superseded. An
+		// idle producer sends no delta that would reveal it, so the lane
+		// leaves the ready set and bootstraps, as for such a delta.
+		return outcome{fault: "newer_epoch", detail: "heartbeat of epoch " + strconv.FormatUint(hb.Lease.Epoch, 10) + " without its marker"}, true
 	case trafficCurrent:
 		r.sawCurrent()
 	}

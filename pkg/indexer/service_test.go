@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +23,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/producer"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -479,5 +481,56 @@ func TestALaneWaitingForItsFirstMarkerIsNotAFault(t *testing.T) {
 	}
 	if st, _ := statusOf(s.Service, r.lane); st.LastFault != "" {
 		t.Fatalf("last fault %q after a clean start", st.LastFault)
+	}
+}
+
+// TestGrantedNewerHeartbeatWithoutItsMarkerRetiresTheLane: a relay took a
+// newer epoch whose marker the lane never saw, and, idle, sends only
+// heartbeats. The lane must stop answering for the superseded epoch (fault
+// newer_epoch, out of the ready set) and install the newer epoch once its
+// snapshot marker arrives.
+func TestGrantedNewerHeartbeatWithoutItsMarkerRetiresTheLane(t *testing.T) {
+	e := newEnv(t)
+	r := e.relay(t, "dc-a")
+	w := newWorkload(9, 6, 6)
+	feed(r, w, func(i int) int { return 2 + i%4 })
+	s := startService(t, e.nc, e.js, testConfig(t))
+	oldEpoch := r.epoch()
+	waitInstalled(t, s.Service, r.lane, oldEpoch, r.pub.LastSequence())
+
+	l, err := r.coord.Acquire(testCtx(t), r.domain, r.dc, r.instance, relayLeaseTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.Epoch() <= oldEpoch {
+		t.Fatalf("epoch %d not above %d", l.Epoch(), oldEpoch)
+	}
+	newID := ckf.ProducerIdentity{Pool: r.pool, ProducerIncarnation: l.Epoch(), LayoutGeneration: 1, Format: r.state.Format()}
+	hb := wire.Heartbeat{Identity: newID, Lease: wire.WireLease{Epoch: l.Epoch(), Instance: r.instance}, Sequence: r.pub.LastSequence(), RelayInstance: "relay-b", Time: time.Now()}
+	data, err := wire.AppendHeartbeat(nil, &hb)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.inject(r.subj.Heartbeat, data)
+	testenv.Eventually(t, waitTotal, waitInterval, func() error {
+		st, err := statusOf(s.Service, r.lane)
+		if err != nil {
+			return err
+		}
+		if !strings.HasPrefix(st.LastFault, "newer_epoch") || isReady(s.Service, r.lane) {
+			return fmt.Errorf("lane %+v ready=%v, want out of the ready set with a newer_epoch fault", st, isReady(s.Service, r.lane))
+		}
+		return nil
+	})
+
+	// The newer epoch's relay publishes its barrier snapshot: the lane
+	// installs it.
+	r.lease = l
+	r.identity = newID
+	r.pub = producer.NewPublisher(r.identity, r.pub.LastSequence(), r)
+	r.snapshot()
+	waitInstalled(t, s.Service, r.lane, l.Epoch(), r.pub.LastSequence())
+	if err := checkDepths(s.Service, r, w); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -63,6 +63,9 @@ const (
 	cpRejectedCorrupt = "rejected_corrupt"
 	cpRejectedStream  = "rejected_stream"
 	cpLoadError       = "load_error"
+	// cpKeptUnreadable: this epoch could not read the stored checkpoint
+	// (a transport error, not a rejected one), so it never replaces it.
+	cpKeptUnreadable = "skipped_unread_checkpoint"
 )
 
 // inputStream identifies the input stream incarnation a checkpoint's
@@ -99,31 +102,46 @@ func (r *Relay) inputStreamInfo(ctx context.Context, events jetstream.Stream) (i
 // for cfg and the current input stream. Anything else (absent, another
 // format or mode, corrupt, another stream, fetch failure) is counted and
 // logged and yields ok=false: the caller replays the whole input.
-func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore, cfg ckf.Config, stream inputStream) (state *producer.State, inputSeq uint64, ok bool) {
+//
+// unread reports a checkpoint that exists but could not be read (a
+// transport or server error, as opposed to one that is absent or was
+// read and rejected): the caller must not overwrite it, since it may hold
+// state the input stream no longer has (a recreated stream, events past
+// retention) and a later epoch may read it.
+func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore, cfg ckf.Config, stream inputStream) (state *producer.State, inputSeq uint64, ok, unread bool) {
 	name, err := CheckpointObjectName(r.cfg.Domain, r.cfg.DC)
 	if err != nil {
-		return nil, 0, false
+		return nil, 0, false, false
 	}
 	log := r.log.With().Str("object", name).Logger()
-	reject := func(outcome string, err error, msg string) (*producer.State, uint64, bool) {
+	reject := func(outcome string, err error, msg string) (*producer.State, uint64, bool, bool) {
 		r.m.checkpoints.WithLabelValues(outcome).Inc()
+		if outcome == cpLoadError {
+			log.Warn().Err(err).Str("outcome", outcome).Msg(msg + "; replaying the whole input stream, and keeping the stored checkpoint for a later epoch")
+			return nil, 0, false, true
+		}
 		log.Warn().Err(err).Str("outcome", outcome).Msg(msg + "; replaying the whole input stream")
-		return nil, 0, false
+		return nil, 0, false, false
 	}
 	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
+	if hook := r.beforeCheckpointLoad; hook != nil {
+		if err := hook(); err != nil {
+			return reject(cpLoadError, err, "checkpoint info unavailable")
+		}
+	}
 	info, err := snaps.GetInfo(lctx, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		r.m.checkpoints.WithLabelValues(cpAbsent).Inc()
 		log.Info().Msg("no checkpoint; replaying the whole input stream")
-		return nil, 0, false
+		return nil, 0, false, false
 	}
 	if err != nil {
 		return reject(cpLoadError, err, "checkpoint info unavailable")
 	}
 	format, err := cfg.Format()
 	if err != nil {
-		return nil, 0, false
+		return nil, 0, false, false
 	}
 	if got, want := info.Metadata[MetaFormat], CheckpointFormatTag(format, cfg.Mode); got != want {
 		return reject(cpRejectedFormat, fmt.Errorf("checkpoint format %q, this relay %q", got, want), "checkpoint of another format")
@@ -166,12 +184,12 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 		r.m.checkpoints.WithLabelValues(cpRestoredNew).Inc()
 		log.Warn().Time("checkpoint_stream_created", created).Time("stream_created", stream.created).
 			Msg("input stream recreated since the checkpoint: restored it and replaying the new stream from its start; events the old stream held after the checkpoint are lost")
-		return state, 0, true
+		return state, 0, true, false
 	}
 	r.m.checkpoints.WithLabelValues(cpRestored).Inc()
 	log.Info().Uint64("input_sequence", seq).Uint64("bytes", info.Size).Dur("took_ms", time.Since(start)).
 		Int("unique_blocks", state.UniqueBlocks()).Msg("exact state restored from the checkpoint")
-	return state, seq, true
+	return state, seq, true, false
 }
 
 // checkpoint stores the state with the input sequence it covers. It runs
@@ -188,6 +206,10 @@ func (e *epochRun) checkpoint(ctx context.Context, trigger string) {
 		return // nothing applied since the last one
 	}
 	r := e.r
+	if e.keepCheckpoint {
+		r.m.checkpoints.WithLabelValues(cpKeptUnreadable).Inc()
+		return
+	}
 	name, err := CheckpointObjectName(r.cfg.Domain, r.cfg.DC)
 	if err != nil {
 		return

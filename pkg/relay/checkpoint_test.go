@@ -3,6 +3,7 @@ package relay_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -166,4 +167,55 @@ func TestACorruptCheckpointIsIgnoredAndCounted(t *testing.T) {
 		t.Fatal("a corrupt checkpoint was not rejected")
 	}
 	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+}
+
+// TestAnUnreadableCheckpointIsNeverOverwritten: when the stored checkpoint
+// exists but cannot be read at the start of an epoch (a transport error,
+// not a rejected checkpoint), the relay replays its input and serves, but
+// never replaces that checkpoint: it may hold state the input stream no
+// longer has. A later epoch that can read it restores it.
+func TestAnUnreadableCheckpointIsNeverOverwritten(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	steps := traceEvents(t, 300)
+	cfg := testConfig("a")
+	oi := checkpointedFirstHalf(t, srv, cfg, steps[:150])
+	publishEvents(t, js, "a", steps[150:])
+
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	cfg.CheckpointInterval = 20 * time.Millisecond
+	r, stop := startRelayWith(t, nc, js, cfg, func(r *relay.Relay) {
+		relay.SetBeforeCheckpointLoad(r, func() error { return errors.New("object store unreachable") })
+	})
+	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+	// Several checkpoint periods pass with new input applied.
+	waitFor(t, "checkpoints skipped", func() bool {
+		return hasMetric(reg, `ckf_relay_checkpoints_total{outcome="skipped_unread_checkpoint"}`)
+	})
+	stop()
+	if !hasMetric(reg, checkpointCount("load_error", 1)) || hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) {
+		t.Fatal("the epoch that could not read the checkpoint wrote one")
+	}
+	ctx := context.Background()
+	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := obj.GetInfo(ctx, oi.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Digest != oi.Digest || now.Metadata[relay.MetaInputSequence] != oi.Metadata[relay.MetaInputSequence] {
+		t.Fatalf("checkpoint replaced: input sequence %s → %s", oi.Metadata[relay.MetaInputSequence], now.Metadata[relay.MetaInputSequence])
+	}
+
+	// The next epoch reads it and replays only what follows.
+	reg2 := prometheus.NewRegistry()
+	cfg.Metrics = reg2
+	r2, _ := startRelay(t, nc, js, cfg)
+	laneConverges(t, js, r2, reference(t, cfg.CKF, steps).Words())
+	if !hasMetric(reg2, checkpointCount("restored", 1)) {
+		t.Fatal("the next epoch did not restore the kept checkpoint")
+	}
 }

@@ -4,3 +4,7 @@ import "github.com/ckfrelay/ckfrelay/pkg/wire"
 
 // SetBeforePublish installs a hook run before every lane publish.
 func SetBeforePublish(r *Relay, fn func(kind wire.MessageKind) error) { r.beforePublish = fn }
+
+// SetBeforeCheckpointLoad installs a hook run before the checkpoint is
+// read at the start of an epoch; an error stands for a failed read.
+func SetBeforeCheckpointLoad(r *Relay, fn func() error) { r.beforeCheckpointLoad = fn }

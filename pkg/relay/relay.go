@@ -98,7 +98,8 @@ type Relay struct {
 	faults map[string]string // kind → detail; guarded by mu
 
 	// testHooks
-	beforePublish func(kind wire.MessageKind) error
+	beforePublish        func(kind wire.MessageKind) error
+	beforeCheckpointLoad func() error
 }
 
 // New validates cfg and prepares a relay; Run starts it.
@@ -391,6 +392,9 @@ type epochRun struct {
 
 	inputStream   inputStream // the input stream incarnation inputSeq refers to
 	checkpointSeq uint64      // input sequence of the newest stored (or restored) checkpoint
+	// keepCheckpoint: the stored checkpoint exists but could not be read at
+	// the start of this epoch, so this epoch never overwrites it.
+	keepCheckpoint bool
 
 	// events is applyMessage's decode buffer, reused message after message:
 	// no event (or slice inside one) is kept past the message it came in;
@@ -553,9 +557,9 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx
 	r.warnRetention(stream)
 	var state *producer.State
 	var restoredSeq uint64
-	restored := false
+	restored, unread := false, false
 	if r.cfg.CheckpointInterval > 0 {
-		state, restoredSeq, restored = r.loadCheckpoint(ctx, res.Snapshots, cfg, stream)
+		state, restoredSeq, restored, unread = r.loadCheckpoint(ctx, res.Snapshots, cfg, stream)
 	}
 	if !restored {
 		if state, err = producer.NewState(cfg); err != nil {
@@ -568,7 +572,7 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *jsx
 		identity:    ckf.ProducerIdentity{Pool: r.pool, ProducerIncarnation: l.Epoch(), LayoutGeneration: 1, Format: format},
 		wlease:      wire.WireLease{Epoch: l.Epoch(), Instance: r.cfg.Instance},
 		inputSeq:    restoredSeq,
-		inputStream: stream, checkpointSeq: restoredSeq,
+		inputStream: stream, checkpointSeq: restoredSeq, keepCheckpoint: unread,
 	}
 	e.pub = producer.NewPublisher(e.identity, 0, e)
 	r.update(func(s *Status) { s.InputSeq = restoredSeq })
