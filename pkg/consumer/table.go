@@ -1,7 +1,6 @@
 package consumer
 
 import (
-	"math"
 	"sync/atomic"
 	"unsafe"
 
@@ -27,11 +26,16 @@ type table struct {
 	hugeAdvised bool
 }
 
-// newTable allocates bucketCount*16 words. Sizes whose byte count overflows
-// (or cannot be indexed by int) are ckf.ErrCapacityOverflow.
+// maxTableBuckets bounds a table at 2^40 rows (128 TiB): far past any
+// machine, and below the largest slice Go can make of 8-byte words (2^48
+// bytes on amd64), whose make would otherwise panic in the heap fallback.
+const maxTableBuckets = 1 << 40
+
+// newTable allocates bucketCount*16 words. Zero and sizes beyond
+// maxTableBuckets (whose byte count no address space holds) are
+// ckf.ErrCapacityOverflow.
 func newTable(bucketCount uint64) (*table, error) {
-	const rowBytes = ckf.LaneCount * 8
-	if bucketCount == 0 || bucketCount > math.MaxInt/rowBytes {
+	if bucketCount == 0 || bucketCount > maxTableBuckets {
 		return nil, ckfBuildError(&ckf.BuildError{Kind: ckf.ErrCapacityOverflow})
 	}
 	t := &table{bucketCount: bucketCount}

@@ -5,6 +5,7 @@ package consumer
 import (
 	"bufio"
 	"bytes"
+	"io"
 	"os"
 	"runtime"
 	"strconv"
@@ -52,10 +53,16 @@ func hugePageBytes(start, size uintptr) uint64 {
 		return 0
 	}
 	defer f.Close()
+	return smapsHugePageBytes(f, start, size)
+}
+
+// smapsHugePageBytes sums AnonHugePages over the mappings of an smaps
+// listing that lie wholly inside [start, start+size).
+func smapsHugePageBytes(r io.Reader, start, size uintptr) uint64 {
 	end := start + size
 	var total uint64
 	inside := false
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Bytes()
 		if lo, hi, ok := mappingRange(line); ok {

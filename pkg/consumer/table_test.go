@@ -114,7 +114,7 @@ func TestTableStoreLoadAndClearLane(t *testing.T) {
 }
 
 func TestTableSizingOverflow(t *testing.T) {
-	for _, n := range []uint64{0, math.MaxInt/128 + 1, math.MaxUint64} {
+	for _, n := range []uint64{0, maxTableBuckets + 1, 1 << 41, math.MaxInt/128 + 1, math.MaxUint64} {
 		_, err := newTable(n)
 		if !errors.Is(err, ckf.ErrCapacityOverflow) || !errors.Is(err, ErrCkf) {
 			t.Fatalf("newTable(%d) = %v, want ckf.ErrCapacityOverflow", n, err)
