@@ -223,11 +223,7 @@ func (q *queryProber) probe(pos int, need uint16) uint16 {
 	if need&^pm.read == 0 {
 		return pm.hits
 	}
-	lo, hi := laneHalves(need)
-	read := uint16(0xffff)
-	if hi-lo == 8 {
-		read = 0xff << lo
-	}
+	read := lanesRead(need)
 	pm.hits = pm.hits&^read | q.table.probeLanes(pm.Probe, need)
 	pm.read |= read
 	return pm.hits

@@ -1,6 +1,7 @@
 package consumer
 
 import (
+	"math/bits"
 	"sync/atomic"
 	"unsafe"
 
@@ -122,9 +123,27 @@ func laneHalves(need uint16) (lo, hi int) {
 	}
 }
 
-// probeLanes is Probe reading only the cache lines that hold need's lanes;
-// bits of lanes outside those lines are zero.
+// lanesRead is the set of lanes probeLanes(p, need) answers for: need
+// itself when it is sparse, else the half or the whole row holding it.
+// Bits outside it are zero in the answer and say nothing.
+func lanesRead(need uint16) uint16 {
+	if bits.OnesCount16(need) <= sparseProbeLanes {
+		return need
+	}
+	lo, hi := laneHalves(need)
+	if hi-lo == 8 {
+		return 0xff << lo
+	}
+	return 0xffff
+}
+
+// probeLanes is Probe reading only the cache lines that hold need's lanes,
+// and for a sparse need only its lanes' words; bits outside
+// lanesRead(need) are zero.
 func (t *table) probeLanes(p ckf.Probe, need uint16) uint16 {
+	if bits.OnesCount16(need) <= sparseProbeLanes {
+		return t.probeSparse(p, need)
+	}
 	lo, hi := laneHalves(need)
 	if lo == 0 && hi == ckf.LaneCount {
 		return t.Probe(p)
@@ -140,6 +159,31 @@ func (t *table) probeLanes(p ckf.Probe, need uint16) uint16 {
 		mask |= ((hit | -hit) >> 63) << l
 	}
 	return uint16(mask)
+}
+
+// sparseProbeLanes is the lane count up to which a probe tests only the
+// needed lanes' words: a binary-search group is often a few lanes, and
+// testing eight or sixteen words for them costs more than the loop (16
+// lanes, 128 blocks: hot p50 2.46 → 2.2 µs, cold 4.22 → 4.0 µs; 3, 6 and
+// 8 measured, 6 and 8 alike).
+const sparseProbeLanes = 6
+
+// probeSparse is probeLanes testing need's lanes one by one; other bits
+// are zero.
+func (t *table) probeSparse(p ckf.Probe, need uint16) uint16 {
+	a := t.row(uint64(p.BucketA))
+	b := t.row(uint64(p.BucketB))
+	fp := uint64(p.Fingerprint) * slotsLo
+	var mask uint16
+	for m := need; m != 0; m &= m - 1 {
+		l := bits.TrailingZeros16(m) & 15
+		da := a[l].Load() ^ fp
+		db := b[l].Load() ^ fp
+		if (da-slotsLo)&^da&slotsHi|(db-slotsLo)&^db&slotsHi != 0 {
+			mask |= 1 << l
+		}
+	}
+	return mask
 }
 
 // touchLanes is touch for the cache lines holding need's lanes.

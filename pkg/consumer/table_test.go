@@ -157,3 +157,39 @@ func TestPrefetchLanesReachesEveryRowEdge(t *testing.T) {
 		t.Fatalf("probe after prefetch %#x, want lane 15", got)
 	}
 }
+
+// TestProbeLanesAnswersExactlyTheLanesItRead: for every need (sparse,
+// one half, both halves), probeLanes agrees with the whole-row Probe on
+// lanesRead(need), which covers need, and leaves every other bit zero, so
+// the query path's per-position memo never mistakes an unread lane for a
+// miss.
+func TestProbeLanesAnswersExactlyTheLanesItRead(t *testing.T) {
+	tb, err := newTable(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rng := rand.New(rand.NewPCG(21, 22))
+	for iter := range 20000 {
+		for b := range uint64(8) {
+			for l := range ckf.LaneCount {
+				var w uint64
+				for s := range 4 {
+					if rng.IntN(3) == 0 {
+						w |= uint64(1+rng.IntN(3)) << (16 * s)
+					}
+				}
+				tb.StoreImage(b, l, w)
+			}
+		}
+		p := ckf.Probe{Fingerprint: uint16(1 + rng.IntN(3)), BucketA: uint32(rng.IntN(8)), BucketB: uint32(rng.IntN(8))}
+		need := uint16(rng.Uint32())
+		if iter%3 == 0 {
+			need &= uint16(rng.Uint32()) & uint16(rng.Uint32()) // sparse
+		}
+		read := lanesRead(need)
+		got, whole := tb.probeLanes(p, need), tb.Probe(p)
+		if need&^read != 0 || got&^read != 0 || got&read != whole&read {
+			t.Fatalf("need %016b: read %016b, probeLanes %016b, Probe %016b", need, read, got, whole)
+		}
+	}
+}
