@@ -173,13 +173,10 @@ const sparseProbeLanes = 6
 func (t *table) probeSparse(p ckf.Probe, need uint16) uint16 {
 	a := t.row(uint64(p.BucketA))
 	b := t.row(uint64(p.BucketB))
-	fp := uint64(p.Fingerprint) * slotsLo
 	var mask uint16
 	for m := need; m != 0; m &= m - 1 {
 		l := bits.TrailingZeros16(m) & 15
-		da := a[l].Load() ^ fp
-		db := b[l].Load() ^ fp
-		if (da-slotsLo)&^da&slotsHi|(db-slotsLo)&^db&slotsHi != 0 {
+		if ckf.Contains(a[l].Load(), p.Fingerprint) || ckf.Contains(b[l].Load(), p.Fingerprint) {
 			mask |= 1 << l
 		}
 	}

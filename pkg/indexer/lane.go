@@ -359,6 +359,14 @@ func (r *laneRunner) epochGranted(ctx context.Context, epoch uint64) bool {
 
 // ungrantedOutcome counts and skips a lane message whose epoch the lease
 // coordinator never granted: the lane stays as it is.
+// missedMarker is the outcome of a granted newer epoch's message (what)
+// reaching a lane that never saw that epoch's snapshot marker, which
+// precedes it on the lane: the installed epoch is superseded, so the lane
+// leaves the ready set and bootstraps.
+func missedMarker(what string, epoch uint64) (outcome, bool) {
+	return outcome{fault: "newer_epoch", detail: what + " of epoch " + strconv.FormatUint(epoch, 10) + " without its marker"}, true
+}
+
 func (r *laneRunner) ungrantedOutcome(kind wire.MessageKind, epoch uint64) (outcome, bool) {
 	r.m.ungranted(kind.String())
 	r.log.Warn().Str("kind", kind.String()).Uint64("epoch", epoch).Uint64("granted", r.granted).
@@ -796,7 +804,7 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 		}
 		// The marker of a newer epoch precedes its deltas; bootstrap from
 		// the latest one.
-		return outcome{fault: "newer_epoch", detail: "delta of epoch " + strconv.FormatUint(d.Lease.Epoch, 10) + " without its marker"}, true
+		return missedMarker("delta", d.Lease.Epoch)
 	}
 	r.sawCurrent()
 	cd := d.ToCkf(r.cur.lease)
@@ -895,7 +903,7 @@ func (r *laneRunner) handleDrain(ctx context.Context, dm *wire.DrainMarker) (out
 		if !r.epochGranted(ctx, dm.Lease.Epoch) {
 			return r.ungrantedOutcome(wire.KindDrainMarker, dm.Lease.Epoch)
 		}
-		return outcome{fault: "newer_epoch", detail: "drain marker of epoch " + strconv.FormatUint(dm.Lease.Epoch, 10) + " without its marker"}, true
+		return missedMarker("drain marker", dm.Lease.Epoch)
 	}
 	r.sawCurrent()
 	res, err := r.gen.pool.CompleteDrain(dm.ToCkf(r.cur.lease))
@@ -930,7 +938,7 @@ func (r *laneRunner) handleHeartbeat(ctx context.Context, hb *wire.Heartbeat) (o
 		// lane's consumer started): the installed epoch is superseded. An
 		// idle producer sends no delta that would reveal it, so the lane
 		// leaves the ready set and bootstraps, as for such a delta.
-		return outcome{fault: "newer_epoch", detail: "heartbeat of epoch " + strconv.FormatUint(hb.Lease.Epoch, 10) + " without its marker"}, true
+		return missedMarker("heartbeat", hb.Lease.Epoch)
 	case trafficCurrent:
 		r.sawCurrent()
 	}
