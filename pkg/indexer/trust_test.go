@@ -88,13 +88,20 @@ func TestAForgedHigherEpochCannotTakeALaneOver(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.inject(r.subj.Delta, b)
+	// A heartbeat of a granted newer epoch retires the lane; a forged one
+	// must not.
+	hb := wire.Heartbeat{Identity: fd.Identity, Lease: fd.Lease, Sequence: fd.Sequence, RelayInstance: "forger", Time: time.Now()}
+	if b, err = wire.AppendHeartbeat(nil, &hb); err != nil {
+		t.Fatal(err)
+	}
+	r.inject(r.subj.Heartbeat, b)
 	feed(r, w, func(i int) int { return 8 })
 	waitInstalled(t, s.Service, r.lane, r.epoch(), r.pub.LastSequence())
 	if err := checkDepths(s.Service, r, w); err != nil {
 		t.Fatal(err)
 	}
 	lane := strconv.Itoa(r.lane)
-	for _, kind := range []string{wire.KindSnapshotMarker.String(), wire.KindDelta.String()} {
+	for _, kind := range []string{wire.KindSnapshotMarker.String(), wire.KindDelta.String(), wire.KindHeartbeat.String()} {
 		if got := metricCount(s.reg, MetricUngrantedEpoch, lane, "kind", kind); got != 1 {
 			t.Fatalf("ungranted %s = %d, want 1", kind, got)
 		}
