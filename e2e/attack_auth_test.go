@@ -1,7 +1,7 @@
 package e2e
 
 // The "auth" setup of the attack suite: one embedded server loaded with
-// the per-role permissions of deploy/auth (Render) through --nats-config's
+// the per-role permissions of internal/authconf (Render) through --nats-config's
 // path (testenv.WithConfigFile), and every role connecting with its own
 // user through cli.Dial, the function behind the binaries' --nats-user and
 // --nats-password-file.
@@ -29,7 +29,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/deploy/auth"
+	"github.com/ckfrelay/ckfrelay/internal/authconf"
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -89,18 +89,18 @@ type authConn struct {
 func startAuth(t *testing.T) *attackEnv {
 	t.Helper()
 	pw := func(name string) string { return "pw-" + name + "-attack" }
-	users := []auth.User{
-		{Name: "indexer", Role: auth.RoleIndexer},
+	users := []authconf.User{
+		{Name: "indexer", Role: authconf.RoleIndexer},
 		// The replayer stands for the workers of every DC.
-		{Name: "replayer", Role: auth.RoleWorker, DCs: attackDCs},
+		{Name: "replayer", Role: authconf.RoleWorker, DCs: attackDCs},
 	}
 	for _, dc := range attackDCs {
-		users = append(users, auth.User{Name: "relay-" + dc, Role: auth.RoleRelay, DC: dc})
+		users = append(users, authconf.User{Name: "relay-" + dc, Role: authconf.RoleRelay, DC: dc})
 	}
 	for i := range users {
 		users[i].Password = pw(users[i].Name)
 	}
-	block, err := auth.Render(auth.Params{Domain: domain, JetStream: true, Users: users})
+	block, err := authconf.Render(authconf.Params{Domain: domain, JetStream: true, Users: users})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -172,7 +172,7 @@ func startAuth(t *testing.T) *attackEnv {
 		defer mu.Unlock()
 		for r, c := range conns {
 			if v := c.viol.all(); r != roleAttacker && len(v) > 0 {
-				t.Errorf("%s hit permission violations doing its job (deploy/auth permissions too narrow): %v", r, v)
+				t.Errorf("%s hit permission violations doing its job (internal/authconf permissions too narrow): %v", r, v)
 			}
 		}
 	})

@@ -17,7 +17,7 @@ package e2e
 // (indexer, relays, workers, the attacker) the same unauthenticated
 // connection, so every defence asserted here is ckfrelay's own
 // validation. "auth" (attack_auth_test.go) runs every role under its own
-// user with the per-role permissions of deploy/auth; the attacker holds
+// user with the per-role permissions of internal/authconf; the attacker holds
 // relay dc-b's credentials. There each act its permissions forbid must be
 // refused by the server (a permission violation naming the subject), each
 // act they still allow must be caught by the same validation, and after
@@ -39,13 +39,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/promtest"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/indexer"
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
-	"github.com/ckfrelay/ckfrelay/pkg/relay"
-	"github.com/ckfrelay/ckfrelay/pkg/replay"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -213,7 +213,7 @@ func hasSeries(g prometheus.Gatherer, spec string) bool {
 func lastMarker(t *testing.T, js jetstream.JetStream, dc string) wire.SnapshotMarker {
 	t.Helper()
 	ctx := context.Background()
-	s, err := js.Stream(ctx, jsx.LaneStream)
+	s, err := js.Stream(ctx, streams.LaneStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -440,14 +440,14 @@ func TestAttackDeletedInputStream(t *testing.T) {
 		})
 		_, ajs := env.connect(t, roleAttacker)
 		start := time.Now()
-		deleted := env.attempt(t, "$JS.API.STREAM.DELETE."+jsx.EventStream, func(ctx context.Context) error {
-			return ajs.DeleteStream(ctx, jsx.EventStream)
+		deleted := env.attempt(t, "$JS.API.STREAM.DELETE."+streams.EventStream, func(ctx context.Context) error {
+			return ajs.DeleteStream(ctx, streams.EventStream)
 		})
 		env.requireRefusedWithAuth(t, deleted, "delete the KVEVENTS stream")
 		// Keep deleting it for a while: the relay recreates it each time,
 		// one epoch per backoff period at most.
 		for deleted && time.Since(start) < 5*time.Second {
-			_ = ajs.DeleteStream(ctx, jsx.EventStream)
+			_ = ajs.DeleteStream(ctx, streams.EventStream)
 			time.Sleep(100 * time.Millisecond)
 		}
 		after := c.publishing(t)
@@ -466,7 +466,7 @@ func TestAttackDeletedInputStream(t *testing.T) {
 			seqs[dc], epochs[dc] = st.Sequence, st.Epoch
 		}
 		c.publish(t, 400)
-		events, err := ojs.Stream(ctx, jsx.EventStream)
+		events, err := ojs.Stream(ctx, streams.EventStream)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -475,7 +475,7 @@ func TestAttackDeletedInputStream(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			last, err := jsx.LastLaneSequence(ctx, events, filter)
+			last, err := streams.LastLaneSequence(ctx, events, filter)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,12 +11,12 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
+	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/promtest"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/indexer"
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -128,11 +128,11 @@ func assertLaneEpochs(t *testing.T, js jetstream.JetStream, dc string, epoch uin
 	t.Helper()
 	ctx := context.Background()
 	subj, _ := wire.NewLaneSubjects(domain, dc)
-	s, err := js.Stream(ctx, jsx.LaneStream)
+	s, err := js.Stream(ctx, streams.LaneStream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	last, err := jsx.LastLaneSequence(ctx, s, subj.Filter)
+	last, err := streams.LastLaneSequence(ctx, s, subj.Filter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestOneTraceCrossesTheNATSHop(t *testing.T) {
 	ctx, root := tp.Tracer("worker").Start(context.Background(), "worker.emit")
 	msg := nats.NewMsg("kvevents." + domain + ".dc-a.7")
 	msg.Data = []byte(`{"worker_id":7,"event":{"event_id":1,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":11,"tokens_hash":11}]}},"dp_rank":0}}`)
-	propagation.TraceContext{}.Inject(ctx, jsx.HeaderCarrier(msg.Header))
+	propagation.TraceContext{}.Inject(ctx, streams.HeaderCarrier(msg.Header))
 	if _, err := js.PublishMsg(ctx, msg); err != nil {
 		t.Fatal(err)
 	}

@@ -16,13 +16,13 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
-	"github.com/ckfrelay/ckfrelay/pkg/indexer"
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/relay"
-	"github.com/ckfrelay/ckfrelay/pkg/replay"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -85,7 +85,7 @@ func relayConfig(t testing.TB, dc, instance string, tp trace.TracerProvider) rel
 	// Long enough that a starved -race run never loses a lease by accident;
 	// stopping a relay releases its lease at once.
 	c.LeaseTTL = 3 * time.Second
-	c.Streams = jsx.Options{Memory: true}
+	c.Streams = streams.Options{Memory: true}
 	c.Logger = logger(t).With().Str("proc", instance).Logger()
 	c.Tracer = tp
 	return c
@@ -120,7 +120,7 @@ func indexerConfig(t testing.TB, tp trace.TracerProvider) indexer.Config {
 		BootstrapBackoffMin: 10 * time.Millisecond,
 		BootstrapBackoffMax: 200 * time.Millisecond,
 		StatePollInterval:   20 * time.Millisecond,
-		Streams:             jsx.Options{Memory: true},
+		Streams:             streams.Options{Memory: true},
 	}
 }
 

@@ -12,8 +12,8 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
-	"github.com/ckfrelay/ckfrelay/pkg/indexer"
-	"github.com/ckfrelay/ckfrelay/pkg/relay"
+	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )

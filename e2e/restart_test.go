@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/relay"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -17,10 +17,10 @@ func TestNATSServerRestartIsSurvived(t *testing.T) {
 	srv := testenv.StartServer(t)
 	nc, js := srv.Connect(t), srv.JetStream(t)
 	icfg := indexerConfig(t, nil)
-	icfg.Streams = jsx.Options{} // file storage: the streams survive the restart
+	icfg.Streams = streams.Options{} // file storage: the streams survive the restart
 	ix := startIndexer(t, nc, js, icfg)
 	rcfg := relayConfig(t, "dc-a", "relay-a", nil)
-	rcfg.Streams = jsx.Options{}
+	rcfg.Streams = streams.Options{}
 	r := startRelay(t, nc, js, rcfg)
 	w := newWorkload(t, []string{"dc-a"}, 600, 8)
 	w.publish(t, js, 300)

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/net/html"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -65,7 +66,7 @@ func TestStatusPageRendersTheLaneTableInChromium(t *testing.T) {
 	w.publish(t, js, 400)
 	w.converge(t, ix)
 
-	web := httptest.NewServer(api.Handler(ix, ix.APIMetrics(), ix.Metrics(), api.WithStatusInfo(api.StatusInfo{Domain: domain, Version: cli.Version()})))
+	web := httptest.NewServer(queryapi.Handler(ix, ix.APIMetrics(), ix.Metrics(), queryapi.WithStatusInfo(queryapi.StatusInfo{Domain: domain, Version: cli.Version()})))
 	defer web.Close()
 	for i := range 50 {
 		body := fmt.Sprintf(`{"local_hashes":[%d,%d]}`, i, i+1)

@@ -11,7 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ckfrelay/ckfrelay/internal/promtest"
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -65,7 +65,7 @@ func lastLaneSeq(t *testing.T, topo *testenv.Topology, dc string) uint64 {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s, err := topo.Hub().JetStream(t).Stream(ctx, jsx.LaneStream)
+	s, err := topo.Hub().JetStream(t).Stream(ctx, streams.LaneStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func lastLaneSeq(t *testing.T, topo *testenv.Topology, dc string) uint64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	seq, err := jsx.LastLaneSequence(ctx, s, subj.Filter)
+	seq, err := streams.LastLaneSequence(ctx, s, subj.Filter)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -125,12 +125,12 @@ func TestRelaysInDCLeafNodesReachTheHubIndexer(t *testing.T) {
 	// stream, and a DC's stream holds none of the other DC's events.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := topo.Hub().JetStream(t).Stream(ctx, jsx.EventStream); err == nil {
+	if _, err := topo.Hub().JetStream(t).Stream(ctx, streams.EventStream); err == nil {
 		t.Fatal("the hub holds an input stream: worker events crossed the WAN")
 	}
 	var total uint64
 	for _, dc := range topo.DCs() {
-		total += streamMessages(t, sites[dc].local, jsx.EventStream)
+		total += streamMessages(t, sites[dc].local, streams.EventStream)
 	}
 	if published := publishedMessages(w); total != published {
 		t.Fatalf("the DC input streams hold %d messages, %d were published", total, published)
@@ -173,7 +173,7 @@ func TestAPartitionedDCKeepsItsEventsAndTheHubConvergesAfterTheHeal(t *testing.T
 		return nil
 	})
 	laneB := lastLaneSeq(t, topo, "dc-b")
-	inputB := streamMessages(t, sites["dc-b"].local, jsx.EventStream)
+	inputB := streamMessages(t, sites["dc-b"].local, streams.EventStream)
 	w.publishPerDC(t, map2(sites).js, phase)
 	// dc-a converges during the cut; dc-b's lane cannot move, while its
 	// input stream took every event its workers published.
@@ -181,7 +181,7 @@ func TestAPartitionedDCKeepsItsEventsAndTheHubConvergesAfterTheHeal(t *testing.T
 	if l := lastLaneSeq(t, topo, "dc-b"); l != laneB {
 		t.Fatalf("dc-b's lane at the hub moved during the cut: last message %d, %d before", l, laneB)
 	}
-	if n := streamMessages(t, sites["dc-b"].local, jsx.EventStream); n <= inputB {
+	if n := streamMessages(t, sites["dc-b"].local, streams.EventStream); n <= inputB {
 		t.Fatalf("dc-b's input stream holds %d messages after the cut's publishes, %d before", n, inputB)
 	}
 	_, errB := w.check(ix, "dc-b")
@@ -204,7 +204,7 @@ func TestAPartitionedDCKeepsItsEventsAndTheHubConvergesAfterTheHeal(t *testing.T
 	}
 	var total uint64
 	for _, dc := range topo.DCs() {
-		total += streamMessages(t, sites[dc].local, jsx.EventStream)
+		total += streamMessages(t, sites[dc].local, streams.EventStream)
 	}
 	if published := publishedMessages(w); total != published {
 		t.Fatalf("the DC input streams hold %d messages, %d were published", total, published)

@@ -9,7 +9,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -29,7 +29,7 @@ func TestWorkloadIsStoredInReplayOrderWhenTheInputStreamAppearsLate(t *testing.T
 		// Late enough that the first messages find no stream, early
 		// enough that the rest of the burst is still being sent.
 		time.Sleep(150 * time.Millisecond)
-		_, err := jsx.EnsureEvents(context.Background(), js, jsx.Options{Memory: true})
+		_, err := streams.EnsureEvents(context.Background(), js, streams.Options{Memory: true})
 		created <- err
 	}()
 	w.publish(t, js, 1500)
@@ -50,7 +50,7 @@ func TestWorkloadIsStoredInReplayOrderWhenTheInputStreamAppearsLate(t *testing.T
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cons, err := js.OrderedConsumer(ctx, jsx.EventStream, jetstream.OrderedConsumerConfig{})
+	cons, err := js.OrderedConsumer(ctx, streams.EventStream, jetstream.OrderedConsumerConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}

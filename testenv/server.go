@@ -18,7 +18,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ckfrelay/ckfrelay/pkg/natsembed"
+	"github.com/ckfrelay/ckfrelay/internal/natsembed"
 )
 
 // LoggingEnv names the environment variable that turns server logs on.

@@ -23,7 +23,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/ckfrelay/ckfrelay/deploy/auth"
+	"github.com/ckfrelay/ckfrelay/internal/authconf"
 )
 
 func main() {
@@ -38,7 +38,7 @@ func (u *userList) Set(v string) error { *u = append(*u, v); return nil }
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ckf-authconf", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var p auth.Params
+	var p authconf.Params
 	var users userList
 	fs.StringVar(&p.Domain, "domain", "", "ckfrelay domain (required)")
 	fs.StringVar(&p.JSDomain, "js-domain", "", "JetStream domain the clients of this server use with --js-domain (a DC leaf server)")
@@ -58,7 +58,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		p.Users = append(p.Users, u)
 	}
-	out, err := auth.Render(p)
+	out, err := authconf.Render(p)
 	if err != nil {
 		fmt.Fprintf(stderr, "ckf-authconf: %v\n", err)
 		return 2
@@ -70,30 +70,30 @@ func run(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func parseUser(spec string) (auth.User, error) {
+func parseUser(spec string) (authconf.User, error) {
 	parts := strings.Split(spec, ":")
 	if len(parts) < 3 || len(parts) > 4 {
-		return auth.User{}, errors.New("want NAME:ROLE[:DC[,DC...]]:PASSWORD_FILE")
+		return authconf.User{}, errors.New("want NAME:ROLE[:DC[,DC...]]:PASSWORD_FILE")
 	}
-	u := auth.User{Name: parts[0], Role: parts[1]}
+	u := authconf.User{Name: parts[0], Role: parts[1]}
 	file := parts[len(parts)-1]
 	if len(parts) == 4 {
 		dcs := strings.Split(parts[2], ",")
 		switch u.Role {
-		case auth.RoleRelay:
+		case authconf.RoleRelay:
 			if len(dcs) != 1 {
-				return auth.User{}, errors.New("a relay serves one DC")
+				return authconf.User{}, errors.New("a relay serves one DC")
 			}
 			u.DC = dcs[0]
-		case auth.RoleWorker:
+		case authconf.RoleWorker:
 			u.DCs = dcs
 		default:
-			return auth.User{}, fmt.Errorf("role %q takes no DC", u.Role)
+			return authconf.User{}, fmt.Errorf("role %q takes no DC", u.Role)
 		}
 	}
 	b, err := os.ReadFile(file)
 	if err != nil {
-		return auth.User{}, fmt.Errorf("password file: %w", err)
+		return authconf.User{}, fmt.Errorf("password file: %w", err)
 	}
 	u.Password = strings.TrimRight(string(b), "\r\n")
 	return u, nil

@@ -20,9 +20,9 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/ckfrelay/ckfrelay/internal/bridge"
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
-	"github.com/ckfrelay/ckfrelay/pkg/bridge"
 )
 
 func main() {

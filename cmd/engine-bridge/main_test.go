@@ -13,9 +13,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/pkg/bridge"
-	"github.com/ckfrelay/ckfrelay/pkg/engine"
-	"github.com/ckfrelay/ckfrelay/pkg/engine/enginetest"
+	"github.com/ckfrelay/ckfrelay/internal/bridge"
+	"github.com/ckfrelay/ckfrelay/internal/engine"
+	"github.com/ckfrelay/ckfrelay/internal/engine/enginetest"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 

@@ -27,11 +27,11 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
+	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
-	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
-	"github.com/ckfrelay/ckfrelay/pkg/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 )
 
@@ -101,7 +101,7 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", indexer.SnapshotFetchBytesPerSecond>>20, indexer.DefaultSnapshotFetchAttempts-1))
 
 	o.http.Register(fs)
-	fs.IntVar(&o.maxMatches, "http-max-matches", api.DefaultMaxConcurrentMatches, "HTTP match requests in progress at most; more are answered 429 with Retry-After")
+	fs.IntVar(&o.maxMatches, "http-max-matches", queryapi.DefaultMaxConcurrentMatches, "HTTP match requests in progress at most; more are answered 429 with Retry-After")
 	if err := cli.Parse(fs, args, env); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return options{}, err
@@ -269,8 +269,8 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 	if err != nil {
 		return fmt.Errorf("http listen %s: %w", o.httpAddr, err)
 	}
-	hs := o.http.Server(cli.TraceHTTP(api.Handler(svc, svc.APIMetrics(), reg, api.WithLimits(api.Limits{MaxConcurrentMatches: o.maxMatches}),
-		api.WithStatusInfo(api.StatusInfo{Domain: o.domain, Version: cli.Version()})), tp, serviceName), log)
+	hs := o.http.Server(cli.TraceHTTP(queryapi.Handler(svc, svc.APIMetrics(), reg, queryapi.WithLimits(queryapi.Limits{MaxConcurrentMatches: o.maxMatches}),
+		queryapi.WithStatusInfo(queryapi.StatusInfo{Domain: o.domain, Version: cli.Version()})), tp, serviceName), log)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	httpErr := make(chan error, 1)

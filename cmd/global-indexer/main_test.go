@@ -22,10 +22,10 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
-	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/queryapi"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/indexer"
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -42,7 +42,7 @@ func defaultOptions() options {
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
 		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
-		http:         httpserve.DefaultConfig(), maxMatches: api.DefaultMaxConcurrentMatches,
+		http:         httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
 	}
 }
 
@@ -435,7 +435,7 @@ func TestRunWaitsForALateNATSServer(t *testing.T) {
 	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
-		_, err := js.Stream(ctx, jsx.LaneStream)
+		_, err := js.Stream(ctx, streams.LaneStream)
 		return err
 	})
 	if code := stop(); code != exitOK {

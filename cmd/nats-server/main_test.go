@@ -13,7 +13,7 @@ import (
 func TestTheDeployConfigsParse(t *testing.T) {
 	t.Setenv("HUB_SERVER_NAME", "hub-1")
 	// The configs docker-compose.yml runs (the *-secure ones need
-	// certificates and are loaded by deploy/auth's tests).
+	// certificates and are loaded by internal/authconf's tests).
 	var files []string
 	for _, name := range []string{"nats-hub.conf", "nats-hub-cluster.conf", "nats-dc-a.conf", "nats-dc-b.conf"} {
 		files = append(files, filepath.Join("..", "..", "deploy", name))

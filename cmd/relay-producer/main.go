@@ -20,8 +20,8 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/relay"
 )
 
 func main() {

@@ -28,13 +28,13 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/internal/retry"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/eventpub"
-	"github.com/ckfrelay/ckfrelay/pkg/indexer"
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/replay"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -221,7 +221,7 @@ func publishers(ctx context.Context, o *options, log zerolog.Logger) (map[string
 			fmt.Fprintf(os.Stderr, "trace-replayer: input stream at %s not ready (attempt %d: %v); retrying in %s\n", url, n, err, wait)
 		}}
 		if err := pol.Do(ctx, func(ctx context.Context) error {
-			_, err := jsx.EnsureEvents(ctx, js, jsx.Options{})
+			_, err := streams.EnsureEvents(ctx, js, streams.Options{})
 			return err
 		}); err != nil {
 			closeAll()

@@ -10,11 +10,11 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
-	"github.com/ckfrelay/ckfrelay/pkg/indexer"
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/relay"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -60,7 +60,7 @@ func TestPerDCPublishersAndNATSQueriesVerifyAMultiDCSite(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	icfg := indexer.Config{Domain: "rp", Streams: jsx.Options{Memory: true}}
+	icfg := indexer.Config{Domain: "rp", Streams: streams.Options{Memory: true}}
 	icfg.Pool = consumer.DefaultPoolConfig()
 	icfg.Pool.MaxDirtyToAppliedAge = time.Minute
 	ix, err := indexer.New(hub.Connect(t), hub.JetStream(t), icfg)
@@ -81,7 +81,7 @@ func TestPerDCPublishersAndNATSQueriesVerifyAMultiDCSite(t *testing.T) {
 		}
 		cfg := relay.DefaultConfig("rp", dc)
 		cfg.CKF = ckf.NewConfig(1 << 15)
-		cfg.Streams = jsx.Options{Memory: true}
+		cfg.Streams = streams.Options{Memory: true}
 		cfg.InputJS = leaf.JetStream(t)
 		r, err := relay.New(nc, hubJS, cfg)
 		if err != nil {
@@ -101,7 +101,7 @@ func TestPerDCPublishersAndNATSQueriesVerifyAMultiDCSite(t *testing.T) {
 	}
 	// Each DC's events were stored in that DC only.
 	for _, dc := range topo.DCs() {
-		s, err := topo.Leaf(t, dc).JetStream(t).Stream(ctx, jsx.EventStream)
+		s, err := topo.Leaf(t, dc).JetStream(t).Stream(ctx, streams.EventStream)
 		if err != nil {
 			t.Fatal(err)
 		}

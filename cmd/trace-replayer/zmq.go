@@ -8,11 +8,12 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/pkg/bridge"
+	"github.com/ckfrelay/ckfrelay/internal/bridge"
+	"github.com/ckfrelay/ckfrelay/internal/engine"
+	"github.com/ckfrelay/ckfrelay/internal/engine/enginetest"
+	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/engine"
-	"github.com/ckfrelay/ckfrelay/pkg/engine/enginetest"
-	"github.com/ckfrelay/ckfrelay/pkg/replay"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
 // In --engine vllm-zmq mode every simulated worker is a fake vLLM engine
@@ -125,7 +126,7 @@ func (f *zmqFleet) publish(step replay.Step) (int, error) {
 
 // toEngineEvents converts RouterEvents into vLLM events with synthetic
 // tokens. tokens backs the events' TokenIDs and is returned for reuse.
-func toEngineEvents(dst []engine.Event, tokens []uint32, evs []ckf.RouterEvent) ([]engine.Event, []uint32) {
+func toEngineEvents(dst []engine.Event, tokens []uint32, evs []routerevent.RouterEvent) ([]engine.Event, []uint32) {
 	need := 0
 	for i := range evs {
 		need += len(evs[i].Event.Data.Stored.Blocks) * zmqBlockSize
@@ -136,7 +137,7 @@ func toEngineEvents(dst []engine.Event, tokens []uint32, evs []ckf.RouterEvent) 
 	for i := range evs {
 		d := &evs[i].Event.Data
 		switch d.Kind {
-		case ckf.EventStored:
+		case routerevent.EventStored:
 			start := len(tokens)
 			hashes := make([]uint64, len(d.Stored.Blocks))
 			for j, b := range d.Stored.Blocks {
@@ -149,9 +150,9 @@ func toEngineEvents(dst []engine.Event, tokens []uint32, evs []ckf.RouterEvent) 
 				ev.HasParent, ev.Parent = true, *d.Stored.ParentHash
 			}
 			dst = append(dst, ev)
-		case ckf.EventRemoved:
+		case routerevent.EventRemoved:
 			dst = append(dst, engine.Event{Kind: engine.KindRemoved, BlockHashes: d.Removed.BlockHashes, Medium: []byte("GPU")})
-		case ckf.EventCleared:
+		case routerevent.EventCleared:
 			dst = append(dst, engine.Event{Kind: engine.KindCleared})
 		}
 	}

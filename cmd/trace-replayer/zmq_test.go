@@ -13,12 +13,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/pkg/bridge"
+	"github.com/ckfrelay/ckfrelay/internal/bridge"
+	"github.com/ckfrelay/ckfrelay/internal/engine"
+	"github.com/ckfrelay/ckfrelay/internal/engine/enginetest"
+	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/engine"
-	"github.com/ckfrelay/ckfrelay/pkg/engine/enginetest"
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/replay"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -37,7 +38,7 @@ func TestEngineEventsCarryTheQueryMapping(t *testing.T) {
 	}
 	conv := map[uint64]*engine.Converter{}
 	var dec engine.Decoder
-	kinds := map[ckf.EventKind]int{}
+	kinds := map[routerevent.EventKind]int{}
 	for {
 		step, ok := rp.Next()
 		if !ok {
@@ -58,7 +59,7 @@ func TestEngineEventsCarryTheQueryMapping(t *testing.T) {
 		}
 		var st engine.Stats
 		out, _ := c.Convert(nil, b, 1, &st)
-		got, err := ckf.DecodeRouterEvents(out)
+		got, err := routerevent.DecodeRouterEvents(out)
 		if err != nil || len(got) != len(step.Events) {
 			t.Fatalf("converted %d events (%v), want %d", len(got), err, len(step.Events))
 		}
@@ -68,7 +69,7 @@ func TestEngineEventsCarryTheQueryMapping(t *testing.T) {
 			if g.Kind != want.Event.Data.Kind {
 				t.Fatalf("kind %v want %v", g.Kind, want.Event.Data.Kind)
 			}
-			if g.Kind != ckf.EventStored {
+			if g.Kind != routerevent.EventStored {
 				continue
 			}
 			ws := want.Event.Data.Stored
@@ -82,7 +83,7 @@ func TestEngineEventsCarryTheQueryMapping(t *testing.T) {
 			}
 		}
 	}
-	if kinds[ckf.EventStored] == 0 || kinds[ckf.EventRemoved] == 0 {
+	if kinds[routerevent.EventStored] == 0 || kinds[routerevent.EventRemoved] == 0 {
 		t.Fatalf("workload exercised only %v", kinds)
 	}
 }
@@ -114,7 +115,7 @@ func TestVLLMZMQModeFeedsABridge(t *testing.T) {
 		return err
 	})
 	js := srv.JetStream(t)
-	b, err := bridge.New(bridge.Config{Domain: "z", DC: "a", Engines: specs, Streams: jsx.Options{Memory: true}, Logger: zerolog.Nop()}, js)
+	b, err := bridge.New(bridge.Config{Domain: "z", DC: "a", Engines: specs, Streams: streams.Options{Memory: true}, Logger: zerolog.Nop()}, js)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +132,7 @@ func TestVLLMZMQModeFeedsABridge(t *testing.T) {
 		t.Fatal("replayer did not finish")
 	}
 	testenv.Eventually(t, 30*time.Second, 10*time.Millisecond, func() error {
-		s, err := js.Stream(ctx, jsx.EventStream)
+		s, err := js.Stream(ctx, streams.EventStream)
 		if err != nil {
 			return err
 		}

@@ -17,14 +17,15 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
+	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/natsembed"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
-	"github.com/ckfrelay/ckfrelay/pkg/indexer"
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
-	"github.com/ckfrelay/ckfrelay/pkg/natsembed"
-	"github.com/ckfrelay/ckfrelay/pkg/relay"
-	"github.com/ckfrelay/ckfrelay/pkg/replay"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -202,7 +203,7 @@ func (e *Env) StartPipeline(ctx context.Context) error {
 	}
 	rctx, cancel := context.WithCancel(context.Background())
 	e.cancel = cancel
-	streams := jsx.Options{Memory: true}
+	streams := streams.Options{Memory: true}
 
 	for _, dc := range e.cfg.DCs {
 		c := relay.DefaultConfig(e.cfg.Domain, dc)
@@ -719,21 +720,21 @@ func (e *Env) Latency(ctx context.Context, samples int, gap time.Duration) (Late
 // events of the probe worker holding them as one chain.
 func (e *Env) probeEvents() (locals []ckf.LocalBlockHash, store, remove []byte, err error) {
 	e.probeID++
-	blocks := make([]ckf.StoredBlock, probeBlocks)
+	blocks := make([]routerevent.StoredBlock, probeBlocks)
 	engine := make([]uint64, probeBlocks)
 	locals = make([]ckf.LocalBlockHash, probeBlocks)
 	for i := range probeBlocks {
 		k := e.probeID*probeBlocks + uint64(i)
 		locals[i] = ckf.LocalBlockHash(mix64(k ^ 0x6C6F63616C))
 		engine[i] = mix64(k ^ 0x656E67696E65)
-		blocks[i] = ckf.StoredBlock{BlockHash: engine[i], TokensHash: uint64(locals[i])}
+		blocks[i] = routerevent.StoredBlock{BlockHash: engine[i], TokensHash: uint64(locals[i])}
 	}
-	ev := []ckf.RouterEvent{{WorkerID: probeWorker, Event: ckf.KvCacheEvent{EventID: e.probeID * 2,
-		Data: ckf.EventData{Kind: ckf.EventStored, Stored: ckf.StoreData{Blocks: blocks}}}}}
+	ev := []routerevent.RouterEvent{{WorkerID: probeWorker, Event: routerevent.KvCacheEvent{EventID: e.probeID * 2,
+		Data: routerevent.EventData{Kind: routerevent.EventStored, Stored: routerevent.StoreData{Blocks: blocks}}}}}
 	if store, err = json.Marshal(ev); err != nil {
 		return nil, nil, nil, err
 	}
-	ev[0].Event = ckf.KvCacheEvent{EventID: e.probeID*2 + 1, Data: ckf.EventData{Kind: ckf.EventRemoved, Removed: ckf.RemoveData{BlockHashes: engine}}}
+	ev[0].Event = routerevent.KvCacheEvent{EventID: e.probeID*2 + 1, Data: routerevent.EventData{Kind: routerevent.EventRemoved, Removed: routerevent.RemoveData{BlockHashes: engine}}}
 	if remove, err = json.Marshal(ev); err != nil {
 		return nil, nil, nil, err
 	}

@@ -10,7 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
-	"github.com/ckfrelay/ckfrelay/pkg/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 

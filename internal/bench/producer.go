@@ -7,6 +7,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/producer"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
 // ProducerConfig sizes the producer pair.
@@ -98,8 +99,8 @@ func fillTarget(cfg ProducerConfig) (uint64, error) {
 type StateDriver struct {
 	eventStream
 	s        *producer.State
-	store    ckf.RouterEvent
-	removeEv ckf.RouterEvent
+	store    routerevent.RouterEvent
+	removeEv routerevent.RouterEvent
 	failures uint64
 }
 
@@ -113,8 +114,8 @@ func NewStateDriver(cfg ProducerConfig) (*StateDriver, error) {
 		return nil, err
 	}
 	d := &StateDriver{eventStream: eventStream{members: cfg.Members, blocks: uint64(cfg.BlocksPerEvent)}, s: s}
-	d.store.Event.Data = ckf.EventData{Kind: ckf.EventStored, Stored: ckf.StoreData{Blocks: make([]ckf.StoredBlock, cfg.BlocksPerEvent)}}
-	d.removeEv.Event.Data = ckf.EventData{Kind: ckf.EventRemoved, Removed: ckf.RemoveData{BlockHashes: make([]uint64, cfg.BlocksPerEvent)}}
+	d.store.Event.Data = routerevent.EventData{Kind: routerevent.EventStored, Stored: routerevent.StoreData{Blocks: make([]routerevent.StoredBlock, cfg.BlocksPerEvent)}}
+	d.removeEv.Event.Data = routerevent.EventData{Kind: routerevent.EventRemoved, Removed: routerevent.RemoveData{BlockHashes: make([]uint64, cfg.BlocksPerEvent)}}
 	target, err := fillTarget(cfg)
 	if err != nil {
 		return nil, err
@@ -132,7 +133,7 @@ func (d *StateDriver) storeNext() {
 	d.store.WorkerID = id % d.members
 	for i := range d.store.Event.Data.Stored.Blocks {
 		h := d.hash(id, i)
-		d.store.Event.Data.Stored.Blocks[i] = ckf.StoredBlock{BlockHash: h, TokensHash: h ^ 0x5555}
+		d.store.Event.Data.Stored.Blocks[i] = routerevent.StoredBlock{BlockHash: h, TokensHash: h ^ 0x5555}
 	}
 	if out := d.s.ApplyEvent(&d.store); out.FirstError != nil {
 		d.failures++

@@ -9,10 +9,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/producer"
-	"github.com/ckfrelay/ckfrelay/pkg/replay"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
 // ScaleConfig sizes the scale comparison: Dynamo's 16-DC shape by default.
@@ -239,10 +240,10 @@ func buildScaleLane(ts *traceStream, dc int, target uint64, ing *consumer.LaneIn
 	if err != nil {
 		return b, err
 	}
-	var ev ckf.RouterEvent
-	ev.Event.Data.Kind = ckf.EventStored
+	var ev routerevent.RouterEvent
+	ev.Event.Data.Kind = routerevent.EventStored
 	var locals []ckf.LocalBlockHash
-	var blocks []ckf.StoredBlock
+	var blocks []routerevent.StoredBlock
 	t0 := time.Now()
 	ts.forDC(dc, func(r uint64, i int, worker uint64) bool {
 		locals = ts.locals(locals, r, i)
@@ -256,10 +257,10 @@ func buildScaleLane(ts *traceStream, dc int, target uint64, ing *consumer.LaneIn
 			} else {
 				h = consumer.NextSequenceHash(h, l)
 			}
-			blocks = append(blocks, ckf.StoredBlock{BlockHash: mix64(uint64(h) ^ 0xb10c), TokensHash: uint64(l)})
+			blocks = append(blocks, routerevent.StoredBlock{BlockHash: mix64(uint64(h) ^ 0xb10c), TokensHash: uint64(l)})
 		}
 		ev.WorkerID = worker
-		ev.Event.Data.Stored = ckf.StoreData{Blocks: blocks}
+		ev.Event.Data.Stored = routerevent.StoreData{Blocks: blocks}
 		if out := st.ApplyEvent(&ev); out.FirstError != nil {
 			b.failures++
 		}

@@ -12,7 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 )
 
 func TestTraceHTTPStartsServerSpansUnderTheCallersTrace(t *testing.T) {
@@ -27,7 +27,7 @@ func TestTraceHTTPStartsServerSpansUnderTheCallersTrace(t *testing.T) {
 	ctx, caller := tp.Tracer("client").Start(context.Background(), "client")
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+"/v1/match", strings.NewReader("{}"))
 	hdr := map[string][]string(req.Header)
-	propagation.TraceContext{}.Inject(ctx, jsx.HeaderCarrier(hdr))
+	propagation.TraceContext{}.Inject(ctx, streams.HeaderCarrier(hdr))
 	caller.End()
 	for _, r := range []*http.Request{req, mustGet(t, srv.URL+"/metrics"), mustGet(t, srv.URL+"/nowhere")} {
 		resp, err := http.DefaultClient.Do(r)

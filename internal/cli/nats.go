@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/pkg/natsembed"
+	"github.com/ckfrelay/ckfrelay/internal/natsembed"
 )
 
 // Reconnect policy shared by every binary: a lost server is retried for

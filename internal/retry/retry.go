@@ -9,6 +9,8 @@ import (
 	"errors"
 	"time"
 
+	"github.com/ckfrelay/ckfrelay/internal/backoff"
+
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 )
 
@@ -59,7 +61,8 @@ func (p Policy) Do(ctx context.Context, step func(context.Context) error) error 
 	if per <= 0 {
 		per = DefaultAttempt
 	}
-	wait := lo
+	bo := backoff.New(lo, hi)
+	wait := bo.Next()
 	for attempt := 1; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, per)
 		err := step(actx)
@@ -80,6 +83,6 @@ func (p Policy) Do(ctx context.Context, step func(context.Context) error) error 
 		if !ctxwait.Sleep(ctx, wait) {
 			return errors.Join(err, ctx.Err())
 		}
-		wait = min(2*wait, hi)
+		wait = bo.Next()
 	}
 }

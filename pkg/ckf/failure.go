@@ -149,3 +149,54 @@ func (p FailurePoint) DispositionFor(mode HashMode) FailureDisposition {
 	}
 	return d
 }
+
+// EventError is KvCacheEventError. Each value is an error.
+type EventError uint8
+
+const (
+	ErrParentBlockNotFound EventError = iota + 1
+	ErrBlockNotFound
+	ErrInvalidBlockSequence
+	ErrCapacityExhausted
+	ErrEventAllocationFailed
+	ErrOwnershipDegreeOverflow
+	ErrIndexerInvariantViolation
+	ErrUnsupportedResidencyDomain
+)
+
+func (e EventError) Error() string {
+	switch e {
+	case ErrParentBlockNotFound:
+		return "kv event: parent block not found"
+	case ErrBlockNotFound:
+		return "kv event: block not found"
+	case ErrInvalidBlockSequence:
+		return "kv event: invalid block sequence"
+	case ErrCapacityExhausted:
+		return "kv event: CKF capacity exhausted (bounded relocation failed)"
+	case ErrEventAllocationFailed:
+		return "kv event: allocation failed"
+	case ErrOwnershipDegreeOverflow:
+		return "kv event: ownership degree overflow"
+	case ErrIndexerInvariantViolation:
+		return "kv event: indexer invariant violation"
+	case ErrUnsupportedResidencyDomain:
+		return "kv event: unsupported residency domain"
+	}
+	return fmt.Sprintf("kv event: error %d", uint8(e))
+}
+
+// FailurePoint maps a producer error to its failure point (spec §12.3).
+func (e EventError) FailurePoint() FailurePoint {
+	switch e {
+	case ErrCapacityExhausted:
+		return PointBoundedRelocationFailure
+	case ErrEventAllocationFailed:
+		return PointPrecommitAllocationFailure
+	case ErrInvalidBlockSequence, ErrParentBlockNotFound, ErrUnsupportedResidencyDomain, ErrBlockNotFound:
+		return PointSourceProtocolFailure
+	case ErrIndexerInvariantViolation, ErrOwnershipDegreeOverflow:
+		return PointPrewriteInvariantMismatch
+	}
+	return 0
+}

@@ -31,7 +31,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -140,7 +140,7 @@ func (p *Publisher) Stats() Stats {
 
 // PublishEvents publishes one worker's events as a JSON array on
 // kvevents.<domain>.<dc>.<worker> (the format relays consume).
-func (p *Publisher) PublishEvents(ctx context.Context, domain, dc string, worker uint64, events []ckf.RouterEvent) error {
+func (p *Publisher) PublishEvents(ctx context.Context, domain, dc string, worker uint64, events []routerevent.RouterEvent) error {
 	subj, err := wire.WorkerEventsSubject(domain, dc, worker)
 	if err != nil {
 		return err

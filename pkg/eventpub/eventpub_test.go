@@ -10,8 +10,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/jsx"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -25,7 +25,7 @@ func testCtx(t *testing.T) context.Context {
 // storedPayloads reads every message of the event stream in order.
 func storedPayloads(t *testing.T, ctx context.Context, js jetstream.JetStream) []string {
 	t.Helper()
-	s, err := js.Stream(ctx, jsx.EventStream)
+	s, err := js.Stream(ctx, streams.EventStream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func storedPayloads(t *testing.T, ctx context.Context, js jetstream.JetStream) [
 
 func ensureStreams(t *testing.T, ctx context.Context, js jetstream.JetStream) {
 	t.Helper()
-	if _, err := jsx.Ensure(ctx, js, jsx.Options{}); err != nil {
+	if _, err := streams.Ensure(ctx, js, streams.Options{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -126,7 +126,7 @@ func TestLostAckIsNotStoredTwice(t *testing.T) {
 	p.lostAck = func(attempt int) bool { return attempt == 1 }
 	const n = 20
 	for i := range n {
-		ev := []ckf.RouterEvent{{WorkerID: 7, Event: ckf.KvCacheEvent{EventID: uint64(i), Data: ckf.EventData{Kind: ckf.EventRemoved, Removed: ckf.RemoveData{}}}}}
+		ev := []routerevent.RouterEvent{{WorkerID: 7, Event: routerevent.KvCacheEvent{EventID: uint64(i), Data: routerevent.EventData{Kind: routerevent.EventRemoved, Removed: routerevent.RemoveData{}}}}}
 		if err := p.PublishEvents(ctx, "d", "dc-a", 7, ev); err != nil {
 			t.Fatal(err)
 		}

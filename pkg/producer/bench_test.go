@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
 const benchBlocksPerEvent = 16
@@ -24,14 +25,14 @@ type benchDriver struct {
 	members  uint64
 	next     uint64 // id of the next event to store
 	oldest   uint64 // id of the oldest live event
-	store    ckf.RouterEvent
-	removeEv ckf.RouterEvent
+	store    routerevent.RouterEvent
+	removeEv routerevent.RouterEvent
 }
 
 func newBenchDriver(s *State, members uint64) *benchDriver {
 	d := &benchDriver{s: s, members: members}
-	d.store.Event.Data = ckf.EventData{Kind: ckf.EventStored, Stored: ckf.StoreData{Blocks: make([]ckf.StoredBlock, benchBlocksPerEvent)}}
-	d.removeEv.Event.Data = ckf.EventData{Kind: ckf.EventRemoved, Removed: ckf.RemoveData{BlockHashes: make([]uint64, benchBlocksPerEvent)}}
+	d.store.Event.Data = routerevent.EventData{Kind: routerevent.EventStored, Stored: routerevent.StoreData{Blocks: make([]routerevent.StoredBlock, benchBlocksPerEvent)}}
+	d.removeEv.Event.Data = routerevent.EventData{Kind: routerevent.EventRemoved, Removed: routerevent.RemoveData{BlockHashes: make([]uint64, benchBlocksPerEvent)}}
 	return d
 }
 
@@ -45,7 +46,7 @@ func (d *benchDriver) storeNext() EventOutcome {
 	d.store.WorkerID, d.store.Event.DpRank = id%d.members, 0
 	for i := range d.store.Event.Data.Stored.Blocks {
 		h := d.ext(id, i)
-		d.store.Event.Data.Stored.Blocks[i] = ckf.StoredBlock{BlockHash: h, TokensHash: h ^ 0x5555}
+		d.store.Event.Data.Stored.Blocks[i] = routerevent.StoredBlock{BlockHash: h, TokensHash: h ^ 0x5555}
 	}
 	return d.s.ApplyEvent(&d.store)
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
 // tokenLocals returns the local hashes of tokens 0..n-1 in blocks of 4.
@@ -23,7 +24,9 @@ func TestCanonicalParentChainResolvesToSequenceHashes(t *testing.T) {
 	locals := tokenLocals(16)
 	seq := ckf.SequenceHashes(nil, locals)
 	ext := []uint64{0xE0, 0xE1, 0xE2, 0xE3} // engine ids unrelated to the chain
-	blk := func(i int) ckf.StoredBlock { return ckf.StoredBlock{BlockHash: ext[i], TokensHash: uint64(locals[i])} }
+	blk := func(i int) routerevent.StoredBlock {
+		return routerevent.StoredBlock{BlockHash: ext[i], TokensHash: uint64(locals[i])}
+	}
 	if out := s.ApplyEvent(chainEv(7, 0, nil, blk(0))); out.FirstError != nil {
 		t.Fatal(out.FirstError)
 	}
@@ -67,12 +70,12 @@ func TestCanonicalParentBlockNotFoundRejectsTheWholeEvent(t *testing.T) {
 	s := mustState(t, ckf.NewConfig(1024))
 	s.ApplyEvent(storedEv(1, 0, 5))
 	words := s.CopyWords(nil)
-	out := s.ApplyEvent(chainEv(1, 0, ptr(uint64(404)), ckf.StoredBlock{BlockHash: 6, TokensHash: 6}))
+	out := s.ApplyEvent(chainEv(1, 0, ptr(uint64(404)), routerevent.StoredBlock{BlockHash: 6, TokensHash: 6}))
 	if !errors.Is(out.FirstError, ckf.ErrParentBlockNotFound) || out.HasPublication() {
 		t.Fatalf("outcome %+v", out)
 	}
 	// The parent of another member does not resolve either.
-	out = s.ApplyEvent(chainEv(2, 0, ptr(uint64(5)), ckf.StoredBlock{BlockHash: 6, TokensHash: 6}))
+	out = s.ApplyEvent(chainEv(2, 0, ptr(uint64(5)), routerevent.StoredBlock{BlockHash: 6, TokensHash: 6}))
 	if !errors.Is(out.FirstError, ckf.ErrParentBlockNotFound) {
 		t.Fatalf("foreign parent: %v", out.FirstError)
 	}
@@ -83,7 +86,7 @@ func TestCanonicalParentBlockNotFoundRejectsTheWholeEvent(t *testing.T) {
 
 func TestCanonicalInvalidBlockSequenceRejectsTheWholeEvent(t *testing.T) {
 	s := mustState(t, ckf.NewConfig(1024))
-	ev := chainEv(1, 0, nil, ckf.StoredBlock{BlockHash: 1, TokensHash: 1})
+	ev := chainEv(1, 0, nil, routerevent.StoredBlock{BlockHash: 1, TokensHash: 1})
 	ev.Event.Data.Stored.StartPosition = ptr(uint32(4))
 	if out := s.ApplyEvent(ev); !errors.Is(out.FirstError, ckf.ErrInvalidBlockSequence) || s.Stats().UniqueBlocks != 0 {
 		t.Fatalf("nonzero start without parent: %v", out.FirstError)
@@ -94,12 +97,12 @@ func TestCanonicalInvalidBlockSequenceRejectsTheWholeEvent(t *testing.T) {
 	}
 	words := s.CopyWords(nil)
 	// External hash 1 re-mapped to different tokens, next to a new block.
-	out := s.ApplyEvent(chainEv(1, 0, nil, ckf.StoredBlock{BlockHash: 2, TokensHash: 2}, ckf.StoredBlock{BlockHash: 1, TokensHash: 99}))
+	out := s.ApplyEvent(chainEv(1, 0, nil, routerevent.StoredBlock{BlockHash: 2, TokensHash: 2}, routerevent.StoredBlock{BlockHash: 1, TokensHash: 99}))
 	if !errors.Is(out.FirstError, ckf.ErrInvalidBlockSequence) {
 		t.Fatalf("conflicting re-mapping: %v", out.FirstError)
 	}
 	// Conflicting mapping inside one event.
-	out = s.ApplyEvent(chainEv(1, 0, nil, ckf.StoredBlock{BlockHash: 3, TokensHash: 3}, ckf.StoredBlock{BlockHash: 3, TokensHash: 3}))
+	out = s.ApplyEvent(chainEv(1, 0, nil, routerevent.StoredBlock{BlockHash: 3, TokensHash: 3}, routerevent.StoredBlock{BlockHash: 3, TokensHash: 3}))
 	if !errors.Is(out.FirstError, ckf.ErrInvalidBlockSequence) {
 		t.Fatalf("in-event conflict: %v", out.FirstError)
 	}
@@ -107,7 +110,7 @@ func TestCanonicalInvalidBlockSequenceRejectsTheWholeEvent(t *testing.T) {
 		t.Fatal("rejected events changed state")
 	}
 	// An identical re-offer is accepted as a no-op.
-	if out := s.ApplyEvent(chainEv(1, 0, nil, ckf.StoredBlock{BlockHash: 1, TokensHash: 1})); out.FirstError != nil || s.Stats().Contributions != 1 {
+	if out := s.ApplyEvent(chainEv(1, 0, nil, routerevent.StoredBlock{BlockHash: 1, TokensHash: 1})); out.FirstError != nil || s.Stats().Contributions != 1 {
 		t.Fatalf("re-offer: %v", out.FirstError)
 	}
 }
@@ -183,8 +186,8 @@ func TestCanonicalSharedPrefixWithDifferentEngineHashesMapsToOneCanonicalHash(t 
 	seq := ckf.SequenceHashes(nil, locals)
 	for w, base := range map[uint64]uint64{1: 0xA000, 2: 0xB000} {
 		s.ApplyEvent(chainEv(w, 0, nil,
-			ckf.StoredBlock{BlockHash: base, TokensHash: uint64(locals[0])},
-			ckf.StoredBlock{BlockHash: base + 1, TokensHash: uint64(locals[1])}))
+			routerevent.StoredBlock{BlockHash: base, TokensHash: uint64(locals[0])},
+			routerevent.StoredBlock{BlockHash: base + 1, TokensHash: uint64(locals[1])}))
 	}
 	st := s.Stats()
 	if st.UniqueBlocks != 2 || st.Contributions != 4 {
@@ -208,15 +211,15 @@ func TestCanonicalSharedPrefixWithDifferentEngineHashesMapsToOneCanonicalHash(t 
 
 func TestCanonicalLongEventUsesScratchMapsConsistently(t *testing.T) {
 	s := mustState(t, ckf.NewConfig(1<<12))
-	blocks := make([]ckf.StoredBlock, 100)
+	blocks := make([]routerevent.StoredBlock, 100)
 	for i := range blocks {
-		blocks[i] = ckf.StoredBlock{BlockHash: uint64(5000 + i), TokensHash: uint64(i)}
+		blocks[i] = routerevent.StoredBlock{BlockHash: uint64(5000 + i), TokensHash: uint64(i)}
 	}
 	if out := s.ApplyEvent(chainEv(1, 0, nil, blocks...)); out.FirstError != nil {
 		t.Fatal(out.FirstError)
 	}
 	// Re-offer the whole chain plus a conflicting duplicate at the end.
-	bad := append(slices.Clone(blocks), ckf.StoredBlock{BlockHash: 5000, TokensHash: 1})
+	bad := append(slices.Clone(blocks), routerevent.StoredBlock{BlockHash: 5000, TokensHash: 1})
 	if out := s.ApplyEvent(chainEv(1, 0, nil, bad...)); !errors.Is(out.FirstError, ckf.ErrInvalidBlockSequence) {
 		t.Fatalf("long conflict: %v", out.FirstError)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
 // workload drives a State with random events over a few members and a
@@ -28,20 +29,20 @@ type workload struct {
 
 // event returns the next event, or nil for a lifecycle operation that op
 // performs on s itself.
-func (w *workload) event() *ckf.RouterEvent {
+func (w *workload) event() *routerevent.RouterEvent {
 	worker, rank := w.r.Uint64N(6), uint32(w.r.UintN(2))
 	hash := func() uint64 { return w.r.Uint64N(w.space) }
 	switch k := w.r.IntN(20); {
 	case k < 14:
 		n := 1 + w.r.IntN(24)
-		blocks := make([]ckf.StoredBlock, n)
+		blocks := make([]routerevent.StoredBlock, n)
 		for i := range blocks {
 			ext := hash()
 			tokens := ext * 7
 			if w.r.IntN(16) == 0 {
 				tokens = hash() % 5 // provokes lineage conflicts
 			}
-			blocks[i] = ckf.StoredBlock{BlockHash: ext, TokensHash: tokens}
+			blocks[i] = routerevent.StoredBlock{BlockHash: ext, TokensHash: tokens}
 		}
 		var parent *uint64
 		if w.mode == ckf.HashModeCanonical && w.r.IntN(4) == 0 {
@@ -49,7 +50,7 @@ func (w *workload) event() *ckf.RouterEvent {
 		}
 		ev := chainEv(worker, rank, parent, blocks...)
 		if w.r.IntN(20) == 0 {
-			ev.StorageTier = ckf.TierHostPinned
+			ev.StorageTier = routerevent.TierHostPinned
 		}
 		return ev
 	case k < 19:

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
 func verbatimConfig(n uint64) ckf.Config {
@@ -26,28 +27,28 @@ func mustState(t testing.TB, cfg ckf.Config) *State {
 
 // storedEv builds a parentless stored event whose blocks carry block_hash =
 // tokens_hash = h (a Dynamo-native root-style fixture).
-func storedEv(worker uint64, rank uint32, hashes ...uint64) *ckf.RouterEvent {
-	blocks := make([]ckf.StoredBlock, len(hashes))
+func storedEv(worker uint64, rank uint32, hashes ...uint64) *routerevent.RouterEvent {
+	blocks := make([]routerevent.StoredBlock, len(hashes))
 	for i, h := range hashes {
-		blocks[i] = ckf.StoredBlock{BlockHash: h, TokensHash: h}
+		blocks[i] = routerevent.StoredBlock{BlockHash: h, TokensHash: h}
 	}
-	return &ckf.RouterEvent{WorkerID: worker, Event: ckf.KvCacheEvent{DpRank: rank,
-		Data: ckf.EventData{Kind: ckf.EventStored, Stored: ckf.StoreData{Blocks: blocks}}}}
+	return &routerevent.RouterEvent{WorkerID: worker, Event: routerevent.KvCacheEvent{DpRank: rank,
+		Data: routerevent.EventData{Kind: routerevent.EventStored, Stored: routerevent.StoreData{Blocks: blocks}}}}
 }
 
 // chainEv builds a stored event with explicit parent and (ext, tokens) blocks.
-func chainEv(worker uint64, rank uint32, parent *uint64, blocks ...ckf.StoredBlock) *ckf.RouterEvent {
-	return &ckf.RouterEvent{WorkerID: worker, Event: ckf.KvCacheEvent{DpRank: rank,
-		Data: ckf.EventData{Kind: ckf.EventStored, Stored: ckf.StoreData{ParentHash: parent, Blocks: blocks}}}}
+func chainEv(worker uint64, rank uint32, parent *uint64, blocks ...routerevent.StoredBlock) *routerevent.RouterEvent {
+	return &routerevent.RouterEvent{WorkerID: worker, Event: routerevent.KvCacheEvent{DpRank: rank,
+		Data: routerevent.EventData{Kind: routerevent.EventStored, Stored: routerevent.StoreData{ParentHash: parent, Blocks: blocks}}}}
 }
 
-func removedEv(worker uint64, rank uint32, hashes ...uint64) *ckf.RouterEvent {
-	return &ckf.RouterEvent{WorkerID: worker, Event: ckf.KvCacheEvent{DpRank: rank,
-		Data: ckf.EventData{Kind: ckf.EventRemoved, Removed: ckf.RemoveData{BlockHashes: hashes}}}}
+func removedEv(worker uint64, rank uint32, hashes ...uint64) *routerevent.RouterEvent {
+	return &routerevent.RouterEvent{WorkerID: worker, Event: routerevent.KvCacheEvent{DpRank: rank,
+		Data: routerevent.EventData{Kind: routerevent.EventRemoved, Removed: routerevent.RemoveData{BlockHashes: hashes}}}}
 }
 
-func clearedEv(worker uint64, rank uint32) *ckf.RouterEvent {
-	return &ckf.RouterEvent{WorkerID: worker, Event: ckf.KvCacheEvent{DpRank: rank, Data: ckf.EventData{Kind: ckf.EventCleared}}}
+func clearedEv(worker uint64, rank uint32) *routerevent.RouterEvent {
+	return &routerevent.RouterEvent{WorkerID: worker, Event: routerevent.KvCacheEvent{DpRank: rank, Data: routerevent.EventData{Kind: routerevent.EventCleared}}}
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
 func TestPublisherOwnsCheckedSequenceAndSnapshotContinuation(t *testing.T) {
@@ -42,7 +43,7 @@ func TestFinalRemoveIsAnAbsoluteZeroImageNotAnEmptyReset(t *testing.T) {
 	if _, err := p.SnapshotAfterBarrier(s, lease(1)); err != nil {
 		t.Fatal(err)
 	}
-	for _, ev := range []*ckf.RouterEvent{storedEv(1, 0, 41), removedEv(1, 0, 41)} {
+	for _, ev := range []*routerevent.RouterEvent{storedEv(1, 0, 41), removedEv(1, 0, 41)} {
 		if _, err := p.Publish(s.ApplyEvent(ev).Publication); err != nil {
 			t.Fatal(err)
 		}

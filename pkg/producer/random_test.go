@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
 // opSource yields the bytes that drive a random scenario; ok=false ends it.
@@ -106,7 +107,7 @@ func (sc *scenario) step() (bool, error) {
 	switch op % 10 {
 	case 0, 1, 2, 3: // store 1..4 blocks
 		n := int(arg>>3&3) + 1
-		blocks := make([]ckf.StoredBlock, n)
+		blocks := make([]routerevent.StoredBlock, n)
 		for i := range blocks {
 			// Mostly consistent engine ids (tokens follow the id) so lineage
 			// grows; sometimes arbitrary tokens to provoke conflicts.
@@ -115,7 +116,7 @@ func (sc *scenario) step() (bool, error) {
 			if arg&0x80 != 0 {
 				tokens = hash() % 8
 			}
-			blocks[i] = ckf.StoredBlock{BlockHash: ext, TokensHash: tokens}
+			blocks[i] = routerevent.StoredBlock{BlockHash: ext, TokensHash: tokens}
 		}
 		var parent *uint64
 		if arg&0x20 != 0 {
@@ -123,7 +124,7 @@ func (sc *scenario) step() (bool, error) {
 		}
 		ev := chainEv(worker, rank, parent, blocks...)
 		if arg&0x40 != 0 {
-			ev.StorageTier = ckf.TierHostPinned
+			ev.StorageTier = routerevent.TierHostPinned
 		}
 		out := sc.s.ApplyEvent(ev)
 		if out.FirstError != nil && !errors.Is(out.FirstError, ckf.ErrCapacityExhausted) &&

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
 // Batch is DcCkfPublicationBatch: absolute images of the buckets whose value
@@ -169,9 +170,9 @@ func (s *State) Mode() ckf.HashMode { return s.cfg.Mode }
 // ApplyEvent applies one router event (spec §6.2): tier filter, pending
 // count, per-block store/remove or member clear, then a cut of the
 // publication window when the cadence boundary is reached.
-func (s *State) ApplyEvent(ev *ckf.RouterEvent) EventOutcome {
+func (s *State) ApplyEvent(ev *routerevent.RouterEvent) EventOutcome {
 	data := &ev.Event.Data
-	if ev.StorageTier != ckf.TierDevice && data.Kind != ckf.EventCleared {
+	if ev.StorageTier != routerevent.TierDevice && data.Kind != routerevent.EventCleared {
 		return EventOutcome{}
 	}
 	if s.pending != math.MaxUint64 {
@@ -180,15 +181,15 @@ func (s *State) ApplyEvent(ev *ckf.RouterEvent) EventOutcome {
 	m := Member{WorkerID: ev.WorkerID, DpRank: ev.Event.DpRank}
 	var out EventOutcome
 	switch data.Kind {
-	case ckf.EventStored:
+	case routerevent.EventStored:
 		if s.cfg.Mode == ckf.HashModeCanonical {
 			out.FirstError = s.storeCanonical(m, &data.Stored)
 		} else {
 			out.FirstError = s.storeVerbatim(m, data.Stored.Blocks)
 		}
-	case ckf.EventRemoved:
+	case routerevent.EventRemoved:
 		out.UnknownRemovals, out.FirstError = s.removeBlocks(m, data.Removed.BlockHashes)
-	case ckf.EventCleared:
+	case routerevent.EventCleared:
 		out.FirstError = s.removeMember(m)
 	}
 	s.tel.unknownRemovals += out.UnknownRemovals
@@ -201,7 +202,7 @@ func (s *State) ApplyEvent(ev *ckf.RouterEvent) EventOutcome {
 
 // storeVerbatim applies a 1.4.0 stored event: each block_hash is the full
 // hash; a failing block changes nothing and later blocks are still tried.
-func (s *State) storeVerbatim(m Member, blocks []ckf.StoredBlock) error {
+func (s *State) storeVerbatim(m Member, blocks []routerevent.StoredBlock) error {
 	var first error
 	ms := s.members[m]
 	for len(blocks) > 0 {
@@ -259,7 +260,7 @@ const linearScanLimit = 32
 // §6.9): validate the whole event first, then commit lineage and ownership,
 // then admit new candidates with the full kick search and give non-resident
 // re-offers one relocation-free attempt.
-func (s *State) storeCanonical(m Member, d *ckf.StoreData) error {
+func (s *State) storeCanonical(m Member, d *routerevent.StoreData) error {
 	ms := s.members[m]
 	var prev uint64
 	hasPrev := false

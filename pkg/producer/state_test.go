@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
 // --- carried-over cadence / refcount / net-reversion assertions (§17.1) ---
@@ -187,7 +188,7 @@ func TestSixteenthEventPublishesFifteenEventTail(t *testing.T) {
 	// An ignored (non-device) event does not count towards the cadence.
 	for i := range 15 {
 		ev := storedEv(1, 0, 50000+uint64(i))
-		ev.StorageTier = ckf.TierHostPinned
+		ev.StorageTier = routerevent.TierHostPinned
 		s.ApplyEvent(ev)
 	}
 	if s.HasPendingPublication() {
@@ -232,7 +233,7 @@ func TestRankClearPreservesSiblingRankAndAnotherWorkersSharedHash(t *testing.T) 
 func TestNonDeviceStoreIsIgnoredButUnknownDeviceRemoveIsCounted(t *testing.T) {
 	s := mustState(t, verbatimConfig(128))
 	ev := storedEv(1, 0, 5)
-	ev.StorageTier = ckf.TierHostPinned
+	ev.StorageTier = routerevent.TierHostPinned
 	if out := s.ApplyEvent(ev); out.FirstError != nil || out.HasPublication() || out.PublicationBoundary || out.UnknownRemovals != 0 {
 		t.Fatalf("host-pinned store outcome %+v", out)
 	}
@@ -246,7 +247,7 @@ func TestNonDeviceStoreIsIgnoredButUnknownDeviceRemoveIsCounted(t *testing.T) {
 	// Cleared is processed whatever its tier.
 	s.ApplyEvent(storedEv(1, 0, 6))
 	cl := clearedEv(1, 0)
-	cl.StorageTier = ckf.TierDisk
+	cl.StorageTier = routerevent.TierDisk
 	if out := s.ApplyEvent(cl); !out.HasPublication() || mustOwn(s, 6) {
 		t.Fatal("non-device clear was ignored")
 	}

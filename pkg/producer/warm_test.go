@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
 // TestWarmedEventsMatchBlockByBlockApplication pins that the warmed-up
@@ -147,8 +148,8 @@ func TestUniqueBlocksMatchesStats(t *testing.T) {
 			t.Fatal(err)
 		}
 		for i := range uint64(40) {
-			ev := ckf.RouterEvent{WorkerID: i % 3, Event: ckf.KvCacheEvent{Data: ckf.EventData{Kind: ckf.EventStored,
-				Stored: ckf.StoreData{Blocks: []ckf.StoredBlock{{BlockHash: i + 1, TokensHash: i + 1}}}}}}
+			ev := routerevent.RouterEvent{WorkerID: i % 3, Event: routerevent.KvCacheEvent{Data: routerevent.EventData{Kind: routerevent.EventStored,
+				Stored: routerevent.StoreData{Blocks: []routerevent.StoredBlock{{BlockHash: i + 1, TokensHash: i + 1}}}}}}
 			s.ApplyEvent(&ev)
 			if s.UniqueBlocks() != s.Stats().UniqueBlocks || s.UniqueBlocks() != int(i+1) {
 				t.Fatalf("%s: unique %d, stats %d, want %d", mode, s.UniqueBlocks(), s.Stats().UniqueBlocks, i+1)

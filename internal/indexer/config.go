@@ -1,0 +1,215 @@
+package indexer
+
+import (
+	"math/bits"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ckfrelay/ckfrelay/internal/retry"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+// Defaults of zero Config fields.
+const (
+	DefaultBootstrapBackoffMin = 50 * time.Millisecond
+	DefaultBootstrapBackoffMax = 2 * time.Second
+	// DefaultStatePollInterval is how often an active lane runner checks
+	// the pool's admission state, in case a fault notification was dropped.
+	DefaultStatePollInterval = 250 * time.Millisecond
+	// DefaultPoolRebuildMin and DefaultPoolRebuildMax bound the spacing of
+	// ingestion pool rebuilds after worker failures.
+	DefaultPoolRebuildMin = time.Second
+	DefaultPoolRebuildMax = 30 * time.Second
+	// DefaultSnapshotFetchTimeout is the base deadline of one attempt to
+	// read a snapshot body from the Object Store; each attempt also gets
+	// SnapshotFetchBytesPerSecond's share of the body size on top.
+	DefaultSnapshotFetchTimeout = 10 * time.Second
+	// DefaultSupersededFaultAfter is how long an active lane may drop
+	// superseded traffic without seeing any of its installed epoch before
+	// it reports a superseded_traffic fault and bootstraps again.
+	DefaultSupersededFaultAfter = 5 * time.Second
+	// DefaultStreamCheckInterval is how often the indexer checks that the
+	// lane stream still exists and is the same incarnation.
+	DefaultStreamCheckInterval = time.Second
+	// DefaultSnapshotFetchAttempts is how many times a bootstrap tries a
+	// snapshot body read that timed out before it records a lane fault.
+	DefaultSnapshotFetchAttempts = 3
+	// SnapshotFetchBytesPerSecond is the slowest body transfer rate a fetch
+	// deadline allows for (4 MiB/s: a 32 MiB lane of 4M buckets gets 8s
+	// more than the base).
+	SnapshotFetchBytesPerSecond = 4 << 20
+)
+
+// Config configures a Service. Zero fields take the documented defaults;
+// Validate checks the config with those defaults applied.
+type Config struct {
+	// Domain is the indexer domain name (a lane-map / subject token).
+	Domain string
+	// ConsumerInstance is this process's consumer instance id; 0 picks a
+	// random one.
+	ConsumerInstance uint64
+	// Format is the immutable CKF format of the indexer; nil learns it from
+	// the first snapshot marker a lane reads. Lanes of another format are
+	// refused (counted as wrong_format faults).
+	Format *ckf.FormatIdentity
+	// Pool configures the ingestion pool (zero value: consumer.DefaultPoolConfig).
+	Pool consumer.PoolConfig
+	// Search configures the prefix search (zero value: ckf.DefaultPrefixSearchConfig).
+	Search ckf.PrefixSearchConfig
+	// Logger receives structured logs (zero value: disabled).
+	Logger zerolog.Logger
+	// Tracer provides the lane_apply spans (nil: no-op).
+	Tracer trace.TracerProvider
+	// Metrics receives the indexer and API metrics (nil: a private
+	// registry). One service per registry: a second registration fails New.
+	Metrics *prometheus.Registry
+	// BootstrapBackoffMin and BootstrapBackoffMax bound the exponential
+	// backoff between failed bootstraps of one lane (defaults 50ms and 2s).
+	BootstrapBackoffMin time.Duration
+	BootstrapBackoffMax time.Duration
+	// StatePollInterval: see DefaultStatePollInterval.
+	StatePollInterval time.Duration
+	// PoolRebuildMin and PoolRebuildMax space the ingestion pool rebuilds
+	// that follow worker failures: the first is immediate, each later one
+	// waits an interval that starts at PoolRebuildMin and doubles up to
+	// PoolRebuildMax while failures keep coming, and returns to
+	// PoolRebuildMin once a pool has lasted PoolRebuildMax (defaults 1s
+	// and 30s).
+	PoolRebuildMin time.Duration
+	PoolRebuildMax time.Duration
+	// SnapshotFetchTimeout and SnapshotFetchAttempts bound the reads of a
+	// snapshot body during a bootstrap: an attempt that times out (a slow
+	// or stalled Object Store transfer) is retried on the same marker, and
+	// only the last failure becomes a lane fault (defaults 10s and 3).
+	// Without a deadline of its own, nats.go would give every read of the
+	// body 5s, and one stall would cost the whole bootstrap.
+	SnapshotFetchTimeout  time.Duration
+	SnapshotFetchAttempts int
+	// SupersededFaultAfter: see DefaultSupersededFaultAfter. A relay sends
+	// a heartbeat or a drain marker every second, so a lane whose installed
+	// epoch is alive never goes that long without current traffic; one that
+	// does while older epochs keep arriving is following an epoch its
+	// producer never used, and says so (lane fault, /v1/lanes, readiness)
+	// instead of dropping the real traffic.
+	SupersededFaultAfter time.Duration
+	// StreamCheckInterval: see DefaultStreamCheckInterval. A deleted lane
+	// stream is recreated at the next check; a recreated one (its
+	// sequences restart) makes every lane bootstrap again.
+	StreamCheckInterval time.Duration
+	// Streams sizes the JetStream resources when this process creates them.
+	Streams streams.Options
+	// LeaseOptions tune the lease coordinator (bucket name, storage).
+	LeaseOptions []lease.Option
+	// Setup paces the retries of the start-up steps (ensure the lane
+	// stream and snapshot store, open the lease bucket) while NATS or the
+	// hub's JetStream is unreachable. The zero value uses retry's defaults.
+	Setup retry.Policy
+}
+
+// withDefaults returns c with zero fields replaced by their defaults.
+func (c Config) withDefaults() Config {
+	if c.Pool == (consumer.PoolConfig{}) {
+		c.Pool = consumer.DefaultPoolConfig()
+	}
+	if c.Search == (ckf.PrefixSearchConfig{}) {
+		c.Search = ckf.DefaultPrefixSearchConfig()
+	}
+	if c.BootstrapBackoffMin == 0 {
+		c.BootstrapBackoffMin = DefaultBootstrapBackoffMin
+	}
+	if c.BootstrapBackoffMax == 0 {
+		c.BootstrapBackoffMax = max(DefaultBootstrapBackoffMax, c.BootstrapBackoffMin)
+	}
+	if c.StatePollInterval == 0 {
+		c.StatePollInterval = DefaultStatePollInterval
+	}
+	if c.PoolRebuildMin == 0 {
+		c.PoolRebuildMin = DefaultPoolRebuildMin
+	}
+	if c.PoolRebuildMax == 0 {
+		c.PoolRebuildMax = max(DefaultPoolRebuildMax, c.PoolRebuildMin)
+	}
+	if c.SnapshotFetchTimeout == 0 {
+		c.SnapshotFetchTimeout = DefaultSnapshotFetchTimeout
+	}
+	if c.SnapshotFetchAttempts == 0 {
+		c.SnapshotFetchAttempts = DefaultSnapshotFetchAttempts
+	}
+	if c.SupersededFaultAfter == 0 {
+		c.SupersededFaultAfter = DefaultSupersededFaultAfter
+	}
+	if c.StreamCheckInterval == 0 {
+		c.StreamCheckInterval = DefaultStreamCheckInterval
+	}
+	return c
+}
+
+// Validate checks the config (with defaults applied). Errors match
+// ErrInvalidConfig and, where one exists, the underlying package's error.
+func (c Config) Validate() error {
+	c = c.withDefaults()
+	if err := lease.ValidateName(c.Domain); err != nil {
+		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "domain", Err: err}
+	}
+	if err := wire.ValidateToken("domain", c.Domain); err != nil {
+		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "domain", Err: err}
+	}
+	if err := c.Pool.Validate(); err != nil {
+		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "pool", Err: err}
+	}
+	if err := c.Streams.Validate(); err != nil {
+		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "streams", Err: err}
+	}
+	if err := c.Search.Validate(); err != nil {
+		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "search", Err: err}
+	}
+	if c.BootstrapBackoffMin < 0 || c.BootstrapBackoffMax < c.BootstrapBackoffMin {
+		return configError("bootstrap_backoff", "want 0 < min (%s) <= max (%s)", c.BootstrapBackoffMin, c.BootstrapBackoffMax)
+	}
+	if c.PoolRebuildMin < 0 || c.PoolRebuildMax < c.PoolRebuildMin {
+		return configError("pool_rebuild", "want 0 < min (%s) <= max (%s)", c.PoolRebuildMin, c.PoolRebuildMax)
+	}
+	if c.SnapshotFetchTimeout < 0 {
+		return configError("snapshot_fetch_timeout", "negative timeout %s", c.SnapshotFetchTimeout)
+	}
+	if c.SnapshotFetchAttempts < 0 {
+		return configError("snapshot_fetch_attempts", "negative count %d", c.SnapshotFetchAttempts)
+	}
+	if c.StreamCheckInterval < 0 {
+		return configError("stream_check_interval", "negative interval %s", c.StreamCheckInterval)
+	}
+	if c.SupersededFaultAfter < 0 {
+		return configError("superseded_fault_after", "negative duration %s", c.SupersededFaultAfter)
+	}
+	if c.StatePollInterval < 0 {
+		return configError("state_poll_interval", "negative interval %s", c.StatePollInterval)
+	}
+	if c.Format != nil {
+		if err := validateFormat(*c.Format); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// validateFormat accepts the 1.4.0 format the wire carries.
+func validateFormat(f ckf.FormatIdentity) error {
+	switch {
+	case f.FormatVersion != ckf.FormatVersion:
+		return configError("format.format_version", "%d, want %d", f.FormatVersion, ckf.FormatVersion)
+	case f.FingerprintBits != ckf.FingerprintBits:
+		return configError("format.fingerprint_bits", "%d, want %d", f.FingerprintBits, ckf.FingerprintBits)
+	case f.SlotsPerBucket != ckf.SlotsPerBucket:
+		return configError("format.slots_per_bucket", "%d, want %d", f.SlotsPerBucket, ckf.SlotsPerBucket)
+	case f.BucketCount < wire.MinBucketCount || f.BucketCount > wire.MaxBucketCount || bits.OnesCount64(f.BucketCount) != 1:
+		return configError("format.bucket_count", "%d, want a power of two in %d..%d", f.BucketCount, wire.MinBucketCount, wire.MaxBucketCount)
+	}
+	return nil
+}

@@ -1,0 +1,74 @@
+package indexer
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/ckfrelay/ckfrelay/internal/queryapi"
+	"github.com/ckfrelay/ckfrelay/pkg/api"
+)
+
+// Micro service identity.
+const (
+	// MicroServiceName is the NATS micro service name.
+	MicroServiceName = "ckf-indexer"
+	// MicroServiceVersion is its semantic version.
+	MicroServiceVersion = "1.0.0"
+	// MicroQueueGroup lets replicas share the match endpoint's load.
+	MicroQueueGroup = "ckf-indexer"
+	// MicroEndpointName names the match endpoint.
+	MicroEndpointName = "match"
+	// MatchSubjectT is the endpoint subject, %s being the domain. It must
+	// stay outside the lane stream's subjects (ckf.>): a request published on
+	// a stream subject is stored and acknowledged by JetStream, and the
+	// requester would get the PubAck instead of the answer.
+	MatchSubjectT = "ckfq.%s.match"
+)
+
+// MatchSubject returns the NATS micro endpoint subject of a domain.
+func MatchSubject(domain string) string { return fmt.Sprintf(MatchSubjectT, domain) }
+
+// startMicro serves MatchSubject(domain): the body is the JSON of POST
+// /v1/match and the reply the same JSON as HTTP, or api.ErrorJSON with the
+// Nats-Service-Error-Code header set to the HTTP status.
+func (s *Service) startMicro() (micro.Service, error) {
+	svc, err := micro.AddService(s.nc, micro.Config{
+		Name:        MicroServiceName,
+		Version:     MicroServiceVersion,
+		Description: "ckfrelay global indexer prefix queries",
+		QueueGroup:  MicroQueueGroup,
+		Metadata:    map[string]string{"domain": s.cfg.Domain},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("indexer: add micro service: %w", err)
+	}
+	err = svc.AddEndpoint(MicroEndpointName, micro.HandlerFunc(s.handleMatch),
+		micro.WithEndpointSubject(MatchSubject(s.cfg.Domain)),
+		micro.WithEndpointQueueGroup(MicroQueueGroup))
+	if err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("indexer: add match endpoint: %w", err)
+	}
+	return svc, nil
+}
+
+func (s *Service) handleMatch(req micro.Request) {
+	resp, status, err := queryapi.Match(context.Background(), s, s.apiM, req.Data())
+	if err != nil {
+		if rerr := req.Error(strconv.Itoa(status), err.Error(), api.ErrorJSON(err)); rerr != nil {
+			s.log.Warn().Err(rerr).Msg("replying to a match request")
+		}
+		return
+	}
+	body, err := json.Marshal(resp)
+	if err == nil {
+		err = req.Respond(body)
+	}
+	if err != nil {
+		s.log.Warn().Err(err).Msg("replying to a match request")
+	}
+}

@@ -1,0 +1,221 @@
+package relay_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+	"github.com/ckfrelay/ckfrelay/testenv"
+)
+
+// hasMetric reports whether reg has the series of spec (name{labels},
+// other labels ignored) with the value spec ends with, if any.
+func hasMetric(reg prometheus.Gatherer, spec string) bool {
+	_, ok := promtest.Has(reg, spec)
+	return ok
+}
+
+func checkpointCount(outcome string, n int) string {
+	return fmt.Sprintf(`ckf_relay_checkpoints_total{outcome=%q} %d`, outcome, n)
+}
+
+// checkpointedFirstHalf runs a relay with cfg over the first half of steps
+// until it has applied all of it and stored a checkpoint, then stops it
+// (which stores a final checkpoint) and returns the checkpoint's info.
+func checkpointedFirstHalf(t *testing.T, srv *testenv.Server, cfg relay.Config, steps []replay.Step) *jetstream.ObjectInfo {
+	t.Helper()
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	cfg.CheckpointInterval = 20 * time.Millisecond
+	r, stop := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	publishEvents(t, js, "a", steps)
+	ctx := context.Background()
+	events, err := js.Stream(ctx, streams.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := events.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last := info.State.LastSeq
+	waitFor(t, "first half applied", func() bool { return r.Status().InputSeq == last })
+	// The counter appears with its first increment; an unchanged state is
+	// never checkpointed, so this one covers applied input.
+	waitFor(t, "checkpoint written", func() bool { return hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) })
+	stop()
+	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, _ := relay.CheckpointObjectName(domain, "a")
+	oi, err := obj.GetInfo(ctx, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if seq, err := strconv.ParseUint(oi.Metadata[relay.MetaInputSequence], 10, 64); err != nil || seq != last {
+		t.Fatalf("checkpoint after stop covers %q, want %d (%v)", oi.Metadata[relay.MetaInputSequence], last, err)
+	}
+	return oi
+}
+
+// laneConverges waits until the lane, published by r under its current
+// epoch, equals want.
+func laneConverges(t *testing.T, js jetstream.JetStream, r *relay.Relay, want []uint64) {
+	t.Helper()
+	waitFor(t, "lane converged", func() bool {
+		words, marker, _ := laneImage(t, js, "a")
+		return marker.Lease.Epoch == r.Status().Epoch && slices.Equal(words, want)
+	})
+}
+
+func TestRelayRestoresItsCheckpointAndReplaysOnlyWhatFollows(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	steps := traceEvents(t, 300)
+	cfg := testConfig("a")
+	oi := checkpointedFirstHalf(t, srv, cfg, steps[:150])
+	cpSeq, _ := strconv.ParseUint(oi.Metadata[relay.MetaInputSequence], 10, 64)
+
+	// Delete every input message the checkpoint covers: only a restore
+	// can still know their effect.
+	ctx := context.Background()
+	purgeBefore(t, js, cpSeq+1)
+	events, err := js.Stream(ctx, streams.EventStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info, err := events.Info(ctx); err != nil || info.State.Msgs != 0 || info.State.FirstSeq != cpSeq+1 {
+		t.Fatalf("after purge: %+v %v", info.State, err)
+	}
+	publishEvents(t, js, "a", steps[150:])
+
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	if !hasMetric(reg, checkpointCount("restored", 1)) {
+		t.Fatal("checkpoint not restored")
+	}
+	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+}
+
+func TestACheckpointOfAnotherFormatIsIgnored(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	steps := traceEvents(t, 300)
+	small := testConfig("a")
+	small.CKF = ckf.NewConfig(1 << 12)
+	checkpointedFirstHalf(t, srv, small, steps[:150])
+	publishEvents(t, js, "a", steps[150:])
+
+	cfg := testConfig("a")
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	if !hasMetric(reg, checkpointCount("rejected_format", 1)) || hasMetric(reg, `outcome="restored"`) {
+		t.Fatal("a checkpoint of another format was not rejected")
+	}
+	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+}
+
+func TestACorruptCheckpointIsIgnoredAndCounted(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	steps := traceEvents(t, 300)
+	cfg := testConfig("a")
+	oi := checkpointedFirstHalf(t, srv, cfg, steps[:150])
+
+	// Same name and metadata, one byte of the body changed.
+	ctx := context.Background()
+	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := obj.GetBytes(ctx, oi.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body[len(body)/2] ^= 0x5A
+	if _, err := obj.Put(ctx, jetstream.ObjectMeta{Name: oi.Name, Metadata: oi.Metadata}, bytes.NewReader(body)); err != nil {
+		t.Fatal(err)
+	}
+	publishEvents(t, js, "a", steps[150:])
+
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	if !hasMetric(reg, checkpointCount("rejected_corrupt", 1)) || hasMetric(reg, `outcome="restored"`) {
+		t.Fatal("a corrupt checkpoint was not rejected")
+	}
+	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+}
+
+// TestAnUnreadableCheckpointIsNeverOverwritten: when the stored checkpoint
+// exists but cannot be read at the start of an epoch (a transport error,
+// not a rejected checkpoint), the relay replays its input and serves, but
+// never replaces that checkpoint: it may hold state the input stream no
+// longer has. A later epoch that can read it restores it.
+func TestAnUnreadableCheckpointIsNeverOverwritten(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	steps := traceEvents(t, 300)
+	cfg := testConfig("a")
+	oi := checkpointedFirstHalf(t, srv, cfg, steps[:150])
+	publishEvents(t, js, "a", steps[150:])
+
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	cfg.CheckpointInterval = 20 * time.Millisecond
+	r, stop := startRelayWith(t, nc, js, cfg, func(r *relay.Relay) {
+		relay.SetBeforeCheckpointLoad(r, func() error { return errors.New("object store unreachable") })
+	})
+	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+	// Several checkpoint periods pass with new input applied.
+	waitFor(t, "checkpoints skipped", func() bool {
+		return hasMetric(reg, `ckf_relay_checkpoints_total{outcome="skipped_unread_checkpoint"}`)
+	})
+	stop()
+	if !hasMetric(reg, checkpointCount("load_error", 1)) || hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) {
+		t.Fatal("the epoch that could not read the checkpoint wrote one")
+	}
+	ctx := context.Background()
+	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := obj.GetInfo(ctx, oi.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Digest != oi.Digest || now.Metadata[relay.MetaInputSequence] != oi.Metadata[relay.MetaInputSequence] {
+		t.Fatalf("checkpoint replaced: input sequence %s → %s", oi.Metadata[relay.MetaInputSequence], now.Metadata[relay.MetaInputSequence])
+	}
+
+	// The next epoch reads it and replays only what follows.
+	reg2 := prometheus.NewRegistry()
+	cfg.Metrics = reg2
+	r2, _ := startRelay(t, nc, js, cfg)
+	laneConverges(t, js, r2, reference(t, cfg.CKF, steps).Words())
+	if !hasMetric(reg2, checkpointCount("restored", 1)) {
+		t.Fatal("the next epoch did not restore the kept checkpoint")
+	}
+}
