@@ -1,7 +1,3 @@
-// Package consumer is the global CKF consumer of one indexer domain (spec
-// §8, §9, §11): the manifest of DC lanes, the transposed 16-lane table, the
-// per-lane ingestors that apply snapshots and deltas, the ingestion pool,
-// and the allocation-free prefix query.
 package consumer
 
 import (

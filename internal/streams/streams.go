@@ -1,4 +1,4 @@
-// Package jsx holds the JetStream resources relays and indexers share: the
+// Package streams holds the JetStream resources relays and indexers share: the
 // input event stream, the lane stream, the snapshot object store, and the
 // OpenTelemetry carrier for NATS headers. Both sides call Ensure so either
 // may start first.
