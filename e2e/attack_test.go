@@ -381,7 +381,7 @@ func TestAttackEpochKeyAtTheMaximum(t *testing.T) {
 			return
 		}
 		ra := c.relays["dc-a"]
-		waitFor(t, "relay standing by with epoch_exhausted", func() bool {
+		testenv.WaitFor(t, settle, "relay standing by with epoch_exhausted", func() bool {
 			st := ra.Status()
 			return st.State == relay.StateStandby && len(st.Faults) == 1 && strings.HasPrefix(st.Faults[0], relay.FaultEpochExhausted)
 		})
@@ -428,7 +428,7 @@ func TestAttackDeletedInputStream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "relays checkpointed every event", func() bool {
+		testenv.WaitFor(t, settle, "relays checkpointed every event", func() bool {
 			for dc, r := range c.relays {
 				name, _ := relay.CheckpointObjectName(domain, dc)
 				info, err := snaps.GetInfo(ctx, name)

@@ -31,7 +31,7 @@ func TestTwoDCsAnswerTheExactDepthPerDC(t *testing.T) {
 	w.publish(t, js, 1500)
 	over := w.converge(t, ix)
 	for i, r := range []*relayProc{ra, rb} {
-		waitFor(t, "relay applied every event", func() bool { return r.Status().UniqueBlocks == w.rp.Blocks(i) })
+		testenv.WaitFor(t, settle, "relay applied every event", func() bool { return r.Status().UniqueBlocks == w.rp.Blocks(i) })
 	}
 	// The indexer started before the relays' first markers: waiting for
 	// them is not a fault.
@@ -91,7 +91,7 @@ func TestRelayKillAndRestartTakesANewEpochAndConsumersConverge(t *testing.T) {
 	ra.stop(t)
 	w.publish(t, js, 700) // dc-a's events wait in JetStream
 	ra2 := startRelay(t, nc, js, relayConfig(t, "dc-a", "relay-a-2", nil))
-	waitFor(t, "relay restarted", func() bool { return ra2.Status().State == relay.StateActive })
+	testenv.WaitFor(t, settle, "relay restarted", func() bool { return ra2.Status().State == relay.StateActive })
 	if ra2.Status().Epoch <= epoch1 {
 		t.Fatalf("epoch %d after %d", ra2.Status().Epoch, epoch1)
 	}
@@ -107,9 +107,9 @@ func TestTwoRelaysForOnePoolOnePublishesAndTheStandbyTakesOver(t *testing.T) {
 	nc, js := srv.Connect(t), srv.JetStream(t)
 	ix := startIndexer(t, nc, js, indexerConfig(t, nil))
 	r1 := startRelay(t, nc, js, relayConfig(t, "dc-a", "relay-a-1", nil))
-	waitFor(t, "first relay active", func() bool { return r1.Status().State == relay.StateActive })
+	testenv.WaitFor(t, settle, "first relay active", func() bool { return r1.Status().State == relay.StateActive })
 	r2 := startRelay(t, nc, js, relayConfig(t, "dc-a", "relay-a-2", nil))
-	waitFor(t, "second relay standing by", func() bool { return r2.Status().State == relay.StateStandby })
+	testenv.WaitFor(t, settle, "second relay standing by", func() bool { return r2.Status().State == relay.StateStandby })
 	w := newWorkload(t, []string{"dc-a"}, 800, 4)
 	w.publish(t, js, 400)
 	w.converge(t, ix)
@@ -119,7 +119,7 @@ func TestTwoRelaysForOnePoolOnePublishesAndTheStandbyTakesOver(t *testing.T) {
 	// Every lane message so far carries the active relay's epoch.
 	assertLaneEpochs(t, js, "dc-a", r1.Status().Epoch)
 	r1.stop(t)
-	waitFor(t, "standby took over", func() bool { return r2.Status().State == relay.StateActive })
+	testenv.WaitFor(t, settle, "standby took over", func() bool { return r2.Status().State == relay.StateActive })
 	w.publish(t, js, 400)
 	w.converge(t, ix)
 }
@@ -193,7 +193,7 @@ func TestANewDCJoinsLiveAndMalformedLaneTrafficIsCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.publish(t, js, 0)
-	waitFor(t, "malformed counted", func() bool {
+	testenv.WaitFor(t, settle, "malformed counted", func() bool {
 		_, ok := promtest.Has(ix.Metrics(), `ckf_indexer_malformed_total{lane="0"}`)
 		return ok
 	})
@@ -208,8 +208,8 @@ func TestOneTraceCrossesTheNATSHop(t *testing.T) {
 	defer tp.Shutdown(context.Background())
 	ix := startIndexer(t, nc, js, indexerConfig(t, tp))
 	r := startRelay(t, nc, js, relayConfig(t, "dc-a", "relay-a", tp))
-	waitFor(t, "relay active", func() bool { return r.Status().State == relay.StateActive })
-	waitFor(t, "lane active", func() bool { l, ok := laneOf(ix, "dc-a"); return ok && l.State == "active" })
+	testenv.WaitFor(t, settle, "relay active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, settle, "lane active", func() bool { l, ok := laneOf(ix, "dc-a"); return ok && l.State == "active" })
 
 	// A worker publishes one event inside its own span.
 	ctx, root := tp.Tracer("worker").Start(context.Background(), "worker.emit")
@@ -222,7 +222,7 @@ func TestOneTraceCrossesTheNATSHop(t *testing.T) {
 	root.End()
 	want := root.SpanContext().TraceID()
 	var apply, publish, laneApply sdktrace.ReadOnlySpan
-	waitFor(t, "lane_apply span in the worker's trace", func() bool {
+	testenv.WaitFor(t, settle, "lane_apply span in the worker's trace", func() bool {
 		for _, s := range rec.Ended() {
 			if s.SpanContext().TraceID() != want {
 				continue

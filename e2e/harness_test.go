@@ -266,6 +266,26 @@ func (w *workload) check(ix *indexerProc, dcs ...string) (over int, err error) {
 	return over, nil
 }
 
+// laneDepths is ix's answer for dc on each step published so far (-1 where
+// dc's lane is not in the answer).
+func (w *workload) laneDepths(t testing.TB, ix *indexerProc, dc string) []int {
+	t.Helper()
+	out := make([]int, len(w.steps))
+	for i, st := range w.steps {
+		resp, err := ix.Match(api.Query{Locals: st.Locals})
+		if err != nil {
+			t.Fatalf("match step %d: %v", i, err)
+		}
+		out[i] = -1
+		for _, l := range resp.Lanes {
+			if l.DC == dc {
+				out[i] = int(l.Depth)
+			}
+		}
+	}
+	return out
+}
+
 func indexOf(s []string, v string) int {
 	for i, x := range s {
 		if x == v {
@@ -291,16 +311,6 @@ func (w *workload) convergeWithin(t testing.TB, ix *indexerProc, within time.Dur
 		return err
 	})
 	return over
-}
-
-func waitFor(t testing.TB, what string, fn func() bool) {
-	t.Helper()
-	testenv.Eventually(t, settle, 5*time.Millisecond, func() error {
-		if fn() {
-			return nil
-		}
-		return errors.New(what)
-	})
 }
 
 func laneOf(ix *indexerProc, dc string) (api.LaneStatus, bool) {

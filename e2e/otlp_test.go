@@ -46,8 +46,8 @@ func TestOneTraceReachesAnOTLPCollectorAcrossTheNATSHop(t *testing.T) {
 	// Exactly the two messages below form one delta: no timer cuts it.
 	cfg.PublishInterval, cfg.HeartbeatInterval, cfg.FlushEvents, cfg.FlushWhenIdle = time.Hour, time.Hour, 2, false
 	r := startRelay(t, nc, js, cfg)
-	waitFor(t, "relay active", func() bool { return r.Status().State == relay.StateActive })
-	waitFor(t, "lane active", func() bool { l, ok := laneOf(ix, "dc-a"); return ok && l.State == "active" })
+	testenv.WaitFor(t, settle, "relay active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, settle, "lane active", func() bool { l, ok := laneOf(ix, "dc-a"); return ok && l.State == "active" })
 
 	subj, _ := wire.NewLaneSubjects(domain, "dc-a")
 	deltas, err := nc.SubscribeSync(subj.Delta)
@@ -72,7 +72,7 @@ func TestOneTraceReachesAnOTLPCollectorAcrossTheNATSHop(t *testing.T) {
 	if v := delta.Header["traceparent"]; len(v) != 1 || v[0][3:35] != traceIDs[0] {
 		t.Fatalf("delta headers on the wire: %v", delta.Header)
 	}
-	waitFor(t, "lane applied the delta", func() bool { l, _ := laneOf(ix, "dc-a"); return l.InstalledSequence >= 1 })
+	testenv.WaitFor(t, settle, "lane applied the delta", func() bool { l, _ := laneOf(ix, "dc-a"); return l.InstalledSequence >= 1 })
 	r.stop(t)
 	ix.stop(t)
 	for _, tp := range []*cliTracer{relayTP, indexerTP} {

@@ -27,7 +27,7 @@ func TestNATSServerRestartIsSurvived(t *testing.T) {
 	w.converge(t, ix)
 
 	srv.Restart(t)
-	waitFor(t, "client reconnected", func() bool { return nc.IsConnected() })
+	testenv.WaitFor(t, settle, "client reconnected", func() bool { return nc.IsConnected() })
 	// JetStream needs a moment after a restart before it accepts
 	// publishes; w.publish fails the test on error, so retry until ready.
 	testenv.Eventually(t, settle, 50*time.Millisecond, func() error {
@@ -35,6 +35,6 @@ func TestNATSServerRestartIsSurvived(t *testing.T) {
 		return err
 	})
 	w.publish(t, js, 300)
-	waitFor(t, "relay active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, settle, "relay active", func() bool { return r.Status().State == relay.StateActive })
 	w.converge(t, ix)
 }

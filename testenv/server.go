@@ -8,6 +8,7 @@
 package testenv
 
 import (
+	"errors"
 	"net"
 	"os"
 	"sync"
@@ -216,6 +217,29 @@ func (s *Server) Restart(t testing.TB) {
 		t.Fatalf("testenv: restart server: %v", err)
 	}
 	s.srv = srv
+}
+
+// Defaults of WaitFor.
+const (
+	DefaultWait     = 20 * time.Second
+	DefaultInterval = 5 * time.Millisecond
+)
+
+// WaitFor polls cond every DefaultInterval until it holds, failing the test
+// with what once within has elapsed (DefaultWait when within is 0). It is
+// the one polling helper of the project's tests: deterministic tests wait
+// on a condition, never on a sleep.
+func WaitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	if within <= 0 {
+		within = DefaultWait
+	}
+	Eventually(t, within, DefaultInterval, func() error {
+		if cond() {
+			return nil
+		}
+		return errors.New(what)
+	})
 }
 
 // Eventually polls fn every `every` until it returns nil, failing the test

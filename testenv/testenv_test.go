@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -187,5 +188,42 @@ func TestConnectOptionsApply(t *testing.T) {
 func TestGoroutinesListsTheCaller(t *testing.T) {
 	if s := Goroutines(); !strings.Contains(s, "TestGoroutinesListsTheCaller") {
 		t.Fatalf("stacks lack the calling test:\n%s", s)
+	}
+}
+
+// fatalTB records a Fatalf and ends its goroutine, as testing.T does.
+type fatalTB struct {
+	testing.TB
+	msg string
+}
+
+func (f *fatalTB) Helper() {}
+func (f *fatalTB) Fatalf(format string, args ...any) {
+	f.msg = fmt.Sprintf(format, args...)
+	runtime.Goexit()
+}
+
+func TestWaitForReturnsOnceTheConditionHolds(t *testing.T) {
+	n := 0
+	WaitFor(t, time.Second, "third call", func() bool { n++; return n == 3 })
+	if n != 3 {
+		t.Fatalf("polled %d times, want 3", n)
+	}
+}
+
+func TestWaitForFailsWithWhatAfterTheDeadline(t *testing.T) {
+	f := &fatalTB{TB: t}
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		WaitFor(f, 50*time.Millisecond, "the moon turned blue", func() bool { return false })
+	}()
+	<-done
+	if !strings.Contains(f.msg, "the moon turned blue") || !strings.Contains(f.msg, "50ms") {
+		t.Fatalf("failure message %q", f.msg)
+	}
+	if time.Since(start) < 50*time.Millisecond {
+		t.Fatal("gave up before the deadline")
 	}
 }

@@ -10,25 +10,20 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/bridge"
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stderr))
+	cli.Main(func(ctx context.Context) int { return run(ctx, os.Args[1:], os.Getenv, os.Stderr) })
 }
 
 // engineFlags collects repeated --engine values.
@@ -111,32 +106,25 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
-	o, err := parse(args, getenv, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	var o *options
+	return cli.Run("engine-bridge", stderr, func() (*cli.Common, error) {
+		var err error
+		if o, err = parse(args, getenv, stderr); err != nil {
+			return nil, err
 		}
-		fmt.Fprintf(stderr, "engine-bridge: %v\n", err)
-		return 2
-	}
-	log, err := o.common.Logger(stderr, "engine-bridge")
-	if err != nil {
-		fmt.Fprintf(stderr, "engine-bridge: %v\n", err)
-		return 2
-	}
-	if err := serve(ctx, o, log); err != nil {
-		log.Error().Err(err).Msg("engine-bridge failed")
-		return 1
-	}
-	return 0
+		return &o.common, nil
+	}, func(log zerolog.Logger) error { return serve(ctx, o, log) })
 }
 
-func serve(ctx context.Context, o *options, log zerolog.Logger) error {
+// httpShutdownTimeout bounds the wait for HTTP requests in progress at exit.
+const httpShutdownTimeout = 5 * time.Second
+
+func serve(ctx context.Context, o *options, log zerolog.Logger) (err error) {
 	tp, shutdownTracing, err := o.common.Tracer(ctx, cli.Service{Name: "engine-bridge", Domain: o.cfg.Domain, DC: o.cfg.DC}, o.getenv)
 	if err != nil {
 		return err
 	}
-	defer shutdownTracing(context.Background())
+	defer cli.FlushTracing(shutdownTracing, log)
 	conn, err := o.common.Connect("engine-bridge-"+o.cfg.DC, log)
 	if err != nil {
 		return err
@@ -149,18 +137,23 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		return err
 	}
 	if o.httpAddr != "" {
-		ln, err := net.Listen("tcp", o.httpAddr)
-		if err != nil {
-			return fmt.Errorf("listen %s: %w", o.httpAddr, err)
+		// The same bounds (timeouts, connection cap) as the relay's and the
+		// indexer's status servers.
+		hs, herr := httpserve.DefaultConfig().Start(o.httpAddr, cli.TraceHTTP(b.Handler(reg), tp, "engine-bridge"), log)
+		if herr != nil {
+			return herr
 		}
-		hs := &http.Server{Handler: cli.TraceHTTP(b.Handler(reg), tp, "engine-bridge"), ReadHeaderTimeout: 5 * time.Second}
-		go hs.Serve(ln)
+		var stopWatch context.CancelFunc
+		ctx, stopWatch = hs.Watch(ctx) // a dead status endpoint stops the bridge
+		defer stopWatch()
 		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			sctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
 			defer cancel()
-			hs.Shutdown(sctx)
+			if herr := hs.Shutdown(sctx); herr != nil {
+				err = errors.Join(err, herr)
+			}
 		}()
-		log.Info().Str("addr", ln.Addr().String()).Msg("serving health, status and metrics over HTTP")
+		log.Info().Str("addr", hs.Addr().String()).Msg("serving health, status and metrics over HTTP")
 	}
 	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Int("engines", len(o.cfg.Engines)).
 		Bool("index_host_pinned", o.cfg.IndexHostPinned).Msg("engine-bridge starting")

@@ -15,10 +15,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -37,9 +34,9 @@ import (
 
 // Exit codes.
 const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
+	exitOK    = cli.ExitOK
+	exitError = cli.ExitError
+	exitUsage = cli.ExitUsage
 )
 
 const (
@@ -47,8 +44,7 @@ const (
 	serviceName = "global-indexer"
 	// natsName is the NATS connection (and embedded server) name.
 	natsName = "ckf-global-indexer"
-	// shutdownTimeout bounds the HTTP server's graceful shutdown and the
-	// final trace flush.
+	// shutdownTimeout bounds the HTTP server's graceful shutdown.
 	shutdownTimeout = 10 * time.Second
 	// defaultMaxApplyLag is the binary's default for --max-apply-lag; see
 	// the flag help for why it differs from the library's.
@@ -56,10 +52,7 @@ const (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	cli.Main(func(ctx context.Context) int { return run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr) })
 }
 
 // options are the parsed flags.
@@ -211,24 +204,14 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 // run is main without the process: it returns the exit code. Logs go to
 // stdout; usage errors to stderr.
 func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
-	o, err := parseFlags(args, env, stderr)
-	if errors.Is(err, flag.ErrHelp) {
-		return exitOK
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "%s: %v\n", serviceName, err)
-		return exitUsage
-	}
-	log, err := o.common.Logger(stderr, serviceName)
-	if err != nil { // parseFlags checked the logging flags
-		fmt.Fprintf(stderr, "%s: %v\n", serviceName, err)
-		return exitUsage
-	}
-	if err := serve(ctx, o, log, env); err != nil {
-		log.Error().Err(err).Msg("global-indexer failed")
-		return exitError
-	}
-	return exitOK
+	var o options
+	return cli.Run(serviceName, stderr, func() (*cli.Common, error) {
+		var err error
+		if o, err = parseFlags(args, env, stderr); err != nil {
+			return nil, err
+		}
+		return &o.common, nil
+	}, func(log zerolog.Logger) error { return serve(ctx, o, log, env) })
 }
 
 // serve runs the indexer until ctx ends.
@@ -239,13 +222,7 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 	}
 	// Registered first so it runs last: spans of the final lane applies are
 	// flushed after the indexer and the connection have stopped.
-	defer func() {
-		fctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-		defer cancel()
-		if err := shutdownTracing(fctx); err != nil {
-			log.Warn().Err(err).Msg("trace flush failed")
-		}
-	}()
+	defer cli.FlushTracing(shutdownTracing, log)
 	conn, err := o.common.Connect(natsName, log)
 	if err != nil {
 		return err
@@ -265,39 +242,20 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 		return err
 	}
 
-	ln, err := o.http.Listen(o.httpAddr)
-	if err != nil {
-		return fmt.Errorf("http listen %s: %w", o.httpAddr, err)
-	}
-	hs := o.http.Server(cli.TraceHTTP(queryapi.Handler(svc, svc.APIMetrics(), reg, queryapi.WithLimits(queryapi.Limits{MaxConcurrentMatches: o.maxMatches}),
+	hs, err := o.http.Start(o.httpAddr, cli.TraceHTTP(queryapi.Handler(svc, svc.APIMetrics(), reg, queryapi.WithLimits(queryapi.Limits{MaxConcurrentMatches: o.maxMatches}),
 		queryapi.WithStatusInfo(queryapi.StatusInfo{Domain: o.domain, Version: cli.Version()})), tp, serviceName), log)
-	ctx, cancel := context.WithCancel(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := hs.Watch(ctx) // a dead API ends the process
 	defer cancel()
-	httpErr := make(chan error, 1)
-	go func() {
-		err := hs.Serve(ln)
-		if errors.Is(err, http.ErrServerClosed) {
-			err = nil
-		}
-		if err != nil {
-			cancel() // a dead API ends the process
-		}
-		httpErr <- err
-	}()
-	logServing(log, o, conn, ln.Addr().String())
+	logServing(log, o, conn, hs.Addr().String())
 
 	runErr := svc.Run(ctx)
 	shutCtx, stop := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer stop()
-	shutErr := hs.Shutdown(shutCtx)
-	if err := <-httpErr; err != nil {
-		return fmt.Errorf("http: %w", err)
-	}
-	if runErr != nil {
-		return runErr
-	}
-	if shutErr != nil {
-		return fmt.Errorf("http shutdown: %w", shutErr)
+	if err := errors.Join(runErr, hs.Shutdown(shutCtx)); err != nil {
+		return err
 	}
 	log.Info().Msg("global-indexer stopped")
 	return nil

@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -25,9 +23,7 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	os.Exit(run(ctx, os.Args[1:], os.Getenv, os.Stderr))
+	cli.Main(func(ctx context.Context) int { return run(ctx, os.Args[1:], os.Getenv, os.Stderr) })
 }
 
 type options struct {
@@ -91,32 +87,25 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
-	o, err := parse(args, getenv, stderr)
-	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
+	var o *options
+	return cli.Run("relay-producer", stderr, func() (*cli.Common, error) {
+		var err error
+		if o, err = parse(args, getenv, stderr); err != nil {
+			return nil, err
 		}
-		fmt.Fprintf(stderr, "relay-producer: %v\n", err)
-		return 2
-	}
-	log, err := o.common.Logger(stderr, "relay-producer")
-	if err != nil {
-		fmt.Fprintf(stderr, "relay-producer: %v\n", err)
-		return 2
-	}
-	if err := serve(ctx, o, log); err != nil {
-		log.Error().Err(err).Msg("relay-producer failed")
-		return 1
-	}
-	return 0
+		return &o.common, nil
+	}, func(log zerolog.Logger) error { return serve(ctx, o, log) })
 }
 
-func serve(ctx context.Context, o *options, log zerolog.Logger) error {
+// httpShutdownTimeout bounds the wait for HTTP requests in progress at exit.
+const httpShutdownTimeout = 5 * time.Second
+
+func serve(ctx context.Context, o *options, log zerolog.Logger) (err error) {
 	tp, shutdownTracing, err := o.common.Tracer(ctx, cli.Service{Name: "relay-producer", Instance: o.cfg.Instance, Domain: o.cfg.Domain, DC: o.cfg.DC}, o.getenv)
 	if err != nil {
 		return err
 	}
-	defer shutdownTracing(context.Background())
+	defer cli.FlushTracing(shutdownTracing, log)
 	conn, err := o.common.Connect("relay-producer-"+o.cfg.DC, log)
 	if err != nil {
 		return err
@@ -137,18 +126,21 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		return err
 	}
 	if o.httpAddr != "" {
-		ln, err := o.http.Listen(o.httpAddr)
-		if err != nil {
-			return fmt.Errorf("listen %s: %w", o.httpAddr, err)
+		hs, herr := o.http.Start(o.httpAddr, cli.TraceHTTP(r.Handler(reg), tp, "relay-producer"), log)
+		if herr != nil {
+			return herr
 		}
-		hs := o.http.Server(cli.TraceHTTP(r.Handler(reg), tp, "relay-producer"), log)
-		go hs.Serve(ln)
+		var stopWatch context.CancelFunc
+		ctx, stopWatch = hs.Watch(ctx) // a dead status endpoint stops the relay
+		defer stopWatch()
 		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			sctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
 			defer cancel()
-			hs.Shutdown(sctx)
+			if herr := hs.Shutdown(sctx); herr != nil {
+				err = errors.Join(err, herr)
+			}
 		}()
-		log.Info().Str("addr", ln.Addr().String()).Msg("serving health, status and metrics over HTTP")
+		log.Info().Str("addr", hs.Addr().String()).Msg("serving health, status and metrics over HTTP")
 	}
 	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).
 		Str("mode", o.cfg.CKF.Mode.String()).Str("js_domain", o.common.JSDomain).Str("input_js_domain", o.inputJSDomain).

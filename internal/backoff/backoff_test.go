@@ -48,7 +48,7 @@ func TestEqualJitterStaysWithinHalfAndWhole(t *testing.T) {
 	if b.cur != 30*time.Second {
 		t.Fatalf("schedule did not reach Max: %v", b.cur)
 	}
-	r = int64(15*time.Second) // n is 15s+1: the top of the range
+	r = int64(15 * time.Second) // n is 15s+1: the top of the range
 	if got := b.Next(); got != 30*time.Second {
 		t.Fatalf("highest jitter of 30s: %v", got)
 	}

@@ -335,8 +335,6 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	ts := &traceStream{trace: cfg.Trace, lanes: cfg.Lanes, workers: cfg.WorkersPerDC, seed: cfg.Seed}
 	rep := &ScaleReport{Lanes: cfg.Lanes, Buckets: cfg.Buckets, BlocksPerDC: expected, Latencies: map[string]Latencies{}}
 
-	// CKF: one producer state per DC, its lane words installed as the
-	// lane's snapshot, then dropped.
 	heap0, rss0 := residentMemory()
 	ix, ings, err := newScaleIndexer(cfg.Lanes, cfg.Buckets)
 	if err != nil {
@@ -347,6 +345,35 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 			ing.Release()
 		}
 	}()
+	perDC, err := scaleCKFSide(ctx, cfg, ts, ix, ings, expected, rep)
+	if err != nil {
+		return nil, err
+	}
+	heap1, rss1 := residentMemory()
+	rep.CKF.HeapBytes, rep.CKF.RSSBytes = sub0(heap1, heap0), sub0(rss1, rss0)
+	mem := ix.TableMemory()
+	rep.HugePages = mem.HugePagesAdvised && mem.HugePageBytes > 0
+
+	x, heap2, rss2 := scaleExactSide(cfg, ts, perDC, rep, heap1, rss1)
+	var rx *RadixIndex
+	if cfg.Radix {
+		if rx, err = scaleRadixSide(ctx, cfg, ts, perDC, rep, heap2, rss2); err != nil {
+			return nil, err
+		}
+	}
+	sample := scaleSampler(cfg, ts, rep)
+	cold := sample(cfg.ColdQueries)
+	scaleQueryTimes(cfg, ix, x, rx, cold, rep)
+	scaleAccuracySide(cfg, ix, x, rx, sample, cold, rep)
+	runtime.KeepAlive(x)
+	runtime.KeepAlive(rx)
+	return rep, nil
+}
+
+// scaleCKFSide builds one producer state per DC from the trace, installs
+// its lane words as the lane's snapshot in ix and drops the state. It fills
+// rep's CKF side and returns the requests each DC consumed.
+func scaleCKFSide(ctx context.Context, cfg ScaleConfig, ts *traceStream, ix *consumer.Indexer, ings []*consumer.LaneIngestor, expected uint64, rep *ScaleReport) ([]int, error) {
 	perDC := make([]int, cfg.Lanes) // requests each DC consumed
 	var (
 		mu           sync.Mutex
@@ -393,17 +420,19 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	if firstErr != nil {
 		return nil, firstErr
 	}
-	heap1, rss1 := residentMemory()
 	rep.CKF.BuildSeconds = buildTime.Seconds()
 	rep.CKF.BuildWallSeconds = ckfWall.Seconds()
 	rep.CKF.IngestBlocksPerSec = float64(storedBlocks) / buildTime.Seconds()
-	rep.CKF.HeapBytes, rep.CKF.RSSBytes = sub0(heap1, heap0), sub0(rss1, rss0)
-	mem := ix.TableMemory()
-	rep.HugePages = mem.HugePagesAdvised && mem.HugePageBytes > 0
 
-	// Exact: the same requests, DC by DC.
+	return perDC, nil
+}
+
+// scaleExactSide indexes the same requests in the exact map, DC by DC, on
+// ExactShards goroutines, and fills rep's exact side. heap1 and rss1 are
+// the readings taken after the CKF side was built.
+func scaleExactSide(cfg ScaleConfig, ts *traceStream, perDC []int, rep *ScaleReport, heap1, rss1 uint64) (x *ExactIndex, heap2, rss2 uint64) {
 	cfg.Progress("scale: exact index over the same %d requests", rep.Requests)
-	x := NewExactIndex()
+	x = NewExactIndex()
 	t0 := time.Now()
 	var exactBlocks uint64
 	var shardBusy [ExactShards]time.Duration
@@ -439,7 +468,7 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 		exactBusy += shardBusy[s]
 	}
 	exactTime := time.Since(t0)
-	heap2, rss2 := residentMemory()
+	heap2, rss2 = residentMemory()
 	rep.UniqueBlocks = uint64(x.Len())
 	// Both sides build on two goroutines; rates are per goroutine-second.
 	rep.Exact.BuildSeconds = exactBusy.Seconds()
@@ -452,29 +481,36 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	}
 	rep.TraceCopies = uint64(rep.Requests)/uint64(len(cfg.Trace)) + 1
 
-	// Radix: the same requests again, one tree per goroutine.
-	var rx *RadixIndex
-	if cfg.Radix {
-		if rep.CkfMemberships > cfg.RadixMaxMemberships {
-			rep.RadixSkipped = fmt.Sprintf("%d memberships exceed the radix cap of %d (ScaleConfig.RadixMaxMemberships): the tree needs hundreds of bytes per distinct block", rep.CkfMemberships, cfg.RadixMaxMemberships)
-			cfg.Progress("scale: radix tree skipped: %s", rep.RadixSkipped)
-		} else {
-			cfg.Progress("scale: radix tree over the same %d requests", rep.Requests)
-			rep.Radix = &RadixSide{}
-			rx = buildScaleRadix(ts, perDC, rep.Radix, heap2, rss2)
-			if err := ctx.Err(); err != nil {
-				return nil, err
-			}
-			rep.Radix.Prefixes = uint64(rx.Len())
-			rep.Radix.BytesPerMembership = float64(rep.Radix.RSSBytes) / float64(rep.Memberships)
-			rep.Radix.HeapBytesPerMembership = float64(rep.Radix.HeapBytes) / float64(rep.Memberships)
-		}
-	}
+	return x, heap2, rss2
+}
 
-	// Queries: distinct requests of the copies every DC consumed from.
+// scaleRadixSide builds the radix tree over the same requests, one tree per
+// goroutine, unless the memberships exceed cfg.RadixMaxMemberships (then it
+// records why in rep and returns nil).
+func scaleRadixSide(ctx context.Context, cfg ScaleConfig, ts *traceStream, perDC []int, rep *ScaleReport, heap2, rss2 uint64) (*RadixIndex, error) {
+	if rep.CkfMemberships > cfg.RadixMaxMemberships {
+		rep.RadixSkipped = fmt.Sprintf("%d memberships exceed the radix cap of %d (ScaleConfig.RadixMaxMemberships): the tree needs hundreds of bytes per distinct block", rep.CkfMemberships, cfg.RadixMaxMemberships)
+		cfg.Progress("scale: radix tree skipped: %s", rep.RadixSkipped)
+		return nil, nil
+	}
+	cfg.Progress("scale: radix tree over the same %d requests", rep.Requests)
+	rep.Radix = &RadixSide{}
+	rx := buildScaleRadix(ts, perDC, rep.Radix, heap2, rss2)
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	rep.Radix.Prefixes = uint64(rx.Len())
+	rep.Radix.BytesPerMembership = float64(rep.Radix.RSSBytes) / float64(rep.Memberships)
+	rep.Radix.HeapBytesPerMembership = float64(rep.Radix.HeapBytes) / float64(rep.Memberships)
+	return rx, nil
+}
+
+// scaleSampler returns a function that draws n distinct requests from the
+// trace copies every DC consumed from.
+func scaleSampler(cfg ScaleConfig, ts *traceStream, rep *ScaleReport) func(n int) [][]ckf.LocalBlockHash {
 	rng := mix64(cfg.Seed ^ 0x9e3779b97f4a7c15)
 	copies := max(rep.TraceCopies-1, 1)
-	sample := func(n int) [][]ckf.LocalBlockHash {
+	return func(n int) [][]ckf.LocalBlockHash {
 		seen := make(map[scaleRequest]bool, n)
 		out := make([][]ckf.LocalBlockHash, 0, n)
 		for len(out) < n {
@@ -488,7 +524,11 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 		}
 		return out
 	}
-	cold := sample(cfg.ColdQueries)
+}
+
+// scaleQueryTimes times hot and cold queries of every side on one and two
+// goroutines and records the percentiles in rep.
+func scaleQueryTimes(cfg ScaleConfig, ix *consumer.Indexer, x *ExactIndex, rx *RadixIndex, cold [][]ckf.LocalBlockHash, rep *ScaleReport) {
 	hot := cold[:min(cfg.HotQueries, len(cold))]
 
 	ckfQuery := func() func(q []ckf.LocalBlockHash) {
@@ -536,6 +576,11 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 		}
 	}
 
+}
+
+// scaleAccuracySide measures the CKF answers (and the radix tree's, when
+// built) against the exact map, and the probe false-positive rate.
+func scaleAccuracySide(cfg ScaleConfig, ix *consumer.Indexer, x *ExactIndex, rx *RadixIndex, sample func(int) [][]ckf.LocalBlockHash, cold [][]ckf.LocalBlockHash, rep *ScaleReport) {
 	cfg.Progress("scale: accuracy over %d trace queries", cfg.AccuracyQueries)
 	accQueries := sample(cfg.AccuracyQueries)
 	rep.Accuracy = scaleAccuracy(ix, x, accQueries, cfg.Lanes)
@@ -549,9 +594,6 @@ func RunScale(ctx context.Context, cfg ScaleConfig) (*ScaleReport, error) {
 	rep.Accuracy.ProbeFPProbes = probes * cfg.Lanes
 	rep.Accuracy.ProbeFPPct = 100 * float64(fp) / float64(rep.Accuracy.ProbeFPProbes)
 	rep.Accuracy.ExpectedInflated = float64(rep.Accuracy.shortAnswers) * float64(fp) / float64(rep.Accuracy.ProbeFPProbes)
-	runtime.KeepAlive(x)
-	runtime.KeepAlive(rx)
-	return rep, nil
 }
 
 // timeQueries times samples queries per goroutine, each goroutine walking

@@ -22,15 +22,12 @@ const (
 	MicroQueueGroup = "ckf-indexer"
 	// MicroEndpointName names the match endpoint.
 	MicroEndpointName = "match"
-	// MatchSubjectT is the endpoint subject, %s being the domain. It must
-	// stay outside the lane stream's subjects (ckf.>): a request published on
-	// a stream subject is stored and acknowledged by JetStream, and the
-	// requester would get the PubAck instead of the answer.
-	MatchSubjectT = "ckfq.%s.match"
+	// MatchSubjectT is the endpoint subject (the contract is in pkg/api).
+	MatchSubjectT = api.MatchSubjectT
 )
 
 // MatchSubject returns the NATS micro endpoint subject of a domain.
-func MatchSubject(domain string) string { return fmt.Sprintf(MatchSubjectT, domain) }
+func MatchSubject(domain string) string { return api.MatchSubject(domain) }
 
 // startMicro serves MatchSubject(domain): the body is the JSON of POST
 // /v1/match and the reply the same JSON as HTTP, or api.ErrorJSON with the

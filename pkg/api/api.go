@@ -136,3 +136,32 @@ func ErrorJSON(err error) []byte {
 	b, _ := json.Marshal(body)
 	return b
 }
+
+// MatchRequest is the body of a match request, for clients. Set exactly
+// one of Tokens (with BlockSize, and the salts that shaped the cache),
+// LocalHashes or SequenceHashes.
+type MatchRequest struct {
+	Tokens         []uint32 `json:"tokens,omitempty"`
+	BlockSize      int      `json:"block_size,omitempty"`
+	LoraName       string   `json:"lora_name,omitempty"`
+	CacheNamespace string   `json:"cache_namespace,omitempty"`
+	Eagle          bool     `json:"eagle,omitempty"`
+	LocalHashes    []uint64 `json:"local_hashes,omitempty"`
+	SequenceHashes []uint64 `json:"sequence_hashes,omitempty"`
+}
+
+// MatchSubjectT is the NATS micro endpoint's subject, %s being the domain.
+// It stays outside the lane stream's subjects (ckf.>): a request published
+// on a stream subject would be stored and acknowledged by JetStream, and
+// the requester would get the PubAck instead of the answer.
+const MatchSubjectT = "ckfq.%s.match"
+
+// MatchSubject is the NATS subject that answers match requests of domain.
+func MatchSubject(domain string) string { return fmt.Sprintf(MatchSubjectT, domain) }
+
+// NATS error replies carry the HTTP status of the error in this header
+// (the micro protocol's service error code) and ErrorJSON as the body.
+const (
+	HeaderErrorCode = "Nats-Service-Error-Code"
+	HeaderError     = "Nats-Service-Error"
+)

@@ -1,0 +1,71 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Exit codes of every ckfrelay binary.
+const (
+	ExitOK    = 0
+	ExitError = 1 // the service failed while running
+	ExitUsage = 2 // bad flags or environment
+)
+
+// Main is the whole main function of a service binary: run gets a context
+// that ends on SIGINT or SIGTERM, and its result is the exit code.
+func Main(run func(ctx context.Context) int) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx)
+	stop()
+	os.Exit(code)
+}
+
+// Run is the life of a service binary after flag parsing was set up: parse
+// (returning the binary's Common flags), then build the logger, then serve
+// until it returns. --help exits 0, a parse or logger error exits 2 with
+// "name: error" on stderr, and a serve error is logged and exits 1 (serve
+// returns nil when its context ended normally).
+func Run(name string, stderr io.Writer, parse func() (*Common, error), serve func(zerolog.Logger) error) int {
+	c, err := parse()
+	if errors.Is(err, flag.ErrHelp) {
+		return ExitOK
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return ExitUsage
+	}
+	log, err := c.Logger(stderr, name)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return ExitUsage
+	}
+	if err := serve(log); err != nil {
+		log.Error().Err(err).Msg(name + " failed")
+		return ExitError
+	}
+	return ExitOK
+}
+
+// traceFlushTimeout bounds the final export of spans at exit.
+const traceFlushTimeout = 5 * time.Second
+
+// FlushTracing runs the tracer shutdown returned by Common.Tracer with a
+// bounded wait, logging rather than dropping its error: the process is
+// exiting, and lost spans are worth a warning, not a failed exit.
+func FlushTracing(shutdown func(context.Context) error, log zerolog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
+	defer cancel()
+	if err := shutdown(ctx); err != nil {
+		log.Warn().Err(err).Msg("trace flush failed")
+	}
+}

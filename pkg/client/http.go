@@ -1,0 +1,69 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/ckfrelay/ckfrelay/pkg/api"
+)
+
+// HTTP calls POST /v1/match of one indexer. It is safe for concurrent use.
+type HTTP struct {
+	url string
+	hc  *http.Client
+}
+
+// NewHTTP returns a client of the indexer at baseURL (for example
+// "http://127.0.0.1:8080"). hc nil uses http.DefaultClient; give it a
+// Timeout or pass deadlines in each call's context.
+func NewHTTP(baseURL string, hc *http.Client) (*HTTP, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return nil, fmt.Errorf("client: base URL: %w", err)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("client: base URL %q: want http(s)://host[:port]", baseURL)
+	}
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	return &HTTP{url: strings.TrimSuffix(baseURL, "/") + "/v1/match", hc: hc}, nil
+}
+
+// Match sends req and returns the answer, or a *StatusError for a refusal,
+// or a transport or ErrBadResponse error.
+func (c *HTTP) Match(ctx context.Context, req api.MatchRequest) (api.MatchResponse, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return api.MatchResponse{}, fmt.Errorf("client: encode request: %w", err)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	if err != nil {
+		return api.MatchResponse{}, fmt.Errorf("client: %w", err)
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	resp, err := c.hc.Do(hreq)
+	if err != nil {
+		return api.MatchResponse{}, fmt.Errorf("client: match: %w", err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	if err != nil {
+		return api.MatchResponse{}, fmt.Errorf("client: read answer: %w", err)
+	}
+	if len(b) > MaxResponseBytes {
+		return api.MatchResponse{}, fmt.Errorf("%w: answer exceeds %d bytes", ErrBadResponse, MaxResponseBytes)
+	}
+	if resp.StatusCode != http.StatusOK {
+		return api.MatchResponse{}, statusError(resp.StatusCode, b, resp.Header.Get("Retry-After"))
+	}
+	return decodeAnswer(b)
+}
+
+var _ Matcher = (*HTTP)(nil)
