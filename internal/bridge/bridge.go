@@ -3,7 +3,7 @@
 // (internal/engine), on the KVEVENTS stream subject
 // kvevents.<domain>.<dc>.<worker_id> the relay consumes.
 //
-// Per engine it keeps sequence discipline (ENGINE-KV-EVENTS §1.2–1.3, §6):
+// Per engine it keeps sequence discipline (docs/engine-kv-events.md §1.2–1.3, §6):
 // replay from the last applied batch on every connect, replay of gaps,
 // an unrecoverable gap reported and the worker cleared, an engine restart
 // detected (the sequence goes back, or replay returns other bytes for the

@@ -9,7 +9,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
-// TierOf maps an event's medium to a storage tier (ENGINE-KV-EVENTS §2.8).
+// TierOf maps an event's medium to a storage tier (docs/engine-kv-events.md §2.8).
 // ok is false for a value the table does not know: the caller counts it
 // instead of assuming GPU.
 func TierOf(medium []byte) (tier routerevent.StorageTier, ok bool) {
@@ -298,7 +298,7 @@ func (c *Converter) stored(dst []byte, ev *Event, rank uint32, eventID uint64, s
 }
 
 // seedFor returns the token-hash seed for the event's LoRA name and cache
-// salt (CKF-SPEC §2.1 via ckf.SaltedSeed), recomputing only when they
+// salt (docs/ckf-spec.md §2.1 via ckf.SaltedSeed), recomputing only when they
 // differ from the previous event's.
 func (c *Converter) seedFor(ev *Event) uint64 {
 	if string(ev.LoraName) != c.seedLora || string(ev.CacheSalt) != c.seedSalt {

@@ -1,6 +1,6 @@
 // Package engine decodes the KV-cache event batches vLLM and SGLang publish
 // over ZMQ (msgpack, both the array and the tagged-map encodings of every
-// schema generation in ENGINE-KV-EVENTS.md) and converts them into Dynamo
+// schema generation in docs/engine-kv-events.md) and converts them into Dynamo
 // RouterEvent JSON with the canonical tokens_hash the relay consumes.
 //
 // Concurrency: a Decoder or Converter is owned by one goroutine; the Batch

@@ -1,6 +1,6 @@
 package engine
 
-// Byte-exact test vectors of ENGINE-KV-EVENTS.md §7 (hex as printed there).
+// Byte-exact test vectors of docs/engine-kv-events.md §7 (hex as printed there).
 const (
 	v1Hex = "" +
 		"97ab426c6f636b53746f72656492cf1111111111111111cff2f2f2f2f2f2f2f2" +

@@ -10,7 +10,7 @@ import (
 // pool's assignment epoch (the fencing token, bumped by compare-and-set on
 // every takeover) and the relay instance holding it. It is not
 // ckf.LaneLease, which is local to each consumer; a consumer maps
-// (identity, epoch) to its own LaneLease (DESIGN.md, "Leases and epochs").
+// (identity, epoch) to its own LaneLease (docs/design.md, "Leases and epochs").
 type WireLease struct {
 	Epoch    uint64
 	Instance string

@@ -11,7 +11,7 @@ import (
 	"github.com/zeebo/xxh3"
 )
 
-// Subject templates (DESIGN.md, "Wire and subjects"). One subject space per
+// Subject templates (docs/design.md, "Wire and subjects"). One subject space per
 // pool; a lane consumer filters LaneFilterT so snapshot markers, deltas, drain
 // markers and heartbeats arrive in publish order.
 const (

@@ -17,7 +17,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/engine"
 )
 
-// ReplayLayout selects the replay reply framing (ENGINE-KV-EVENTS §1.3).
+// ReplayLayout selects the replay reply framing (docs/engine-kv-events.md §1.3).
 type ReplayLayout uint8
 
 const (
