@@ -76,6 +76,8 @@ type Common struct {
 	// bucket the binary creates (1..5; production runs 3 on a clustered
 	// JetStream).
 	JSReplicas int
+	// PprofAddr serves net/http/pprof when set (see PprofAddr).
+	PprofAddr string
 }
 
 // Register adds the common flags to fs.
@@ -89,6 +91,7 @@ func (c *Common) Register(fs *flag.FlagSet) {
 	c.Tracing.register(fs)
 	fs.StringVar(&c.NatsConfig, "nats-config", "", "nats-server config file (accounts, users, permissions, TLS) for the embedded server; without it the embedded server listens on 127.0.0.1 only")
 	c.Security.Register(fs)
+	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve Go profiles at /debug/pprof/ on this address (off when empty; a bare port binds 127.0.0.1)")
 	fs.IntVar(&c.JSReplicas, "js-replicas", 1, "replicas of every stream, KV and Object Store bucket created (1..5; production: 3 on a clustered JetStream); existing ones keep theirs")
 }
 

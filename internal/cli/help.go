@@ -27,7 +27,7 @@ var flagGroups = map[string]string{
 	"js-replicas": GroupTuning,
 	"domain":      GroupIdentity, "dc": GroupIdentity, "dcs": GroupIdentity, "instance": GroupIdentity,
 	"expected-blocks": GroupIdentity, "seed": GroupIdentity, "mode": GroupIdentity,
-	"http-addr": GroupObservability, "status-interval": GroupObservability,
+	"http-addr": GroupObservability, "status-interval": GroupObservability, "pprof-addr": GroupObservability,
 	"version": GroupGeneral, "help": GroupGeneral,
 }
 

@@ -49,6 +49,19 @@ func Run(name string, stderr io.Writer, parse func() (*Common, error), serve fun
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return ExitUsage
 	}
+	pprofAddr, err := PprofAddr(c.PprofAddr)
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", name, err)
+		return ExitUsage
+	}
+	if pprofAddr != "" {
+		stop, err := startPprof(pprofAddr, log)
+		if err != nil {
+			log.Error().Err(err).Msg(name + " failed")
+			return ExitError
+		}
+		defer stop()
+	}
 	if err := serve(log); err != nil {
 		log.Error().Err(err).Msg(name + " failed")
 		return ExitError

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
 
@@ -48,4 +51,62 @@ func TestRunMapsEachStageToItsExitCode(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestPprofAddrDefaultsToLoopback(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "", ":6060": "127.0.0.1:6060", "6060": "127.0.0.1:6060",
+		"0.0.0.0:6060": "0.0.0.0:6060", "[::1]:7000": "[::1]:7000", "localhost:0": "localhost:0",
+	} {
+		got, err := PprofAddr(in)
+		if err != nil || got != want {
+			t.Fatalf("PprofAddr(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"host:port:x", ":notaport", "1.2.3.4:"} {
+		if _, err := PprofAddr(bad); err == nil {
+			t.Fatalf("PprofAddr(%q) accepted", bad)
+		}
+	}
+}
+
+// With --pprof-addr the profiles answer while the service runs, and the
+// server is gone once it returns.
+func TestRunServesProfilesWhileServing(t *testing.T) {
+	c := &Common{LogLevel: "error", LogFormat: "json", PprofAddr: "127.0.0.1:" + freePort(t)}
+	var addr string
+	code := Run("svc", io.Discard, func() (*Common, error) { return c, nil }, func(zerolog.Logger) error {
+		addr = c.PprofAddr
+		resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("pprof answered %d", resp.StatusCode)
+		}
+		return nil
+	})
+	if code != ExitOK {
+		t.Fatalf("exit %d", code)
+	}
+	if resp, err := http.Get("http://" + addr + "/debug/pprof/"); err == nil {
+		resp.Body.Close()
+		t.Fatal("pprof still answers after Run returned")
+	}
+	bad := &Common{LogLevel: "error", LogFormat: "json", PprofAddr: ":x"}
+	if code := Run("svc", io.Discard, func() (*Common, error) { return bad, nil }, func(zerolog.Logger) error { return nil }); code != ExitUsage {
+		t.Fatalf("bad --pprof-addr: exit %d", code)
+	}
+}
+
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+	return port
 }

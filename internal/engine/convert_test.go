@@ -8,8 +8,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
-func u64p(v uint64) *uint64 { return &v }
-
 // convertOne decodes payload and converts it, returning the RouterEvents
 // as the relay's own decoder reads them.
 func convertOne(t *testing.T, c *Converter, payload []byte, seq uint64) ([]routerevent.RouterEvent, Stats) {

@@ -206,12 +206,3 @@ func (t *table) prefetchLanes(p ckf.Probe, need uint16) {
 	}
 	prefetchRows(a, b)
 }
-
-// touch loads one word per cache line of both candidate rows so that a batch
-// of independent probes overlaps its memory misses: Go has no prefetch
-// intrinsic, and plain loads whose results are folded into a sink serve.
-func (t *table) touch(p ckf.Probe) uint64 {
-	a := t.row(uint64(p.BucketA))
-	b := t.row(uint64(p.BucketB))
-	return a[0].Load() ^ a[8].Load() ^ b[0].Load() ^ b[8].Load()
-}
