@@ -11,6 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
+	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 )
@@ -68,4 +69,37 @@ func mustGet(t *testing.T, url string) *http.Request {
 		t.Fatal(err)
 	}
 	return req
+}
+
+// With tracing off the handler is served as is: no middleware cost.
+func TestTraceHTTPWithTracingOffIsTheHandlerItself(t *testing.T) {
+	mux := http.NewServeMux()
+	if got := TraceHTTP(mux, noop.NewTracerProvider(), "x"); got != http.Handler(mux) {
+		t.Fatalf("TraceHTTP wrapped the handler with a no-op provider: %T", got)
+	}
+}
+
+// An unsampled request gets a non-recording span whose context still
+// reaches the handler, so the caller's trace id flows on.
+func TestTraceHTTPUnsampledRequestsKeepTheCallersContext(t *testing.T) {
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec), sdktrace.WithSampler(sdktrace.NeverSample()))
+	var seen trace.SpanContext
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/match", func(w http.ResponseWriter, r *http.Request) { seen = trace.SpanContextFromContext(r.Context()) })
+	srv := httptest.NewServer(TraceHTTP(mux, tp, "global-indexer"))
+	defer srv.Close()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/v1/match", strings.NewReader("{}"))
+	req.Header.Set("traceparent", "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-00")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if seen.TraceID().String() != "0af7651916cd43dd8448eb211c80319c" {
+		t.Fatalf("handler saw trace %s", seen.TraceID())
+	}
+	if len(rec.Ended()) != 0 {
+		t.Fatalf("an unsampled request recorded %d spans", len(rec.Ended()))
+	}
 }

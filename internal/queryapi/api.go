@@ -11,6 +11,8 @@ import (
 	"math"
 	"net/http"
 	"strconv"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -152,8 +154,10 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 			writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
 			return
 		}
+		buf := bodies.Get().(*[]byte)
+		defer bodies.Put(buf)
 		body := &cappedBody{r: http.MaxBytesReader(w, r.Body, lim.MaxBodyBytes)}
-		q, err := api.DecodeMatchRequestFrom(body)
+		q, err := readQuery(r.Header.Get("Content-Type"), body, buf)
 		switch {
 		case body.exceeded:
 			m.Requests.WithLabelValues("match", "too_large").Inc()
@@ -169,7 +173,11 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 			writeError(w, status, err)
 			return
 		}
-		httpserve.WriteJSON(w, http.StatusOK, resp)
+		// The same bytes httpserve.WriteJSON would write, without
+		// reflection, into the request's body buffer (no longer needed).
+		*buf = append(resp.AppendJSON((*buf)[:0]), '\n')
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(*buf) //nolint:errcheck // the client went away; nothing to answer
 	})
 	mux.HandleFunc("GET /v1/lanes", func(w http.ResponseWriter, r *http.Request) {
 		m.Requests.WithLabelValues("lanes", "ok").Inc()
@@ -217,6 +225,44 @@ func matchQuery(ctx context.Context, b Backend, m *Metrics, q api.Query) (api.Ma
 	}
 	m.Requests.WithLabelValues("match", "ok").Inc()
 	return resp, http.StatusOK, nil
+}
+
+// bodies are the read buffers of match requests. A buffer grows to the
+// largest body it held (at most Limits.MaxBodyBytes), so together with
+// MaxConcurrentMatches the pool stays within the documented memory bound.
+var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+
+// readQuery reads the whole body into buf (bounded by the caller's
+// MaxBytesReader) and decodes it by its media type: the compact
+// api.ContentTypeSeqHashes, else JSON (the default, also for a missing or
+// unknown type, as the endpoint has always accepted).
+func readQuery(contentType string, r io.Reader, buf *[]byte) (api.Query, error) {
+	b, err := readAll(r, (*buf)[:0])
+	*buf = b
+	if err != nil {
+		return api.Query{}, &api.RequestError{Reason: "reading the body: " + err.Error()}
+	}
+	if mt, _, _ := strings.Cut(contentType, ";"); strings.TrimSpace(mt) == api.ContentTypeSeqHashes {
+		return api.DecodeSeqHashes(b)
+	}
+	return api.DecodeMatchBody(b)
+}
+
+// readAll is io.ReadAll into dst's spare capacity.
+func readAll(r io.Reader, dst []byte) ([]byte, error) {
+	for {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		n, err := r.Read(dst[len(dst):cap(dst)])
+		dst = dst[:len(dst)+n]
+		if err == io.EOF {
+			return dst, nil
+		}
+		if err != nil {
+			return dst, err
+		}
+	}
 }
 
 // cappedBody records whether the body passed its http.MaxBytesReader

@@ -7,6 +7,7 @@ package api
 
 import (
 	"bytes"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,6 +55,16 @@ func (q Query) Blocks() int { return len(q.Locals) + len(q.Seqs) }
 func DecodeMatchRequest(body []byte) (Query, error) {
 	if len(body) > MaxRequestBytes {
 		return Query{}, &RequestError{Reason: fmt.Sprintf("request body exceeds %d bytes", MaxRequestBytes)}
+	}
+	return DecodeMatchBody(body)
+}
+
+// DecodeMatchBody decodes and validates a match request held whole, of any
+// size the caller accepted: the common shapes in one pass, anything else
+// through DecodeMatchRequestFrom (same answers, same errors).
+func DecodeMatchBody(body []byte) (Query, error) {
+	if q, ok := decodeFast(body); ok {
+		return q, nil
 	}
 	return DecodeMatchRequestFrom(bytes.NewReader(body))
 }
@@ -165,3 +176,27 @@ const (
 	HeaderErrorCode = "Nats-Service-Error-Code"
 	HeaderError     = "Nats-Service-Error"
 )
+
+// ContentTypeSeqHashes is the compact body of a match request for callers
+// that already hold the request's sequence hashes: the hashes as
+// consecutive little-endian u64, nothing else (8 to 8·MaxBlocks bytes).
+const ContentTypeSeqHashes = "application/x-ckf-seqhashes"
+
+// DecodeSeqHashes decodes a ContentTypeSeqHashes body. It refuses an empty
+// body, a length that is not a multiple of 8 and more than MaxBlocks
+// hashes, with a *RequestError.
+func DecodeSeqHashes(body []byte) (Query, error) {
+	switch {
+	case len(body) == 0:
+		return Query{}, &RequestError{Reason: "empty request body"}
+	case len(body)%8 != 0:
+		return Query{}, &RequestError{Reason: fmt.Sprintf("%s body of %d bytes is not a whole number of u64 hashes", ContentTypeSeqHashes, len(body))}
+	case len(body)/8 > MaxBlocks:
+		return Query{}, &RequestError{Field: "sequence_hashes", Reason: fmt.Sprintf("more than %d blocks", MaxBlocks)}
+	}
+	seqs := make([]ckf.SequenceHash, len(body)/8)
+	for i := range seqs {
+		seqs[i] = ckf.SequenceHash(binary.LittleEndian.Uint64(body[8*i:]))
+	}
+	return Query{Seqs: seqs}, nil
+}

@@ -1,0 +1,216 @@
+package api
+
+import (
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+)
+
+// decodeFast decodes the shapes routers send — {"sequence_hashes":[...]},
+// {"local_hashes":[...]}, or tokens with block_size in either order — in
+// one pass over the whole body. It only ever succeeds: on anything it is
+// not certain about (other fields, null, escapes, duplicate keys, numbers
+// that are not plain unsigned integers, limits reached, syntax errors) it
+// returns false and the caller runs the streaming decoder, which owns
+// every error message. So its answers are exactly the streaming decoder's
+// (FuzzDecodeFastAgreesWithTheStreamingDecoder holds it to that).
+func decodeFast(b []byte) (Query, bool) {
+	s := fastScanner{b: b}
+	if !s.eat('{') {
+		return Query{}, false
+	}
+	var (
+		q                    Query
+		tokens               []uint32
+		haveTokens, haveBS   bool
+		haveLocals, haveSeqs bool
+		blockSize            uint64
+	)
+	for first := true; ; first = false {
+		if s.eat('}') {
+			if first {
+				return Query{}, false
+			}
+			break
+		}
+		if !first && !s.eat(',') {
+			return Query{}, false
+		}
+		key, ok := s.key()
+		if !ok {
+			return Query{}, false
+		}
+		switch string(key) { // compared without a copy
+		case "sequence_hashes":
+			if haveSeqs || haveLocals || haveTokens || haveBS {
+				return Query{}, false
+			}
+			haveSeqs = true
+			v, ok := u64Array[ckf.SequenceHash](&s, MaxBlocks)
+			if !ok {
+				return Query{}, false
+			}
+			q.Seqs = v
+		case "local_hashes":
+			if haveSeqs || haveLocals || haveTokens || haveBS {
+				return Query{}, false
+			}
+			haveLocals = true
+			v, ok := u64Array[ckf.LocalBlockHash](&s, MaxBlocks)
+			if !ok {
+				return Query{}, false
+			}
+			q.Locals = v
+		case "tokens":
+			if haveTokens || haveSeqs || haveLocals {
+				return Query{}, false
+			}
+			haveTokens = true
+			// More tokens than this can never fit MaxBlocks blocks of the
+			// largest block size; the streaming decoder reports it.
+			v, ok := u64Array[uint64](&s, MaxBlocks*MaxBlockSize)
+			if !ok {
+				return Query{}, false
+			}
+			tokens = make([]uint32, len(v))
+			for i, t := range v {
+				if t > 1<<32-1 {
+					return Query{}, false
+				}
+				tokens[i] = uint32(t)
+			}
+		case "block_size":
+			if haveBS || haveSeqs || haveLocals {
+				return Query{}, false
+			}
+			haveBS = true
+			v, ok := s.uint()
+			if !ok || v == 0 || v > MaxBlockSize {
+				return Query{}, false
+			}
+			blockSize = v
+		default:
+			return Query{}, false
+		}
+	}
+	s.ws()
+	if s.i != len(s.b) {
+		return Query{}, false
+	}
+	switch {
+	case haveSeqs, haveLocals:
+		return q, true
+	case haveTokens && haveBS:
+		bs := int(blockSize)
+		if len(tokens)/bs > MaxBlocks {
+			return Query{}, false
+		}
+		return Query{Locals: ckf.LocalBlockHashesWith(make([]ckf.LocalBlockHash, 0, len(tokens)/bs), tokens, bs, ckf.BlockOptions{Seed: ckf.SaltedSeed("", "")})}, true
+	}
+	return Query{}, false
+}
+
+// fastScanner walks a JSON body; every method returns false to mean "not
+// certain", never "invalid".
+type fastScanner struct {
+	b []byte
+	i int
+}
+
+func (s *fastScanner) ws() {
+	for s.i < len(s.b) {
+		switch s.b[s.i] {
+		case ' ', '\t', '\n', '\r':
+			s.i++
+		default:
+			return
+		}
+	}
+}
+
+func (s *fastScanner) eat(c byte) bool {
+	s.ws()
+	if s.i < len(s.b) && s.b[s.i] == c {
+		s.i++
+		return true
+	}
+	return false
+}
+
+// key reads a plain (escape-free, ASCII) object key and its colon.
+func (s *fastScanner) key() ([]byte, bool) {
+	if !s.eat('"') {
+		return nil, false
+	}
+	start := s.i
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		if c == '"' {
+			k := s.b[start:s.i]
+			s.i++
+			return k, s.eat(':')
+		}
+		if c == '\\' || c < 0x20 || c >= 0x80 {
+			return nil, false
+		}
+		s.i++
+	}
+	return nil, false
+}
+
+// uint reads a plain JSON unsigned integer (no sign, fraction, exponent or
+// leading zero) that fits in a u64.
+func (s *fastScanner) uint() (uint64, bool) {
+	s.ws()
+	start := s.i
+	var v uint64
+	for s.i < len(s.b) {
+		c := s.b[s.i]
+		if c < '0' || c > '9' {
+			break
+		}
+		d := uint64(c - '0')
+		if v > (1<<64-1-d)/10 {
+			return 0, false
+		}
+		v = v*10 + d
+		s.i++
+	}
+	n := s.i - start
+	if n == 0 || (n > 1 && s.b[start] == '0') {
+		return 0, false
+	}
+	if s.i < len(s.b) {
+		switch s.b[s.i] {
+		case '.', 'e', 'E':
+			return 0, false
+		}
+	}
+	return v, true
+}
+
+// u64Array reads a non-null array of at most limit plain unsigned
+// integers.
+func u64Array[T ~uint64](s *fastScanner, limit int) ([]T, bool) {
+	if !s.eat('[') {
+		return nil, false
+	}
+	out := make([]T, 0, min(64, (len(s.b)-s.i)/2+1))
+	if s.eat(']') {
+		return out, true
+	}
+	for {
+		if len(out) == limit {
+			return nil, false
+		}
+		v, ok := s.uint()
+		if !ok {
+			return nil, false
+		}
+		out = append(out, T(v))
+		if s.eat(']') {
+			return out, true
+		}
+		if !s.eat(',') {
+			return nil, false
+		}
+	}
+}
