@@ -26,8 +26,12 @@ func TestProducerKeyDimensions(t *testing.T) {
 	if again, _ := kvrelay.KeyOf(producer()); again != base {
 		t.Fatal("equal producers have different keys")
 	}
-	cs := func(p *kvrelayv1.ProducerIdentity) *kvrelayv1.DigestIdentity { return p.PoolId.IndexerDomain.CacheSemantics }
-	rs := func(p *kvrelayv1.ProducerIdentity) *kvrelayv1.DigestIdentity { return p.PoolId.IndexerDomain.RoutingScope }
+	cs := func(p *kvrelayv1.ProducerIdentity) *kvrelayv1.DigestIdentity {
+		return p.PoolId.IndexerDomain.CacheSemantics
+	}
+	rs := func(p *kvrelayv1.ProducerIdentity) *kvrelayv1.DigestIdentity {
+		return p.PoolId.IndexerDomain.RoutingScope
+	}
 	mutations := []struct {
 		name   string
 		mutate func(p *kvrelayv1.ProducerIdentity)

@@ -133,8 +133,12 @@ func TestProducerIdentityRules(t *testing.T) {
 		edit(x)
 		return kvrelay.ValidateProducerIdentity(x)
 	}
-	cs := func(x *kvrelayv1.ProducerIdentity) *kvrelayv1.DigestIdentity { return x.PoolId.IndexerDomain.CacheSemantics }
-	rs := func(x *kvrelayv1.ProducerIdentity) *kvrelayv1.DigestIdentity { return x.PoolId.IndexerDomain.RoutingScope }
+	cs := func(x *kvrelayv1.ProducerIdentity) *kvrelayv1.DigestIdentity {
+		return x.PoolId.IndexerDomain.CacheSemantics
+	}
+	rs := func(x *kvrelayv1.ProducerIdentity) *kvrelayv1.DigestIdentity {
+		return x.PoolId.IndexerDomain.RoutingScope
+	}
 	f := func(edit func(f *kvrelayv1.CkfFormat)) error {
 		x := ckfFormat()
 		edit(x)
@@ -239,7 +243,10 @@ func TestDescriptorRules(t *testing.T) {
 		{name: "alias repeated", err: registration(func(r *kvrelayv1.ModelRegistration) { r.Aliases = []string{"chat", "chat"} }), kind: kvrelay.ErrDuplicateAlias, text: "chat"},
 		{name: "nil registration", err: kvrelay.ValidateModelRegistration(nil), kind: kvrelay.ErrMissingField},
 		{name: "registration error in descriptor", err: d(func(x *kvrelayv1.KvPoolDescriptor) { x.Registrations[0].Target = &future }), kind: kvrelay.ErrUnsupportedModelTarget, unsupported: true},
-		{name: "registrations before roles", err: d(func(x *kvrelayv1.KvPoolDescriptor) { x.Registrations[0].Aliases = []string{"a", "a"}; x.PoolRoles = nil }), kind: kvrelay.ErrDuplicateAlias},
+		{name: "registrations before roles", err: d(func(x *kvrelayv1.KvPoolDescriptor) {
+			x.Registrations[0].Aliases = []string{"a", "a"}
+			x.PoolRoles = nil
+		}), kind: kvrelay.ErrDuplicateAlias},
 		{name: "pool roles empty", err: d(func(x *kvrelayv1.KvPoolDescriptor) { x.PoolRoles = nil }), kind: kvrelay.ErrMissingWorkerRoles},
 		{name: "roles []", err: roles(), kind: kvrelay.ErrMissingWorkerRoles},
 		{name: "roles [0]", err: roles(0), kind: kvrelay.ErrWorkerRole},
