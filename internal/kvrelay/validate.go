@@ -3,6 +3,7 @@ package kvrelay
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -188,7 +189,7 @@ func ValidateCkfFormat(f *kvrelayv1.CkfFormat) error {
 	}
 	n := f.GetBucketCount()
 	if n > cbi1.MaxBucketCount {
-		return &ValidationError{Kind: ErrBucketCountTooLarge, Field: "bucket count", Value: int64(min(n, 1<<62))}
+		return &ValidationError{Kind: ErrBucketCountTooLarge, Field: "bucket count", Value: int64(min(n, math.MaxInt64))}
 	}
 	if n < 2 || n&(n-1) != 0 {
 		return verr(ErrUnsupportedBucketCount, "bucket count", int64(n))
