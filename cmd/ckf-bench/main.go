@@ -32,27 +32,29 @@ func main() {
 }
 
 type options struct {
-	only      string
-	buckets   uint64
-	blocks    int
-	queries   int
-	hot       int
-	accuracy  int
-	lanes     int
-	rates     []float64
-	rateTime  time.Duration
-	plots     string
-	chain     int
-	ingest    float64
-	dirtyAge  time.Duration
-	requests  int
-	repeat    int
-	samples   int
-	benchtime string
-	json      bool
-	quiet     bool
-	radix     bool
-	radixMax  uint64
+	only     string
+	buckets  uint64
+	blocks   int
+	queries  int
+	hot      int
+	accuracy int
+	lanes    int
+	rates    []float64
+	rateTime time.Duration
+	plots    string
+	chain    int
+	ingest   float64
+	dirtyAge time.Duration
+	requests int
+	repeat   int
+	samples  int
+	// queryRequests is the query suite's requests per side.
+	queryRequests int
+	benchtime     string
+	json          bool
+	quiet         bool
+	radix         bool
+	radixMax      uint64
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
@@ -72,6 +74,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.IntVar(&o.chain, "chain-blocks", 0, "search: length of the stored chains each lane holds a random prefix of (0 = 4×blocks; = blocks is the search's worst case)")
 	fs.IntVar(&o.requests, "e2e-requests", 4000, "e2e: replayed Mooncake requests for the throughput pair")
 	fs.IntVar(&o.repeat, "e2e-repeat", 1, "e2e: runs of the throughput pair on fresh batches (rows show the medians, --json every run)")
+	fs.IntVar(&o.queryRequests, "query-requests", 20000, "query: distinct requests per side of each query-path pair")
 	fs.IntVar(&o.samples, "latency-samples", 300, "e2e: probes per side of the latency pair")
 	fs.StringVar(&o.benchtime, "benchtime", "1s", "run time of each micro-benchmark body (go test -benchtime syntax: 1s, 500ms, 10000x)")
 	rates := fs.String("e2e-rates", "10000,50000,100000", "e2e: comma-separated paced input rates in events/s (empty: no paced sweep)")
@@ -87,8 +90,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	if o.buckets == 0 || o.buckets&(o.buckets-1) != 0 {
 		return nil, fmt.Errorf("--buckets %d is not a power of two", o.buckets)
 	}
-	if o.blocks <= 0 || o.requests <= 0 || o.repeat <= 0 || o.samples <= 0 || o.queries <= 0 || o.hot <= 0 {
-		return nil, fmt.Errorf("--blocks, --queries, --hot-queries, --e2e-requests and --latency-samples must be positive")
+	if o.blocks <= 0 || o.requests <= 0 || o.repeat <= 0 || o.samples <= 0 || o.queries <= 0 || o.hot <= 0 || o.queryRequests <= 0 {
+		return nil, fmt.Errorf("--blocks, --queries, --hot-queries, --e2e-requests, --query-requests and --latency-samples must be positive")
 	}
 	if o.accuracy <= 0 || o.lanes < 1 || o.lanes > 16 {
 		return nil, fmt.Errorf("--accuracy-queries must be positive and --lanes within 1..16")
@@ -160,6 +163,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		E2ERequests:    o.requests,
 		E2ERepeat:      o.repeat,
 		LatencySamples: o.samples,
+		Query:          bench.QueryConfig{Requests: o.queryRequests, Hashes: o.blocks},
 		Progress: func(format string, a ...any) {
 			if !o.quiet {
 				fmt.Fprintf(stderr, "ckf-bench: "+format+"\n", a...)

@@ -14,13 +14,16 @@ const (
 	SuiteProducer = "producer"
 	SuitePool     = "pool"
 	SuiteE2E      = "e2e"
+	// SuiteQuery times the query surface (HTTP JSON and binary, NATS)
+	// against bare transports answering the same size.
+	SuiteQuery = "query"
 	// SuiteScale is opt-in (minutes at Dynamo's shape): it runs only when
 	// named in Only.
 	SuiteScale = "scale"
 )
 
 // Suites lists the default suites in run order.
-func Suites() []string { return []string{SuiteSearch, SuiteProducer, SuitePool, SuiteE2E} }
+func Suites() []string { return []string{SuiteSearch, SuiteProducer, SuitePool, SuiteE2E, SuiteQuery} }
 
 // AllSuites lists every suite, the opt-in ones last.
 func AllSuites() []string { return append(Suites(), SuiteScale) }
@@ -34,6 +37,7 @@ type SuiteConfig struct {
 	Pool     PoolBenchConfig
 	E2E      E2EConfig
 	Scale    ScaleConfig
+	Query    QueryConfig
 	// Rates is the e2e suite's paced sweep; NoRates skips it.
 	Rates   RateConfig
 	NoRates bool
@@ -206,6 +210,12 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 				return rep, err
 			}
 			rep.Metrics = append(rep.Metrics, ms...)
+		case SuiteQuery:
+			ms, err := runQuery(ctx, cfg, rep)
+			if err != nil {
+				return rep, err
+			}
+			rep.Metrics = append(rep.Metrics, ms...)
 		case SuiteScale:
 			sc := cfg.Scale
 			if sc.Progress == nil {
@@ -368,5 +378,46 @@ func runE2E(ctx context.Context, cfg SuiteConfig, rep *Report) (ms []Metric, err
 		}
 	}
 	rep.Info["e2e_pipeline_behind_at_events_per_sec"] = behind
+	return ms, nil
+}
+
+// runQuery starts a pipeline, loads it with replayed events and times the
+// query paths against their bare transports.
+func runQuery(ctx context.Context, cfg SuiteConfig, rep *Report) (ms []Metric, err error) {
+	cfg.Progress("query: starting embedded nats-server, %d relays and the indexer", len(cfg.E2E.DCs))
+	env, err := NewEnv(cfg.E2E)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if cerr := env.Close(); err == nil && cerr != nil {
+			err = cerr
+		}
+	}()
+	if err := env.StartPipeline(ctx); err != nil {
+		return nil, err
+	}
+	batch, err := env.NextBatch(2000)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := env.Events(ctx, batch); err != nil {
+		return nil, err
+	}
+	qc := cfg.Query.withDefaults()
+	cfg.Progress("query: %d distinct %d-hash requests per side, alternating rounds of %d", qc.Requests, qc.Hashes, qc.Round)
+	paths, err := env.QueryPaths(ctx, qc)
+	if err != nil {
+		return nil, err
+	}
+	rep.Info["query_paths"] = paths
+	for _, p := range paths {
+		rep.Pairs = append(rep.Pairs, Description{SuiteQuery + "/" + p.Name,
+			fmt.Sprintf("%s with %d sequence hashes, keep-alive loopback, the indexer's own stack, %d-byte answers", p.Name, qc.Hashes, p.Bytes),
+			p.Baseline})
+		ms = append(ms,
+			NewMetric("query/"+p.Name+" p50", "µs", p.P50Ns/1e3, p.BaseP50/1e3, false),
+			NewMetric("query/"+p.Name+" p99", "µs", p.P99Ns/1e3, p.BaseP99/1e3, false))
+	}
 	return ms, nil
 }

@@ -2,7 +2,6 @@ package indexer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strconv"
 
@@ -54,18 +53,14 @@ func (s *Service) startMicro() (micro.Service, error) {
 }
 
 func (s *Service) handleMatch(req micro.Request) {
-	resp, status, err := queryapi.Match(context.Background(), s, s.apiM, req.Data())
+	resp, status, err := queryapi.Match(context.Background(), s, s.apiM, req.Headers().Get("Content-Type"), req.Data())
 	if err != nil {
 		if rerr := req.Error(strconv.Itoa(status), err.Error(), api.ErrorJSON(err)); rerr != nil {
 			s.log.Warn().Err(rerr).Msg("replying to a match request")
 		}
 		return
 	}
-	body, err := json.Marshal(resp)
-	if err == nil {
-		err = req.Respond(body)
-	}
-	if err != nil {
+	if err := req.Respond(resp.AppendJSON(nil)); err != nil {
 		s.log.Warn().Err(err).Msg("replying to a match request")
 	}
 }

@@ -199,16 +199,32 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 	return mux
 }
 
-// Match decodes body, runs it and returns the response or an error with
-// the HTTP status it maps to. The NATS endpoint uses it too. The latency
-// exemplar is ctx's trace, when sampled.
-func Match(ctx context.Context, b Backend, m *Metrics, body []byte) (api.MatchResponse, int, error) {
-	q, err := api.DecodeMatchRequest(body)
+// Match decodes body as contentType (see readQuery: the binary
+// api.ContentTypeSeqHashes, else JSON), runs it and returns the response or
+// an error with the HTTP status it maps to. The NATS endpoint uses it. The
+// latency exemplar is ctx's trace, when sampled.
+func Match(ctx context.Context, b Backend, m *Metrics, contentType string, body []byte) (api.MatchResponse, int, error) {
+	if len(body) > api.MaxRequestBytes {
+		m.Requests.WithLabelValues("match", "too_large").Inc()
+		return api.MatchResponse{}, http.StatusRequestEntityTooLarge, &api.RequestError{Reason: fmt.Sprintf("request body exceeds %d bytes", api.MaxRequestBytes)}
+	}
+	var q api.Query
+	var err error
+	if isSeqHashes(contentType) {
+		q, err = api.DecodeSeqHashes(body)
+	} else {
+		q, err = api.DecodeMatchBody(body)
+	}
 	if err != nil {
 		m.Requests.WithLabelValues("match", "bad_request").Inc()
 		return api.MatchResponse{}, http.StatusBadRequest, err
 	}
 	return matchQuery(ctx, b, m, q)
+}
+
+func isSeqHashes(contentType string) bool {
+	mt, _, _ := strings.Cut(contentType, ";")
+	return strings.TrimSpace(mt) == api.ContentTypeSeqHashes
 }
 
 func matchQuery(ctx context.Context, b Backend, m *Metrics, q api.Query) (api.MatchResponse, int, error) {
@@ -242,7 +258,7 @@ func readQuery(contentType string, r io.Reader, buf *[]byte) (api.Query, error) 
 	if err != nil {
 		return api.Query{}, &api.RequestError{Reason: "reading the body: " + err.Error()}
 	}
-	if mt, _, _ := strings.Cut(contentType, ";"); strings.TrimSpace(mt) == api.ContentTypeSeqHashes {
+	if isSeqHashes(contentType) {
 		return api.DecodeSeqHashes(b)
 	}
 	return api.DecodeMatchBody(b)

@@ -10,6 +10,7 @@ package client
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/http"
@@ -27,6 +28,19 @@ const MaxResponseBytes = 1 << 20
 // Matcher answers match requests; *HTTP and *NATS implement it.
 type Matcher interface {
 	Match(ctx context.Context, req api.MatchRequest) (api.MatchResponse, error)
+	// MatchSequenceHashes asks for a request's sequence hashes in the
+	// compact binary body (api.ContentTypeSeqHashes): the cheapest way
+	// for a router that already hashed the request.
+	MatchSequenceHashes(ctx context.Context, hashes []uint64) (api.MatchResponse, error)
+}
+
+// seqHashesBody is the api.ContentTypeSeqHashes encoding of hashes.
+func seqHashesBody(hashes []uint64) []byte {
+	b := make([]byte, 0, 8*len(hashes))
+	for _, h := range hashes {
+		b = binary.LittleEndian.AppendUint64(b, h)
+	}
+	return b
 }
 
 // The kinds of refusal, matched with errors.Is on a *StatusError.

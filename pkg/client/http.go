@@ -43,11 +43,20 @@ func (c *HTTP) Match(ctx context.Context, req api.MatchRequest) (api.MatchRespon
 	if err != nil {
 		return api.MatchResponse{}, fmt.Errorf("client: encode request: %w", err)
 	}
+	return c.post(ctx, "application/json", body)
+}
+
+// MatchSequenceHashes sends hashes as an api.ContentTypeSeqHashes body.
+func (c *HTTP) MatchSequenceHashes(ctx context.Context, hashes []uint64) (api.MatchResponse, error) {
+	return c.post(ctx, api.ContentTypeSeqHashes, seqHashesBody(hashes))
+}
+
+func (c *HTTP) post(ctx context.Context, contentType string, body []byte) (api.MatchResponse, error) {
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
 		return api.MatchResponse{}, fmt.Errorf("client: %w", err)
 	}
-	hreq.Header.Set("Content-Type", "application/json")
+	hreq.Header.Set("Content-Type", contentType)
 	resp, err := c.hc.Do(hreq)
 	if err != nil {
 		return api.MatchResponse{}, fmt.Errorf("client: match: %w", err)

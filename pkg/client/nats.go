@@ -31,7 +31,18 @@ func (c *NATS) Match(ctx context.Context, req api.MatchRequest) (api.MatchRespon
 	if err != nil {
 		return api.MatchResponse{}, fmt.Errorf("client: encode request: %w", err)
 	}
-	msg, err := c.nc.RequestWithContext(ctx, c.subject, body)
+	return c.request(ctx, &nats.Msg{Subject: c.subject, Data: body})
+}
+
+// MatchSequenceHashes sends hashes as an api.ContentTypeSeqHashes body
+// (the type travels in the Content-Type header).
+func (c *NATS) MatchSequenceHashes(ctx context.Context, hashes []uint64) (api.MatchResponse, error) {
+	return c.request(ctx, &nats.Msg{Subject: c.subject, Data: seqHashesBody(hashes),
+		Header: nats.Header{"Content-Type": []string{api.ContentTypeSeqHashes}}})
+}
+
+func (c *NATS) request(ctx context.Context, m *nats.Msg) (api.MatchResponse, error) {
+	msg, err := c.nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
 		return api.MatchResponse{}, fmt.Errorf("client: match over NATS: %w", err)
 	}
