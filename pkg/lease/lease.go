@@ -411,11 +411,9 @@ func (l *Lease) Keepalive(ctx context.Context, interval time.Duration) error {
 		case <-l.done:
 			return l.Err()
 		case <-tick.C:
-			if err := l.Renew(ctx); err != nil {
-				if lerr := l.Err(); lerr != nil {
-					return lerr
-				}
-			}
+			// A loss ends the lease, which the next select sees; any other
+			// error is transient and retried at the next tick.
+			_ = l.Renew(ctx)
 		}
 	}
 }
