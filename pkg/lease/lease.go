@@ -232,11 +232,11 @@ type Lease struct {
 	ttl    time.Duration
 	epoch  uint64
 
-	mu        sync.Mutex // guards rec, revision, expiresAt, err; held across the KV write
+	mu        sync.Mutex // guards rec, revision, expiresAt and the writing of err; held across the KV write
 	rec       leaseRecord
 	revision  uint64
 	expiresAt time.Time
-	err       error // why the lease ended; nil while held
+	err       error // why the lease ended; nil while held; written once, before done closes
 
 	// expiresNano mirrors expiresAt for the lock-free Held check.
 	expiresNano atomic.Int64
@@ -302,12 +302,19 @@ func (l *Lease) Held() bool {
 // revision moved), as opposed to held or released.
 func (l *Lease) Lost() bool { return errors.Is(l.Err(), ErrLeaseLost) }
 
-// Err returns nil while the lease is held, then an error matching
-// ErrLeaseLost, ErrLeaseReleased or ErrLeaseOrphaned.
+// Err returns nil while the lease is held, then, once Done has closed, an
+// error matching ErrLeaseLost, ErrLeaseReleased or ErrLeaseOrphaned. It
+// takes no lock, so it never waits for a renewal in flight, which holds the
+// lease's lock for as long as the server takes.
 func (l *Lease) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
+	select {
+	case <-l.done:
+		// Set under l.mu before done was closed and never written again,
+		// so the receive orders this read after the write.
+		return l.err
+	default:
+		return nil
+	}
 }
 
 // endLocked records why the lease ended and closes Done. l.mu must be held.

@@ -642,3 +642,32 @@ func TestNewSessionReportsAcquireErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Before, Err and Lost took the lease's lock, which a renewal holds across
+// its request: with the server unreachable, asking why a session ended (or
+// whether it had) waited for the renewal, up to the lease's expiry.
+func TestSessionErrDoesNotWaitForARenewalInFlight(t *testing.T) {
+	ctx := testCtx(t)
+	c, _, srv := startCoordinator(t)
+	// A renewal may wait until the expiry, a minute away.
+	s, err := c.NewSession(ctx, domain, "dc-a", "relay-1", time.Minute, lease.WithRenewInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Orphan()
+	srv.Shutdown()
+	time.Sleep(20 * time.Millisecond) // a renewal is now in flight
+	answered := make(chan error, 1)
+	go func() {
+		_ = s.Lease().Lost()
+		answered <- s.Err()
+	}()
+	select {
+	case err := <-answered:
+		if err != nil {
+			t.Fatalf("err = %v while held", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("Err still waiting for the renewal in flight after 5s")
+	}
+}
