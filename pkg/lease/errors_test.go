@@ -62,6 +62,9 @@ func TestErrorMessagesNameWhatApplies(t *testing.T) {
 	if got := err.Error(); got != want {
 		t.Errorf("held error %q, want %q", got, want)
 	}
+	if e := asError(t, err, lease.ErrLeaseHeld); e.Lane != -1 {
+		t.Errorf("held error names lane %d, want -1 (none)", e.Lane)
+	}
 
 	// The cause is part of the message and of the chain.
 	if _, err := kv.Put(ctx, "epoch."+domain+".dc-b", []byte("junk")); err != nil {
