@@ -9,5 +9,8 @@
 // Every write is a compare-and-set on the key's latest revision. Exactly one
 // relay holds a pool's lease at a time; taking it bumps the epoch counter,
 // and the epoch is the fencing token stamped into every message. A relay
-// whose Renew fails stops publishing at once (Lease.Done closes).
+// holds it through a Session (Coordinator.NewSession), which owns the
+// goroutine renewing it; Session.Close releases it for a standby to take
+// at once, Session.Orphan lets it lapse. A relay whose renewal fails stops
+// publishing at once (Session.Done closes).
 package lease

@@ -44,6 +44,10 @@ const (
 	// must inspect the epoch key (a value that high was not written by a
 	// relay).
 	ErrEpochExhausted
+	// ErrLeaseOrphaned: the holder stopped renewing without releasing
+	// (Session.Orphan); the stored record lapses at its expiry, and only
+	// then can another owner take the lease.
+	ErrLeaseOrphaned
 )
 
 func (k ErrorKind) Error() string { return "lease: " + k.String() }
@@ -74,6 +78,8 @@ func (k ErrorKind) String() string {
 		return "corrupt record"
 	case ErrEpochExhausted:
 		return "epoch counter exhausted"
+	case ErrLeaseOrphaned:
+		return "lease orphaned"
 	}
 	return fmt.Sprintf("unknown error kind %d", uint8(k))
 }
@@ -87,7 +93,8 @@ type Error struct {
 	// Lane is the lane involved (ErrLaneConflict), -1 when none.
 	Lane int
 	// Holder, Epoch and ExpiresAt describe the lease in the way
-	// (ErrLeaseHeld) or the lease that was lost (ErrLeaseLost).
+	// (ErrLeaseHeld), the lease that was lost (ErrLeaseLost) or the one
+	// left to lapse (ErrLeaseOrphaned).
 	Holder    string
 	Epoch     uint64
 	ExpiresAt time.Time

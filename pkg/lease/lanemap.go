@@ -41,7 +41,7 @@ type LaneMap struct {
 	Err error
 }
 
-// Lookup returns the lane owned by pool.
+// Lookup returns the lane owned by pool; -1 and false when none is.
 func (m *LaneMap) Lookup(pool ckf.PoolID) (lane int, ok bool) {
 	for i, e := range m.Lanes {
 		if e != nil && e.Pool == pool {
@@ -51,7 +51,8 @@ func (m *LaneMap) Lookup(pool ckf.PoolID) (lane int, ok bool) {
 	return -1, false
 }
 
-// LaneOf returns the lane registered under a DC name.
+// LaneOf returns the lane registered under a DC name; -1 and false when
+// none is.
 func (m *LaneMap) LaneOf(dcName string) (lane int, ok bool) {
 	for i, e := range m.Lanes {
 		if e != nil && e.DcName == dcName {
@@ -61,7 +62,7 @@ func (m *LaneMap) LaneOf(dcName string) (lane int, ok bool) {
 	return -1, false
 }
 
-// FreeLane returns the lowest free lane.
+// FreeLane returns the lowest free lane; -1 and false when all are taken.
 func (m *LaneMap) FreeLane() (lane int, ok bool) {
 	for i, e := range m.Lanes {
 		if e == nil {
@@ -286,7 +287,7 @@ func (c *Coordinator) UpdateLaneMap(ctx context.Context, domain string, fn func(
 }
 
 // Register assigns pool, named dcName, a lane in domain's lane map and
-// returns it. Registering a pool already present returns its lane without a
+// returns it (-1 on failure). Registering a pool already present returns its lane without a
 // write. A new pool takes the lowest free lane. Fails with ErrInvalidName,
 // ErrLaneConflict (the name or the pool is already registered with another
 // partner), ErrNoFreeLane (all ckf.LaneCount lanes taken) or ErrContention.
@@ -294,7 +295,6 @@ func (c *Coordinator) Register(ctx context.Context, domain, dcName string, pool 
 	if err := validatePool(domain, dcName); err != nil {
 		return -1, err
 	}
-	lane = -1
 	_, err = c.UpdateLaneMap(ctx, domain, func(m *LaneMap) (bool, error) {
 		if i, ok := m.Lookup(pool); ok {
 			if m.Lanes[i].DcName != dcName {

@@ -256,3 +256,99 @@ func TestLaneMapJSON(t *testing.T) {
 		}
 	}
 }
+
+func TestLaneMapLookupsOfAbsentEntries(t *testing.T) {
+	var m lease.LaneMap
+	if lane, ok := m.Lookup(testPool(t, "dc-a")); ok || lane != -1 {
+		t.Errorf("Lookup in an empty map = %d, %v; want -1, false", lane, ok)
+	}
+	if lane, ok := m.LaneOf("dc-a"); ok || lane != -1 {
+		t.Errorf("LaneOf in an empty map = %d, %v; want -1, false", lane, ok)
+	}
+	for i := range m.Lanes {
+		m.Lanes[i] = &lease.LaneEntry{DcName: fmt.Sprintf("dc-%d", i), Pool: testPool(t, fmt.Sprintf("dc-%d", i))}
+	}
+	if lane, ok := m.FreeLane(); ok || lane != -1 {
+		t.Errorf("FreeLane in a full map = %d, %v; want -1, false", lane, ok)
+	}
+	if lane, ok := m.LaneOf("dc-15"); !ok || lane != 15 {
+		t.Errorf("LaneOf(dc-15) = %d, %v", lane, ok)
+	}
+}
+
+func TestRegisterInvalidNameReturnsNoLane(t *testing.T) {
+	ctx := testCtx(t)
+	c, _, _ := startCoordinator(t)
+	if lane, err := c.Register(ctx, domain, "dc.a", testPool(t, "dc.a")); lane != -1 || !errors.Is(err, lease.ErrInvalidName) {
+		t.Fatalf("Register(dc.a) = %d, %v; want -1, ErrInvalidName", lane, err)
+	}
+}
+
+// UpdateLaneMap returns the map as stored: its new version and revision,
+// which a later compare-and-set must name.
+func TestUpdateLaneMapReturnsTheStoredMap(t *testing.T) {
+	ctx := testCtx(t)
+	c, _, _ := startCoordinator(t)
+	if _, err := c.Register(ctx, domain, "dc-a", testPool(t, "dc-a")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.UpdateLaneMap(ctx, domain, func(m *lease.LaneMap) (bool, error) {
+		m.Lanes[5] = &lease.LaneEntry{DcName: "dc-b", Pool: testPool(t, "dc-b")}
+		return true, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := c.LaneMap(ctx, domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Domain != domain || got.Version != 2 || got.Revision != stored.Revision || got.Occupied() != 1|1<<5 {
+		t.Fatalf("returned map %+v, stored %+v", got, stored)
+	}
+	// Unchanged: the map as read, nothing written.
+	same, err := c.UpdateLaneMap(ctx, domain, func(*lease.LaneMap) (bool, error) { return false, nil })
+	if err != nil || same.Revision != stored.Revision || same.Version != 2 || same.Occupied() != 1|1<<5 {
+		t.Fatalf("unchanged update = %+v, %v", same, err)
+	}
+	// fn's error is returned as is.
+	refused := errors.New("refused")
+	if _, err := c.UpdateLaneMap(ctx, domain, func(*lease.LaneMap) (bool, error) { return true, refused }); err != refused {
+		t.Fatalf("fn error returned as %v", err)
+	}
+}
+
+// A rejected entry's report quotes a name of up to 32 bytes whole and cuts
+// a longer one.
+func TestRejectedNamesAreQuotedWholeUpTo32Bytes(t *testing.T) {
+	var m lease.LaneMap
+	m.Lanes[0] = &lease.LaneEntry{DcName: "dc-a", Pool: testPool(t, "dc-a")}
+	b, err := json.Marshal(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	name32 := strings.Repeat("x", 31) + "."
+	name33 := strings.Repeat("y", 32) + "."
+	stored := string(b)
+	good := stored[strings.Index(stored, "{\"dc\"") : strings.Index(stored, "}")+1]
+	lanes := []string{
+		strings.Replace(good, `"dc":"dc-a"`, `"dc":"`+name32+`"`, 1),
+		strings.Replace(good, `"dc":"dc-a"`, `"dc":"`+name33+`"`, 1),
+	}
+	for range 14 {
+		lanes = append(lanes, "null")
+	}
+	var got lease.LaneMap
+	if err := json.Unmarshal([]byte(`{"version":1,"format":1,"lanes":[`+strings.Join(lanes, ",")+`]}`), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Rejected) != 2 {
+		t.Fatalf("rejected %v", got.Rejected)
+	}
+	if r := got.Rejected[0]; !strings.Contains(r, `"`+name32+`" (32 bytes)`) {
+		t.Errorf("32-byte name report %q, want it quoted whole", r)
+	}
+	if r := got.Rejected[1]; !strings.Contains(r, `"`+name33[:32]+`…" (33 bytes)`) {
+		t.Errorf("33-byte name report %q, want it cut at 32 bytes", r)
+	}
+}

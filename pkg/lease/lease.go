@@ -74,7 +74,8 @@ func WithProducer(incarnation, layoutGeneration uint64) AcquireOption {
 // Lease values. Fails with ErrInvalidName, ErrInvalidArgument, ErrLeaseHeld
 // (carrying the holder, its epoch and expiry), ErrCorruptRecord,
 // ErrEpochExhausted (the counter is at its maximum and never wraps) or
-// ErrContention.
+// ErrContention. The caller renews the returned lease itself (Renew);
+// NewSession acquires one that keeps itself alive.
 //
 // Order matters for fencing: the lease is read first, then the epoch counter
 // is bumped, then the lease is written by compare-and-set on the revision
@@ -219,8 +220,9 @@ func (c *Coordinator) CurrentLease(ctx context.Context, domain, dc string) (Leas
 
 // Lease is one held producer lease. Its epoch is the fencing token: stamp it
 // into every published message, and stop publishing as soon as Done closes.
-// Safe for concurrent use; Renew, Keepalive and Release serialise on the
-// lease.
+// Safe for concurrent use; Renew, Verify's decision, Keepalive's renewals and
+// Release serialise on the lease. A Lease from Acquire is renewed only by
+// its caller; one from NewSession is kept alive by its Session.
 type Lease struct {
 	c      *Coordinator
 	domain string
@@ -230,11 +232,11 @@ type Lease struct {
 	ttl    time.Duration
 	epoch  uint64
 
-	mu        sync.Mutex // guards rec, revision, expiresAt, err; held across the KV write
+	mu        sync.Mutex // guards rec, revision, expiresAt and the writing of err; held across the KV write
 	rec       leaseRecord
 	revision  uint64
 	expiresAt time.Time
-	err       error // why the lease ended; nil while held
+	err       error // why the lease ended; nil while held; written once, before done closes
 
 	// expiresNano mirrors expiresAt for the lock-free Held check.
 	expiresNano atomic.Int64
@@ -272,8 +274,16 @@ func (l *Lease) ExpiresAt() time.Time {
 	return l.expiresAt
 }
 
-// Done is closed once the lease is no longer held, lost or released.
+// Done is closed once the lease is no longer held: lost, released or
+// orphaned.
 func (l *Lease) Done() <-chan struct{} { return l.done }
+
+// expiryDeadline is the wall-clock instant at which the lease expires by
+// the coordinator's clock, for bounding a renewal: past it, a renewal can
+// no longer keep the lease.
+func (l *Lease) expiryDeadline() time.Time {
+	return time.Now().Add(l.ExpiresAt().Sub(l.c.now()))
+}
 
 // Held reports whether the lease is still held and unexpired by the
 // coordinator's clock. It takes no lock and does no I/O, so a publisher can
@@ -292,12 +302,19 @@ func (l *Lease) Held() bool {
 // revision moved), as opposed to held or released.
 func (l *Lease) Lost() bool { return errors.Is(l.Err(), ErrLeaseLost) }
 
-// Err returns nil while the lease is held, then an error matching
-// ErrLeaseLost or ErrLeaseReleased.
+// Err returns nil while the lease is held, then, once Done has closed, an
+// error matching ErrLeaseLost, ErrLeaseReleased or ErrLeaseOrphaned. It
+// takes no lock, so it never waits for a renewal in flight, which holds the
+// lease's lock for as long as the server takes.
 func (l *Lease) Err() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.err
+	select {
+	case <-l.done:
+		// Set under l.mu before done was closed and never written again,
+		// so the receive orders this read after the write.
+		return l.err
+	default:
+		return nil
+	}
 }
 
 // endLocked records why the lease ended and closes Done. l.mu must be held.
@@ -384,6 +401,10 @@ func (l *Lease) Renew(ctx context.Context) error {
 // (ErrLeaseLost, ErrLeaseReleased) or ctx.Err(). Transient renewal errors are
 // retried at the next tick; they turn into ErrLeaseLost once the lease
 // expires. Run it on its own goroutine; it owns no other goroutine.
+//
+// Deprecated: use Coordinator.NewSession, whose Session owns the keepalive
+// goroutine: Session.Close stops it, waits for it and releases the lease,
+// Session.Orphan stops it and lets the lease lapse.
 func (l *Lease) Keepalive(ctx context.Context, interval time.Duration) error {
 	if interval <= 0 {
 		interval = l.ttl / 3
@@ -397,19 +418,18 @@ func (l *Lease) Keepalive(ctx context.Context, interval time.Duration) error {
 		case <-l.done:
 			return l.Err()
 		case <-tick.C:
-			if err := l.Renew(ctx); err != nil {
-				if lerr := l.Err(); lerr != nil {
-					return lerr
-				}
-			}
+			// A loss ends the lease, which the next select sees; any other
+			// error is transient and retried at the next tick.
+			_ = l.Renew(ctx)
 		}
 	}
 }
 
-// Release gives the lease up: it deletes the lease key if it still holds
-// the revision (the epoch counter stays), then closes Done. Releasing a lease
-// that already ended, or whose revision moved, only ends it locally and
-// returns nil. On a transient delete error the lease still ends locally (the
+// Release gives the lease up: it deletes the lease key if the stored record
+// is still this lease's (the epoch counter stays), then closes Done, so a
+// standby can take over at once. Releasing a lease that already ended, or
+// whose record now belongs to another holder or epoch, only ends it locally
+// and returns nil. On a transient error the lease still ends locally (the
 // stored record then lapses at its expiry) and the error is returned.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
@@ -418,9 +438,44 @@ func (l *Lease) Release(ctx context.Context) error {
 		return nil
 	}
 	err := l.c.kv.Delete(ctx, l.key, jetstream.LastRevision(l.revision))
+	if isConflict(err) {
+		err = l.deleteIfOwnLocked(ctx)
+	}
 	l.endLocked(newError(ErrLeaseReleased, l.domain, l.dc, fmt.Sprintf("epoch %d released by %s", l.epoch, l.owner)))
-	if err != nil && !isConflict(err) {
+	if err != nil {
 		return fmt.Errorf("lease: release %s: %w", l.key, err)
 	}
 	return nil
+}
+
+// deleteIfOwnLocked deletes the lease record at its latest revision when it
+// still names this lease's owner and epoch. The revision can move under a
+// live lease: a renewal whose reply was lost (a timeout) may still have been
+// written. Only this lease writes its epoch (every Acquire takes a fresh
+// one), so such a record is ours to delete; anything else is left alone.
+// l.mu must be held.
+func (l *Lease) deleteIfOwnLocked(ctx context.Context) error {
+	data, rev, present, err := l.c.latest(ctx, l.key)
+	if err != nil || !present {
+		return err
+	}
+	var rec leaseRecord
+	if json.Unmarshal(data, &rec) != nil || rec.Owner != l.owner || rec.Epoch != l.epoch {
+		return nil
+	}
+	err = l.c.kv.Delete(ctx, l.key, jetstream.LastRevision(rev))
+	if isConflict(err) {
+		return nil // written again since: by a successor, not by us
+	}
+	return err
+}
+
+// orphan ends the lease locally without touching its record, which then
+// lapses at its expiry (Session.Orphan).
+func (l *Lease) orphan() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	e := newError(ErrLeaseOrphaned, l.domain, l.dc, fmt.Sprintf("epoch %d left by %s to lapse at its expiry", l.epoch, l.owner))
+	e.Holder, e.Epoch, e.ExpiresAt = l.owner, l.epoch, l.expiresAt
+	l.endLocked(e)
 }

@@ -103,6 +103,9 @@ func TestValidateName(t *testing.T) {
 		{"dc a", false},
 		{"dc/a", false},
 		{"dé", false},
+		// Each end of each accepted range, and the byte beside it.
+		{"az", true}, {"AZ", true}, {"09", true},
+		{"`", false}, {"{", false}, {"@", false}, {"[", false}, {"/", false}, {":", false},
 	}
 	for _, tc := range cases {
 		err := lease.ValidateName(tc.name)
@@ -180,6 +183,19 @@ func TestNewOptions(t *testing.T) {
 	// Opening again reuses the bucket.
 	if _, err := lease.New(ctx, js, lease.WithBucket("custom")); err != nil {
 		t.Fatalf("reopen: %v", err)
+	}
+	// The ends of each range are accepted (an existing bucket keeps its
+	// settings, so 5 replicas need no cluster here).
+	for name, opt := range map[string]lease.Option{
+		"history 1":  lease.WithHistory(1),
+		"history 64": lease.WithHistory(64),
+		"replicas 1": lease.WithReplicas(1),
+		"replicas 5": lease.WithReplicas(5),
+		"cas 1":      lease.WithCASAttempts(1),
+	} {
+		if _, err := lease.New(ctx, js, lease.WithBucket("custom"), opt); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
 	}
 
 	// A bucket with a TTL would expire epoch counters.
@@ -511,6 +527,29 @@ func TestKeepalive(t *testing.T) {
 		}
 	})
 
+	t.Run("renews every ttl/3 by default", func(t *testing.T) {
+		// The coordinator's clock stands still, so only the real-time
+		// ticker decides: a 3 s TTL renews after 1 s, well within 5 s.
+		l, err := c1.Acquire(ctx, domain, "dc-d", "relay-1", 3*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kctx, cancel := context.WithCancel(ctx)
+		res := make(chan error, 1)
+		go func() { res <- l.Keepalive(kctx, 0) }()
+		rev := l.Revision()
+		testenv.Eventually(t, 5*time.Second, time.Millisecond, func() error {
+			if l.Revision() == rev {
+				return errors.New("no renewal yet")
+			}
+			return nil
+		})
+		cancel()
+		if err := <-res; !errors.Is(err, context.Canceled) {
+			t.Fatalf("keepalive returned %v", err)
+		}
+	})
+
 	t.Run("stops on context", func(t *testing.T) {
 		l, err := c1.Acquire(ctx, domain, "dc-c", "relay-1", ttl)
 		if err != nil {
@@ -640,5 +679,42 @@ func TestLeaseAcrossDomains(t *testing.T) {
 	m, err := local.LaneMap(ctx, domain)
 	if err != nil || m.Occupied() != 1 {
 		t.Fatalf("dc view of lane map = %+v, %v", m, err)
+	}
+}
+
+// Keepalive rides out renewals that fail for a transient reason: it keeps
+// the lease and renews again once the server is back.
+func TestKeepaliveRetriesTransientFailures(t *testing.T) {
+	ctx := testCtx(t)
+	srv := testenv.StartServer(t)
+	c, _ := newCoordinator(t, srv.JetStream(t))
+	l, err := c.Acquire(ctx, domain, "dc-a", "relay-1", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	res := make(chan error, 1)
+	go func() { res <- l.Keepalive(kctx, 5*time.Millisecond) }()
+	srv.Shutdown()
+	select {
+	case err := <-res:
+		t.Fatalf("keepalive ended on transient failures: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	srv.Restart(t)
+	rev := l.Revision()
+	testenv.Eventually(t, 20*time.Second, 5*time.Millisecond, func() error {
+		if l.Revision() == rev {
+			return errors.New("no renewal since the restart")
+		}
+		return nil
+	})
+	if l.Err() != nil {
+		t.Fatalf("lease ended: %v", l.Err())
+	}
+	cancel()
+	if err := <-res; !errors.Is(err, context.Canceled) {
+		t.Fatalf("keepalive returned %v", err)
 	}
 }
