@@ -16,6 +16,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"testing"
@@ -32,22 +33,23 @@ func main() {
 }
 
 type options struct {
-	only     string
-	buckets  uint64
-	blocks   int
-	queries  int
-	hot      int
-	accuracy int
-	lanes    int
-	rates    []float64
-	rateTime time.Duration
-	plots    string
-	chain    int
-	ingest   float64
-	dirtyAge time.Duration
-	requests int
-	repeat   int
-	samples  int
+	only       string
+	buckets    uint64
+	blocks     int
+	queries    int
+	hot        int
+	accuracy   int
+	lanes      int
+	rates      []float64
+	rateTime   time.Duration
+	plots      string
+	chain      int
+	ingest     float64
+	dirtyAge   time.Duration
+	requests   int
+	repeat     int
+	samples    int
+	cpuProfile string
 	// queryRequests is the query suite's requests per side.
 	queryRequests int
 	benchtime     string
@@ -82,6 +84,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.StringVar(&o.plots, "plots", "", "write SVG plots of the scale and paced e2e results into this directory (e.g. docs/bench)")
 	fs.BoolVar(&o.radix, "radix", false, "scale: add a radix-tree exact index (hashicorp/go-immutable-radix/v2) as a third side; skipped above --radix-max-memberships")
 	fs.Uint64Var(&o.radixMax, "radix-max-memberships", bench.DefaultRadixMaxMemberships, "scale: the most (block, DC) memberships the radix side is built for (it needs hundreds of bytes per distinct block)")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (load generator, server, relays and indexer share the process) to this file")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print progress on stderr")
 	if err := cli.Parse(fs, args, getenv); err != nil {
@@ -169,6 +172,19 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 				fmt.Fprintf(stderr, "ckf-bench: "+format+"\n", a...)
 			}
 		},
+	}
+	if o.cpuProfile != "" {
+		f, err := os.Create(o.cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "ckf-bench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "ckf-bench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
 	loadBefore := loadAverage()
