@@ -22,6 +22,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/client"
 )
 
 // QueryConfig sizes the query-path pairs.
@@ -60,6 +61,8 @@ type QueryPath struct {
 	BaseP50  float64 `json:"baseline_p50_ns"`
 	BaseP99  float64 `json:"baseline_p99_ns"`
 	Bytes    int     `json:"answer_bytes"`
+	// TableBytes is the memory of the mirror's own table (mirror only).
+	TableBytes uint64 `json:"table_bytes,omitempty"`
 }
 
 // queryBodies are the same requests in both encodings.
@@ -218,10 +221,10 @@ func (e *Env) QueryPaths(ctx context.Context, cfg QueryConfig) ([]QueryPath, err
 		return nil, err
 	}
 	defer srv.Shutdown(context.Background()) //nolint:errcheck // benchmark teardown
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
-	defer client.CloseIdleConnections()
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	defer hc.CloseIdleConnections()
 	subjURL := "http://" + srv.Addr().String() + "/v1/match"
-	jsonAsk := httpAsk(client, subjURL, "application/json")
+	jsonAsk := httpAsk(hc, subjURL, "application/json")
 	size, err := jsonAsk(ctx, bodies.json[0])
 	if err != nil {
 		return nil, fmt.Errorf("bench: query: %w", err)
@@ -233,7 +236,7 @@ func (e *Env) QueryPaths(ctx context.Context, cfg QueryConfig) ([]QueryPath, err
 		return nil, err
 	}
 	defer bare.Close()
-	bareAsk := httpAsk(client, bareURL, "application/json")
+	bareAsk := httpAsk(hc, bareURL, "application/json")
 
 	var out []QueryPath
 	add := func(name, baseline string, s, b []time.Duration) {
@@ -250,7 +253,7 @@ func (e *Env) QueryPaths(ctx context.Context, cfg QueryConfig) ([]QueryPath, err
 	}
 	add("http json", "bare net/http, same body and answer size", s, b)
 
-	binAsk := httpAsk(client, subjURL, api.ContentTypeSeqHashes)
+	binAsk := httpAsk(hc, subjURL, api.ContentTypeSeqHashes)
 	s, b, err = timeAsks(ctx, cfg, bodies.binary, bodies.json, binAsk, bareAsk)
 	if err != nil {
 		return nil, fmt.Errorf("bench: http binary: %w", err)
@@ -279,5 +282,49 @@ func (e *Env) QueryPaths(ctx context.Context, cfg QueryConfig) ([]QueryPath, err
 		return nil, fmt.Errorf("bench: nats: %w", err)
 	}
 	add("nats json", "bare NATS request/reply, same body and answer size", s, b)
+
+	// The in-process mirror: the same lanes followed in this process,
+	// answering with no hop at all. Its baseline is the hop it saves.
+	mc, err := e.connect("ckf-bench-mirror")
+	if err != nil {
+		return nil, err
+	}
+	mirror, err := client.NewMirror(mc, client.MirrorConfig{Domain: e.cfg.Domain})
+	if err != nil {
+		return nil, err
+	}
+	mctx, stop := context.WithCancel(ctx)
+	mdone := make(chan error, 1)
+	go func() { mdone <- mirror.Run(mctx) }()
+	defer func() { stop(); <-mdone }()
+	if err := e.waitFor(ctx, "mirror lanes at the indexer's sequences", func() bool {
+		want, got := e.ix.Lanes(), mirror.Lanes()
+		if len(want) != len(got) {
+			return false
+		}
+		for i := range want {
+			if got[i].InstalledSequence != want[i].InstalledSequence || got[i].State != want[i].State {
+				return false
+			}
+		}
+		return true
+	}); err != nil {
+		return nil, err
+	}
+	hashes := make([]uint64, 0, cfg.Hashes)
+	mirrorAsk := func(ctx context.Context, body []byte) (int, error) {
+		hashes = hashes[:0]
+		for i := 0; i+8 <= len(body); i += 8 {
+			hashes = append(hashes, binary.LittleEndian.Uint64(body[i:]))
+		}
+		r, err := mirror.MatchSequenceHashes(ctx, hashes)
+		return len(r.Lanes), err
+	}
+	s, b, err = timeAsks(ctx, cfg, bodies.binary, bodies.json, mirrorAsk, bareAsk)
+	if err != nil {
+		return nil, fmt.Errorf("bench: mirror: %w", err)
+	}
+	add("mirror", "bare net/http round trip, JSON body, same answer size (the hop the mirror saves)", s, b)
+	out[len(out)-1].TableBytes = mirror.TableBytes()
 	return out, nil
 }

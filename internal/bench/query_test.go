@@ -37,9 +37,12 @@ func TestQueryPathsMeasureEveryPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"http json", "http binary", "nats json"}
+	want := []string{"http json", "http binary", "nats json", "mirror"}
 	if len(paths) != len(want) {
 		t.Fatalf("paths %+v", paths)
+	}
+	if paths[3].TableBytes == 0 {
+		t.Fatal("mirror table size not reported")
 	}
 	for i, p := range paths {
 		if p.Name != want[i] || p.P50Ns <= 0 || p.P99Ns < p.P50Ns || p.BaseP50 <= 0 || p.BaseP99 < p.BaseP50 || p.Bytes < 50 {

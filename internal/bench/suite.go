@@ -418,6 +418,9 @@ func runQuery(ctx context.Context, cfg SuiteConfig, rep *Report) (ms []Metric, e
 		ms = append(ms,
 			NewMetric("query/"+p.Name+" p50", "µs", p.P50Ns/1e3, p.BaseP50/1e3, false),
 			NewMetric("query/"+p.Name+" p99", "µs", p.P99Ns/1e3, p.BaseP99/1e3, false))
+		if p.TableBytes > 0 {
+			rep.Info["query_mirror_table_bytes"] = p.TableBytes
+		}
 	}
 	return ms, nil
 }

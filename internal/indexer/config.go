@@ -107,6 +107,10 @@ type Config struct {
 	Streams streams.Options
 	// LeaseOptions tune the lease coordinator (bucket name, storage).
 	LeaseOptions []lease.Option
+	// NoMatchEndpoint leaves out the ckfq.<domain>.match micro service:
+	// an in-process mirror (pkg/client.Mirror) answers its own process
+	// only and must not join the indexers' queue group.
+	NoMatchEndpoint bool
 	// Setup paces the retries of the start-up steps (ensure the lane
 	// stream and snapshot store, open the lease bucket) while NATS or the
 	// hub's JetStream is unreachable. The zero value uses retry's defaults.

@@ -208,9 +208,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.res, s.coord = res, coord
 
-	svc, err := s.startMicro()
-	if err != nil {
-		return err
+	var svc micro.Service
+	if !s.cfg.NoMatchEndpoint {
+		if svc, err = s.startMicro(); err != nil {
+			return err
+		}
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	s.mu.Lock()
@@ -313,8 +315,10 @@ func (s *Service) shutdown(cancel context.CancelFunc, svc micro.Service) {
 		}
 	}
 	s.mu.Unlock()
-	if err := svc.Stop(); err != nil {
-		s.log.Warn().Err(err).Msg("stopping the NATS endpoint")
+	if svc != nil {
+		if err := svc.Stop(); err != nil {
+			s.log.Warn().Err(err).Msg("stopping the NATS endpoint")
+		}
 	}
 	close(s.stopFault)
 	s.dispatch.Wait()
@@ -540,6 +544,16 @@ func (s *Service) Match(q api.Query) (api.MatchResponse, error) {
 type laneLabel struct{ dc, pool string }
 
 // Lanes reports every lane of the lane map this service follows.
+// TableBytes is the size of the current table (0 before the first pool):
+// 16 lanes × the bucket count × 8 bytes.
+func (s *Service) TableBytes() uint64 {
+	p := s.currentPool()
+	if p == nil {
+		return 0
+	}
+	return p.Indexer().TableMemory().Bytes
+}
+
 func (s *Service) Lanes() []api.LaneStatus {
 	s.mu.Lock()
 	runners := s.runners
