@@ -71,7 +71,7 @@ func TestMalformedAnswersAreErrorsNotZeroAnswers(t *testing.T) {
 	}
 	for name, body := range map[string]string{
 		"not JSON":         `<html>`,
-		"unknown field":    `{"ready_lanes":1,"blocks":2,"lanes":[],"best":null,"extra":1}`,
+		"wrong type":       `{"ready_lanes":"1","blocks":2,"lanes":[],"best":null}`,
 		"trailing data":    `{"ready_lanes":1,"blocks":2,"lanes":[],"best":null} {}`,
 		"lane too high":    `{"ready_lanes":1,"blocks":2,"lanes":[` + lane(16, 1) + `],"best":` + lane(16, 1) + `}`,
 		"negative lane":    `{"ready_lanes":1,"blocks":2,"lanes":[` + lane(-1, 1) + `],"best":` + lane(-1, 1) + `}`,
@@ -84,6 +84,14 @@ func TestMalformedAnswersAreErrorsNotZeroAnswers(t *testing.T) {
 		if r, err := match(answering(t, 200, nil, body)); !errors.Is(err, ErrBadResponse) {
 			t.Fatalf("%s: got %+v, %v; want ErrBadResponse", name, r, err)
 		}
+	}
+}
+
+// A newer server's extra fields do not break an older client.
+func TestUnknownAnswerFieldsAreIgnored(t *testing.T) {
+	r, err := match(answering(t, 200, nil, `{"ready_lanes":1,"blocks":2,"lanes":[{"lane":0,"dc":"a","pool":"p","depth":1,"new":true}],"best":{"lane":0,"dc":"a","pool":"p","depth":1},"extra":1}`))
+	if err != nil || r.Best == nil || r.Best.Depth != 1 {
+		t.Fatalf("%+v %v", r, err)
 	}
 }
 

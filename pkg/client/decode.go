@@ -9,11 +9,11 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
 
-// decodeStrict decodes one JSON value of exactly v's shape: unknown fields
-// and trailing data are errors.
+// decodeStrict decodes one JSON value into v; trailing data is an error.
+// Unknown fields are not: a newer server may add fields to its answers,
+// and an older client must keep working.
 func decodeStrict(b []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
