@@ -80,7 +80,7 @@ func newRelayMetrics(reg prometheus.Registerer, dc string) (*relayMetrics, error
 		publishSeconds: histogram("ckf_relay_publish_duration_seconds", "Time to publish one delta (JetStream ack included); exemplars carry the publish span's trace id.",
 			prometheus.ExponentialBuckets(1e-5, 2, 18)),
 		checkpoints: counterVec("ckf_relay_checkpoints_total",
-			"State checkpoints by outcome: written, write_error (stores); restored, absent, rejected_format, rejected_corrupt, rejected_stream, load_error (loads at rebuild).", "outcome"),
+			"State checkpoints by outcome: written, write_error, skipped_lease_not_held, skipped_unread_checkpoint, skipped_over_budget (stores); restored, restored_recreated_stream, absent, rejected_format, rejected_corrupt, rejected_over_budget, rejected_stream, load_error (loads at rebuild).", "outcome"),
 		inputGap: counter("ckf_relay_input_gap_messages_total",
 			"Input stream sequences a rebuild needed but retention (or a purge) had already dropped; events of this DC among them are missing from the exact state."),
 		checkpointSeconds: histogram("ckf_relay_checkpoint_duration_seconds", "Time to encode and store one state checkpoint (the actor pauses meanwhile).",

@@ -384,6 +384,9 @@ type epochRun struct {
 	// keepCheckpoint: the stored checkpoint exists but could not be read at
 	// the start of this epoch, so this epoch never overwrites it.
 	keepCheckpoint bool
+	// overBudget: the last checkpoint attempt found the state over the
+	// restore budget (logged at error level once per spell).
+	overBudget bool
 
 	// events is applyMessage's decode buffer, reused message after message:
 	// no event (or slice inside one) is kept past the message it came in;
