@@ -103,6 +103,7 @@ type Relay struct {
 	// testHooks
 	beforePublish        func(kind wire.MessageKind) error
 	beforeCheckpointLoad func() error
+	rebuildTarget        func(target uint64)
 }
 
 // New validates cfg and prepares a relay; Run starts it.
@@ -583,8 +584,18 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *str
 	if err != nil {
 		return err
 	}
+	if hook := r.rebuildTarget; hook != nil {
+		hook(target)
+	}
 	rebuildStart := time.Now()
 	replayed := 0
+	// The message at target may leave the stream before it is delivered
+	// (retention drops the oldest messages, a purge drops anything): the
+	// target is re-read now and then so the rebuild ends at what the stream
+	// still holds instead of waiting, under the lease, for a message that
+	// will never come.
+	tailCheck := time.NewTicker(rebuildTailCheck)
+	defer tailCheck.Stop()
 	for e.inputSeq < target {
 		select {
 		case <-ctx.Done():
@@ -596,6 +607,8 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *str
 		case msg := <-in.msgs:
 			e.applyMessage(msg)
 			replayed++
+		case <-tailCheck.C:
+			target = e.recheckRebuildTarget(ctx, res.Events, in.filter, target)
 		}
 	}
 	e.state.Flush() // nothing was published yet: the snapshot covers it
@@ -681,6 +694,37 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *str
 			}
 		}
 	}
+}
+
+// rebuildTailCheck is how often a rebuild re-reads the last input sequence
+// it waits for (see recheckRebuildTarget).
+const rebuildTailCheck = time.Second
+
+// recheckRebuildTarget re-reads the newest input message of the pool and
+// returns the sequence the rebuild must still reach: target while that
+// message is still stored (or newer ones came, which end the rebuild when
+// delivered), else the newest one left (0: none). A dropped tail is
+// counted and logged; the events in it are missing from the exact state,
+// like any input retention dropped. A failed read keeps target: the next
+// check retries.
+func (e *epochRun) recheckRebuildTarget(ctx context.Context, events jetstream.Stream, filter string, target uint64) uint64 {
+	r := e.r
+	cctx, cancel := context.WithTimeout(ctx, verifyTimeout)
+	last, err := streams.LastLaneSequence(cctx, events, filter)
+	cancel()
+	if err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn().Err(err).Uint64("target_sequence", target).Msg("rebuild: could not re-read the last input sequence; still waiting for it")
+		}
+		return target
+	}
+	if last >= target {
+		return target
+	}
+	r.m.rebuildTailDropped.Inc()
+	r.log.Error().Uint64("target_sequence", target).Uint64("newest_stored_sequence", last).Uint64("input_sequence", e.inputSeq).
+		Msg("rebuild: the input it was waiting for is no longer stored (retention or a purge dropped it): the rebuild ends at what the stream holds; events of this DC in the dropped messages are missing from the exact state")
+	return last
 }
 
 // checkInputRetention reports input a rebuild from `from` needs but the
