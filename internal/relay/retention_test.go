@@ -147,7 +147,16 @@ func TestARebuildWhoseLastInputAgedOutFinishes(t *testing.T) {
 	r, _ := startRelayWith(t, nc, js, cfg, func(r *relay.Relay) {
 		relay.SetRebuildTarget(r, func(target uint64) {
 			waitedFor.Store(target)
-			purgeBefore(t, js, target+1) // the tail and everything before it aged out
+			// The tail and everything before it aged out. This runs on the
+			// relay's goroutine: report, never t.Fatal.
+			ctx := context.Background()
+			events, err := js.Stream(ctx, streams.EventStream)
+			if err == nil {
+				err = events.Purge(ctx, jetstream.WithPurgeSequence(target+1))
+			}
+			if err != nil {
+				t.Errorf("purge the rebuild's tail: %v", err)
+			}
 		})
 	})
 	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
