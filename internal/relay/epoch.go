@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/streams"
@@ -62,7 +63,8 @@ type epochRun struct {
 }
 
 // serve publishes under one lease epoch until the lease is lost, the
-// stream becomes uncertain, or ctx ends.
+// stream becomes uncertain, or ctx ends: start the epoch, rebuild its
+// exact state, go live with a barrier snapshot, then publish.
 func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *streams.Resources, lane int, l *lease.Lease) error {
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
@@ -77,6 +79,45 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *str
 		return fmt.Errorf("relay: watch snapshot requests: %w", err)
 	}
 
+	e, from, err := r.startEpoch(ctx, res, lane, l)
+	if err != nil {
+		return err
+	}
+	in, err := r.openInput(ctx, res.Events, l.Epoch(), from.startSeq())
+	if err != nil {
+		return err
+	}
+	defer in.stop()
+	if err := e.rebuild(res.Events, in, from, log); err != nil {
+		return err
+	}
+	if err := e.goLive(res.Lanes, log); err != nil {
+		return err
+	}
+	return e.publishLoop(parent, in, snapReqs)
+}
+
+// rebuildFrom says what an epoch's state covers before its replay: the
+// restored checkpoint's input sequence, or nothing.
+type rebuildFrom struct {
+	restored bool
+	seq      uint64 // input sequence the restored state covers (0: none)
+}
+
+// startSeq is the input sequence the replay starts from (0: the start of
+// the stream).
+func (b rebuildFrom) startSeq() uint64 {
+	if b.restored {
+		return b.seq + 1
+	}
+	return 0
+}
+
+// startEpoch enters the rebuilding state and sets up the epoch's run: the
+// pool's checkpoint restored if there is a usable one (a fresh state
+// otherwise), its identity and publisher. It reports input the replay
+// needs but the stream no longer holds.
+func (r *Relay) startEpoch(ctx context.Context, res *streams.Resources, lane int, l *lease.Lease) (*epochRun, rebuildFrom, error) {
 	cfg := r.cfg.CKF
 	cfg.PublishEveryNEvents = 1 << 62 // the relay cuts batches itself
 
@@ -86,18 +127,18 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *str
 	r.setState(StateRebuilding)
 	stream, err := r.inputStreamInfo(ctx, res.Events)
 	if err != nil {
-		return err
+		return nil, rebuildFrom{}, err
 	}
 	r.warnRetention(stream)
 	var state *producer.State
-	var restoredSeq uint64
-	restored, unread := false, false
+	var from rebuildFrom
+	unread := false
 	if r.cfg.CheckpointInterval > 0 {
-		state, restoredSeq, restored, unread = r.loadCheckpoint(ctx, res.Snapshots, cfg, stream)
+		state, from.seq, from.restored, unread = r.loadCheckpoint(ctx, res.Snapshots, cfg, stream)
 	}
-	if !restored {
+	if !from.restored {
 		if state, err = producer.NewState(cfg); err != nil {
-			return err
+			return nil, rebuildFrom{}, err
 		}
 	}
 	format := state.Format()
@@ -105,23 +146,21 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *str
 		r: r, ctx: ctx, lease: l, lane: lane, epoch: l.Epoch(), state: state, snaps: res.Snapshots, lanes: res.Lanes,
 		identity:    ckf.ProducerIdentity{Pool: r.pool, ProducerIncarnation: l.Epoch(), LayoutGeneration: 1, Format: format},
 		wlease:      wire.WireLease{Epoch: l.Epoch(), Instance: r.cfg.Instance},
-		inputSeq:    restoredSeq,
-		inputStream: stream, checkpointSeq: restoredSeq, keepCheckpoint: unread,
+		inputSeq:    from.seq,
+		inputStream: stream, checkpointSeq: from.seq, keepCheckpoint: unread,
 	}
 	e.pub = producer.NewPublisher(e.identity, 0, e)
-	r.update(func(s *Status) { s.InputSeq = restoredSeq })
+	r.update(func(s *Status) { s.InputSeq = from.seq })
+	r.checkInputRetention(stream, max(from.startSeq(), 1))
+	return e, from, nil
+}
 
-	startSeq := uint64(0)
-	if restored {
-		startSeq = restoredSeq + 1
-	}
-	r.checkInputRetention(stream, max(startSeq, 1))
-	in, err := r.openInput(ctx, res.Events, l.Epoch(), startSeq)
-	if err != nil {
-		return err
-	}
-	defer in.stop()
-	target, err := streams.LastLaneSequence(ctx, res.Events, in.filter)
+// rebuild applies the pool's stored input after what the state covers, up
+// to the newest message the stream holds for it, before anything is
+// published.
+func (e *epochRun) rebuild(events jetstream.Stream, in *input, from rebuildFrom, log zerolog.Logger) error {
+	r, ctx, l := e.r, e.ctx, e.lease
+	target, err := streams.LastLaneSequence(ctx, events, in.filter)
 	if err != nil {
 		return err
 	}
@@ -149,15 +188,22 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *str
 			e.applyMessage(msg)
 			replayed++
 		case <-tailCheck.C:
-			target = e.recheckRebuildTarget(ctx, res.Events, in.filter, target)
+			target = e.recheckRebuildTarget(ctx, events, in.filter, target)
 		}
 	}
 	e.state.Flush() // nothing was published yet: the snapshot covers it
-	log.Info().Uint64("input_sequence", e.inputSeq).Bool("from_checkpoint", restored).Uint64("checkpoint_sequence", restoredSeq).
+	log.Info().Uint64("input_sequence", e.inputSeq).Bool("from_checkpoint", from.restored).Uint64("checkpoint_sequence", from.seq).
 		Int("messages_replayed", replayed).Dur("took_ms", time.Since(rebuildStart)).
 		Int("unique_blocks", e.state.UniqueBlocks()).Msg("exact state rebuilt from the input stream")
+	return nil
+}
 
-	if e.lastLane, err = streams.LastLaneSequence(ctx, res.Lanes, r.subj.Filter); err != nil {
+// goLive publishes the epoch's first barrier snapshot after the lane's
+// current end and enters the active state.
+func (e *epochRun) goLive(lanes jetstream.Stream, log zerolog.Logger) error {
+	r := e.r
+	var err error
+	if e.lastLane, err = streams.LastLaneSequence(e.ctx, lanes, r.subj.Filter); err != nil {
 		return err
 	}
 	if err := e.snapshot("epoch"); err != nil {
@@ -167,7 +213,15 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *str
 	r.m.epoch.Set(float64(e.epoch))
 	r.update(func(s *Status) { s.Epoch = e.epoch })
 	log.Info().Uint64("sequence", e.pub.LastSequence()).Msg("publishing")
+	return nil
+}
 
+// publishLoop applies live input and publishes it, with the periodic
+// snapshots, checkpoints and heartbeats, until the epoch ends. parent is
+// the relay's context: when it ends (a graceful stop) a last checkpoint
+// is stored.
+func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-chan struct{}) error {
+	r, ctx, l := e.r, e.ctx, e.lease
 	flush := time.NewTicker(r.cfg.PublishInterval)
 	defer flush.Stop()
 	snapTick := time.NewTicker(r.cfg.SnapshotInterval)
