@@ -166,7 +166,11 @@ func (r *Relay) openInput(ctx context.Context, events jetstream.Stream, epoch, s
 	names := events.ConsumerNames(ctx)
 	for n := range names.Name() {
 		if len(n) > len(prefix) && n[:len(prefix)] == prefix && n != prefix+strconv.FormatUint(epoch, 10) {
-			_ = events.DeleteConsumer(ctx, n)
+			// Only tidying (an idle consumer expires after its inactive
+			// threshold): a failure is logged, and one already gone is fine.
+			if err := events.DeleteConsumer(ctx, n); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				r.log.Warn().Err(err).Str("consumer", n).Msg("input consumer of an earlier epoch not deleted; it expires when idle")
+			}
 		}
 	}
 	cc := jetstream.ConsumerConfig{

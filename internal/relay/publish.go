@@ -257,7 +257,7 @@ func (e *epochRun) snapshot(trigger string) error {
 	}
 	e.objects = append(e.objects, name)
 	for len(e.objects) > 2 {
-		_ = e.snaps.Delete(octx, e.objects[0])
+		e.deleteSnapshotBody(octx, e.objects[0], "superseded")
 		e.objects = e.objects[1:]
 	}
 	return nil
@@ -290,8 +290,18 @@ func (e *epochRun) pruneEarlierEpochs(ctx context.Context, keep string) {
 	}
 	for _, info := range infos {
 		if strings.HasPrefix(info.Name, prefix) && info.Name != keep {
-			_ = e.snaps.Delete(ctx, info.Name)
+			e.deleteSnapshotBody(ctx, info.Name, "earlier epoch")
 		}
+	}
+}
+
+// deleteSnapshotBody removes a snapshot body no marker needs any more. A
+// failure only leaves the object behind (a later epoch's first snapshot
+// prunes it again), so it is logged, not returned; one already gone is
+// what was wanted.
+func (e *epochRun) deleteSnapshotBody(ctx context.Context, name, why string) {
+	if err := e.snaps.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		e.r.log.Warn().Err(err).Str("object", name).Str("reason", why).Msg("snapshot body not deleted; a later epoch prunes it")
 	}
 }
 

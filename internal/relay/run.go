@@ -80,7 +80,12 @@ func (r *Relay) Run(ctx context.Context) error {
 		began := time.Now()
 		err = r.serve(ctx, coord, res, lane, l)
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		_ = l.Release(rctx)
+		if rerr := l.Release(rctx); rerr != nil {
+			// The lease has ended here all the same; the stored record lapses
+			// at its TTL, so a standby waits that long before taking over.
+			r.log.Warn().Err(rerr).Uint64("epoch", l.Epoch()).Dur("lease_ttl_ms", r.cfg.LeaseTTL).
+				Msg("lease release failed; it lapses at its expiry")
+		}
 		cancel()
 		r.m.epoch.Set(0)
 		if ctx.Err() != nil {
