@@ -63,6 +63,15 @@ const (
 	cpRejectedCorrupt = "rejected_corrupt"
 	cpRejectedStream  = "rejected_stream"
 	cpLoadError       = "load_error"
+	// cpRejectedBudget: an intact checkpoint whose tables exceed the
+	// restore budget (producer.ErrCheckpointOverBudget). This build never
+	// writes one (see cpSkippedBudget), so it comes from a build that did;
+	// no build restores it, so the epoch replays its input and overwrites it.
+	cpRejectedBudget = "rejected_over_budget"
+	// cpSkippedBudget: the state exceeds the restore budget (tables kept
+	// the capacity of blocks since removed), so a checkpoint of it could
+	// not be restored: none is written and the stored one stays valid.
+	cpSkippedBudget = "skipped_over_budget"
 	// cpKeptUnreadable: this epoch could not read the stored checkpoint
 	// (a transport error, not a rejected one), so it never replaces it.
 	cpKeptUnreadable = "skipped_unread_checkpoint"
@@ -100,8 +109,9 @@ func (r *Relay) inputStreamInfo(ctx context.Context, events jetstream.Stream) (i
 
 // loadCheckpoint restores the pool's checkpoint if there is a usable one
 // for cfg and the current input stream. Anything else (absent, another
-// format or mode, corrupt, another stream, fetch failure) is counted and
-// logged and yields ok=false: the caller replays the whole input.
+// format or mode, corrupt, over the restore budget, another stream, fetch
+// failure) is counted and logged and yields ok=false: the caller replays
+// the whole input.
 //
 // unread reports a checkpoint that exists but could not be read (a
 // transport or server error, as opposed to one that is absent or was
@@ -175,6 +185,8 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 	switch {
 	case errors.Is(err, producer.ErrCheckpointFormat):
 		return reject(cpRejectedFormat, err, "checkpoint of another format")
+	case errors.Is(err, producer.ErrCheckpointOverBudget):
+		return reject(cpRejectedBudget, err, "checkpoint exceeds the restore budget (written by a build that did not check it)")
 	case errors.Is(err, producer.ErrCheckpoint), errors.Is(err, jetstream.ErrDigestMismatch):
 		return reject(cpRejectedCorrupt, err, "checkpoint is corrupt")
 	case err != nil:
@@ -192,15 +204,17 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 	return state, seq, true, false
 }
 
+// verifyTimeout bounds the lease read before a checkpoint.
+const verifyTimeout = 3 * time.Second
+
 // checkpoint stores the state with the input sequence it covers. It runs
 // on the actor between two input messages, so the state is exactly the
 // input up to e.inputSeq. The encoding streams through a pipe into the
 // object store (no second in-memory copy of the state); the actor waits
-// for the store meanwhile. A failure is counted and logged and never ends
+// for the store meanwhile. A state the restore would refuse (over its
+// budget) is not written, so the stored checkpoint is never replaced by
+// one no restart can use. A failure is counted and logged and never ends
 // the epoch: the previous checkpoint stays valid.
-// verifyTimeout bounds the lease read before a checkpoint.
-const verifyTimeout = 3 * time.Second
-
 func (e *epochRun) checkpoint(ctx context.Context, trigger string) {
 	if e.inputSeq == e.checkpointSeq {
 		return // nothing applied since the last one
@@ -214,6 +228,18 @@ func (e *epochRun) checkpoint(ctx context.Context, trigger string) {
 	if err != nil {
 		return
 	}
+	if err := e.state.CheckpointFits(); err != nil {
+		r.m.checkpoints.WithLabelValues(cpSkippedBudget).Inc()
+		ev := r.log.Warn()
+		if !e.overBudget {
+			ev = r.log.Error() // once per spell; every skip is counted
+		}
+		e.overBudget = true
+		ev.Err(err).Str("trigger", trigger).Uint64("input_sequence", e.inputSeq).Uint64("checkpoint_sequence", e.checkpointSeq).
+			Msg("checkpoint not stored: the state's tables hold more emptied capacity than a restore may allocate; the stored checkpoint is kept")
+		return
+	}
+	e.overBudget = false
 	// Only the lease holder may write the pool's checkpoint: a relay that
 	// lost its lease (and has not noticed yet) would overwrite its
 	// successor's newer one with an older state. The lease record is read

@@ -1,8 +1,3 @@
-// Package relay is the per-DC relay-producer: it consumes worker KV events
-// from JetStream, keeps the pool's exact ownership and CKF projection
-// (pkg/producer), and publishes barrier snapshots, absolute bucket-image
-// deltas, drain markers and heartbeats on the pool's lane subjects under a
-// producer lease whose epoch fences every message.
 package relay
 
 import (

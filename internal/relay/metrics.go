@@ -29,10 +29,11 @@ type relayMetrics struct {
 	occupiedSlots   prometheus.Gauge
 	publishSeconds  prometheus.Histogram
 
-	checkpoints       *prometheus.CounterVec
-	checkpointSeconds prometheus.Histogram
-	inputGap          prometheus.Counter
-	setupRetries      prometheus.Counter
+	checkpoints        *prometheus.CounterVec
+	checkpointSeconds  prometheus.Histogram
+	inputGap           prometheus.Counter
+	rebuildTailDropped prometheus.Counter
+	setupRetries       prometheus.Counter
 
 	laneForeignWrites prometheus.Counter
 	fault             *prometheus.GaugeVec
@@ -80,9 +81,11 @@ func newRelayMetrics(reg prometheus.Registerer, dc string) (*relayMetrics, error
 		publishSeconds: histogram("ckf_relay_publish_duration_seconds", "Time to publish one delta (JetStream ack included); exemplars carry the publish span's trace id.",
 			prometheus.ExponentialBuckets(1e-5, 2, 18)),
 		checkpoints: counterVec("ckf_relay_checkpoints_total",
-			"State checkpoints by outcome: written, write_error (stores); restored, absent, rejected_format, rejected_corrupt, rejected_stream, load_error (loads at rebuild).", "outcome"),
+			"State checkpoints by outcome: written, write_error, skipped_lease_not_held, skipped_unread_checkpoint, skipped_over_budget (stores); restored, restored_recreated_stream, absent, rejected_format, rejected_corrupt, rejected_over_budget, rejected_stream, load_error (loads at rebuild).", "outcome"),
 		inputGap: counter("ckf_relay_input_gap_messages_total",
 			"Input stream sequences a rebuild needed but retention (or a purge) had already dropped; events of this DC among them are missing from the exact state."),
+		rebuildTailDropped: counter("ckf_relay_rebuild_tail_dropped_total",
+			"Rebuilds whose last expected input message left the stream (retention or a purge) before it was applied; each ended at what the stream still held."),
 		checkpointSeconds: histogram("ckf_relay_checkpoint_duration_seconds", "Time to encode and store one state checkpoint (the actor pauses meanwhile).",
 			prometheus.ExponentialBuckets(1e-3, 2, 16)),
 		setupRetries: counter("ckf_relay_setup_retries_total",
@@ -98,7 +101,7 @@ func newRelayMetrics(reg prometheus.Registerer, dc string) (*relayMetrics, error
 	}
 	for _, c := range []prometheus.Collector{m.events, m.badEvents, m.eventErrors, m.unknownRemovals, m.deltas, m.images,
 		m.snapshots, m.drains, m.heartbeats, m.fences, m.epoch, m.sequence, m.state, m.inputPending, m.uniqueBlocks,
-		m.occupiedSlots, m.publishSeconds, m.checkpoints, m.inputGap, m.checkpointSeconds,
+		m.occupiedSlots, m.publishSeconds, m.checkpoints, m.inputGap, m.rebuildTailDropped, m.checkpointSeconds,
 		m.setupRetries, m.laneForeignWrites, m.fault, m.setupFailures, m.refusedEvents} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -4,11 +4,13 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
@@ -113,4 +115,67 @@ func TestARestoredCheckpointOnlyMissesInputDroppedAfterIt(t *testing.T) {
 	if !hasMetric(reg2, gapMetric(5)) {
 		t.Fatalf("metrics lack %q", gapMetric(5))
 	}
+}
+
+// TestARebuildWhoseLastInputAgedOutFinishes: a rebuild reads the last
+// input sequence of its pool, then waits until it has applied it. If
+// retention drops that message first (purged here, right after the
+// rebuild read it, as --input-max-age or a message limit would), the
+// rebuild must end at what the stream still holds, count it, and publish,
+// instead of sitting in "rebuilding" under its lease until the pool sends
+// something new.
+func TestARebuildWhoseLastInputAgedOutFinishes(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	cfg := testConfig("a")
+	first, stopFirst := startRelay(t, nc, js, cfg)
+	waitFor(t, "active", func() bool { return first.Status().State == relay.StateActive })
+	stopFirst()
+	// More messages than the input consumer can deliver ahead of the actor
+	// (its pull batch and channel hold 1024 each): the last one cannot have
+	// been delivered when the hook below purges it.
+	const n = 3000
+	var msgs []replay.Step
+	for i := range uint64(n) {
+		msgs = append(msgs, storeSteps(i%3, 1+i, 1, 1)...)
+	}
+	publishEvents(t, js, "a", msgs)
+
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	var waitedFor atomic.Uint64
+	r, _ := startRelayWith(t, nc, js, cfg, func(r *relay.Relay) {
+		relay.SetRebuildTarget(r, func(target uint64) {
+			waitedFor.Store(target)
+			// The tail and everything before it aged out. This runs on the
+			// relay's goroutine: report, never t.Fatal.
+			ctx := context.Background()
+			events, err := js.Stream(ctx, streams.EventStream)
+			if err == nil {
+				err = events.Purge(ctx, jetstream.WithPurgeSequence(target+1))
+			}
+			if err != nil {
+				t.Errorf("purge the rebuild's tail: %v", err)
+			}
+		})
+	})
+	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	if got := waitedFor.Load(); got != n {
+		t.Fatalf("rebuild waited for sequence %d, want %d", got, n)
+	}
+	if !hasMetric(reg, "ckf_relay_rebuild_tail_dropped_total 1") {
+		t.Fatal("the dropped tail was not counted")
+	}
+
+	// It serves: a new message is applied after whatever the consumer had
+	// delivered before the purge (a prefix of the input), and the lane
+	// shows exactly those.
+	more := storeSteps(0, 1<<20, 1, 1)
+	publishEvents(t, js, "a", more)
+	waitFor(t, "new input applied", func() bool { return r.Status().InputSeq == n+1 })
+	applied := int(promtest.Count(reg, "ckf_relay_events_total")) - 1
+	if applied < 0 || applied >= n {
+		t.Fatalf("%d of %d purged messages applied", applied, n)
+	}
+	laneConverges(t, js, r, reference(t, cfg.CKF, append(msgs[:applied:applied], more...)).Words())
 }

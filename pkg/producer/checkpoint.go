@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 
 	"github.com/zeebo/xxh3"
 
@@ -57,15 +56,6 @@ const (
 	edgeCountShift        = 33
 )
 
-// checkpointSlotBudget bounds the table slots a checkpoint may make
-// RestoreState allocate before the data behind them is read: 16 slots per
-// lane bucket (four times the lane's fingerprint slots), at least 64Ki. A
-// genuine state beyond it is refused as malformed and must be rebuilt from
-// its events.
-func checkpointSlotBudget(bucketCount uint64) uint64 {
-	return max(1<<16, 16*bucketCount)
-}
-
 // Checkpoint writes the state's exact ownership, lane, relocation RNG state
 // and telemetry counters to w in the format RestoreState reads (see the
 // encoding above). It streams: memory use beyond the state is a small write
@@ -73,15 +63,23 @@ func checkpointSlotBudget(bucketCount uint64) uint64 {
 // count and dirty buckets) is not part of a checkpoint and is left as it is:
 // a restored state starts with an empty window, as after Flush.
 //
+// A state the restore budget cannot pay for (see slotBudget) is never
+// written: Checkpoint then returns CheckpointFits's ErrCheckpointOverBudget
+// error before writing a byte. Other errors are w's, wrapped.
+//
 // It only reads the state; like every State method it must not run
-// concurrently with a mutating call. Errors are w's, wrapped.
+// concurrently with a mutating call.
 func (s *State) Checkpoint(w io.Writer) error {
-	verbatim := s.cfg.Mode == ckf.HashModeVerbatim
-	members := make([]Member, 0, len(s.members))
-	for m := range s.members {
-		members = append(members, m)
+	members := s.sortedMembers()
+	if err := s.checkpointFits(members); err != nil {
+		return err
 	}
-	slices.SortFunc(members, Member.Compare)
+	return s.encodeCheckpoint(w, members)
+}
+
+// encodeCheckpoint writes the checkpoint of members (sorted) unchecked.
+func (s *State) encodeCheckpoint(w io.Writer, members []Member) error {
+	verbatim := s.cfg.Mode == ckf.HashModeVerbatim
 
 	bodyLen := uint64(8 + 8*telemetryCounters + 8*len(s.mut.words))
 	bodyLen += tableEncodedSize(&s.owners, true)
@@ -213,9 +211,14 @@ func (e *ckptEncoder) table(t *u64Table, withValues bool) {
 // (ErrCheckpointFormat otherwise); cfg's other fields (MaxKicks, cadence)
 // apply from now on. Decoding is strict: every count is checked against the
 // declared body and a limit derived from cfg before anything is allocated
-// for it, invariants are verified, and the checksum must match. Any refusal
-// is a *CheckpointError (errors.Is ErrCheckpoint and its kind); an invalid
-// cfg returns its validation error; a failing reader returns its error,
+// for it, invariants are verified, and the checksum must match. Table slots
+// are allocated only as the restore budget allows (see slotBudget): beyond
+// a fixed allowance, as the entries paying for them arrive. Any refusal
+// is a *CheckpointError (errors.Is ErrCheckpoint and its kind); a
+// checkpoint beyond the budget is read to its end without allocating
+// anything more and is reported as ErrCheckpointOverBudget only if its
+// checksum matches (a corrupt one is reported as such). An invalid cfg
+// returns its validation error; a failing reader returns its error,
 // wrapped. The restored state equals the checkpointed one in words, RNG
 // state, ownership, table layouts and telemetry; its publication window is
 // empty.
@@ -233,6 +236,17 @@ func RestoreState(r io.Reader, cfg ckf.Config) (*State, error) {
 	}
 	d.hr.left, d.left = bodyLen, bodyLen
 	s, err := d.body(cfg, format, addr)
+	if errors.Is(err, ErrCheckpointOverBudget) {
+		// Only an intact checkpoint is called over budget: the rest is
+		// hashed, not decoded, so it costs no memory.
+		if derr := d.skipBody(); derr != nil {
+			return nil, derr
+		}
+		if terr := d.trailer(); terr != nil {
+			return nil, terr
+		}
+		return nil, err
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -253,6 +267,9 @@ type ckptDecoder struct {
 	// readable; it is reported only if the checksum matches, so a corrupt
 	// checkpoint is reported as such.
 	deferred error
+	// scratch holds the entries of a table the budget cannot pay for
+	// before they arrive (see table); reused table after table.
+	scratch []tableEntry
 }
 
 // hashingReader feeds the checksum every byte it hands out and stops after
@@ -301,6 +318,18 @@ func (d *ckptDecoder) fixed(n int) ([]byte, error) {
 	}
 	_, _ = d.br.Discard(n)
 	return b, nil
+}
+
+// skipBody reads (and so hashes) what is left of the declared body.
+func (d *ckptDecoder) skipBody() error {
+	for d.left > 0 {
+		n := int(min(d.left, 1<<30))
+		if _, err := d.br.Discard(n); err != nil {
+			return d.readErr(err)
+		}
+		d.left -= uint64(n)
+	}
+	return nil
 }
 
 func (d *ckptDecoder) u64(what string) (uint64, error) {
@@ -387,7 +416,7 @@ func (d *ckptDecoder) body(cfg ckf.Config, format ckf.FormatIdentity, addr ckf.A
 		i += n
 	}
 
-	budget := checkpointSlotBudget(format.BucketCount)
+	budget := newSlotBudget(format.BucketCount)
 	owners, err := d.table("owners", true, &budget, func(_, v uint64) {
 		o := unpackOwnership(v)
 		switch {
@@ -422,7 +451,7 @@ func (d *ckptDecoder) body(cfg ckf.Config, format ckf.FormatIdentity, addr ckf.A
 
 // members decodes the member tables, counting each full hash's edges in
 // the owner values' spare high bits.
-func (d *ckptDecoder) members(s *State, budget *uint64) error {
+func (d *ckptDecoder) members(s *State, budget *slotBudget) error {
 	verbatim := s.cfg.Mode == ckf.HashModeVerbatim
 	count, err := d.u64("member count")
 	if err != nil {
@@ -534,9 +563,10 @@ func (d *ckptDecoder) verifyOwnership(s *State) {
 	}
 }
 
-// table decodes one table into its original layout (see the encoding).
-// check sees every (key, value) and reports violations through d.
-func (d *ckptDecoder) table(what string, withValues bool, budget *uint64, check func(k, v uint64)) (u64Table, error) {
+// table decodes one table into its original layout (see the encoding),
+// paying for its slots from budget. check sees every (key, value) and
+// reports violations through d.
+func (d *ckptDecoder) table(what string, withValues bool, budget *slotBudget, check func(k, v uint64)) (u64Table, error) {
 	flags, err := d.u8(what)
 	if err != nil {
 		return u64Table{}, err
@@ -558,26 +588,31 @@ func (d *ckptDecoder) table(what string, withValues bool, budget *uint64, check 
 	if err != nil {
 		return u64Table{}, err
 	}
-	if capacity > *budget {
-		return u64Table{}, checkpointErr(ErrCheckpointMalformed, "%s of %d slots exceeds the %d left of the slot budget", what, capacity, *budget)
-	}
-	if capacity < tableMinSlots || capacity&(capacity-1) != 0 || count > capacity*3/4 {
+	// capacity is a power of two of at least 8, so capacity/4*3 is exact
+	// and cannot overflow.
+	if capacity < tableMinSlots || capacity&(capacity-1) != 0 || count > capacity/4*3 {
 		return u64Table{}, checkpointErr(ErrCheckpointMalformed, "%s of %d entries in %d slots", what, count, capacity)
 	}
 	entry := uint64(8)
 	if withValues {
 		entry = 16
 	}
-	if err := d.take(count*entry, what+" entries"); err != nil {
-		return u64Table{}, err
+	if count > d.left/entry {
+		return u64Table{}, checkpointErr(ErrCheckpointMalformed, "%s entries need %d × %d bytes, %d left in the declared body", what, count, entry, d.left)
 	}
-	*budget -= capacity
-	t := makeU64Table(capacity)
-	if flags&1 != 0 {
-		t.hasZero, t.zeroVal = true, zeroVal
+	d.left -= count * entry
+
+	// Allocate now if the account already covers the table; otherwise its
+	// entries are collected first (memory grows only as they arrive) and
+	// the table is allocated once they have paid for it.
+	var t u64Table
+	direct := capacity <= budget.left
+	if direct {
+		t = makeU64Table(capacity)
 	}
-	var first, prevOff uint64
-	for i := range count {
+	var order layoutCheck
+	pending := d.scratch[:0]
+	for range count {
 		b, err := d.fixed(int(entry))
 		if err != nil {
 			return u64Table{}, err
@@ -586,23 +621,26 @@ func (d *ckptDecoder) table(what string, withValues bool, budget *uint64, check 
 		if withValues {
 			v = binary.LittleEndian.Uint64(b[8:])
 		}
-		if k == 0 {
-			d.violation("%s lists key 0 as an entry", what)
-			continue
+		if direct {
+			order.place(d, what, &t, k, v)
+		} else {
+			pending = append(pending, tableEntry{key: k, val: v})
 		}
-		slot, dup := t.place(k, v)
-		if dup {
-			d.violation("%s lists %#x twice", what, k)
-			continue
+	}
+	d.scratch = pending[:0]
+	budget.credit(count)
+	if !budget.charge(capacity) {
+		return u64Table{}, checkpointErr(ErrCheckpointOverBudget, "%s: %d slots for %d entries, the restore budget has %d left after crediting them",
+			what, capacity, count, budget.left)
+	}
+	if !direct {
+		t = makeU64Table(capacity)
+		for _, e := range pending {
+			order.place(d, what, &t, e.key, e.val)
 		}
-		if i == 0 {
-			first = slot
-		}
-		off := (slot - first) & t.mask
-		if i > 0 && off <= prevOff {
-			d.violation("%s entries out of layout order", what)
-		}
-		prevOff = off
+	}
+	if flags&1 != 0 {
+		t.hasZero, t.zeroVal = true, zeroVal
 	}
 	if t.n > 0 {
 		e := t.lowestEmpty()
@@ -610,7 +648,7 @@ func (d *ckptDecoder) table(what string, withValues bool, budget *uint64, check 
 		for t.slots[j].key == 0 {
 			j = (j + 1) & t.mask
 		}
-		if j != first {
+		if j != order.first {
 			d.violation("%s entries do not start after the lowest empty slot", what)
 		}
 	}
@@ -623,6 +661,34 @@ func (d *ckptDecoder) table(what string, withValues bool, budget *uint64, check 
 		}
 	}
 	return t, nil
+}
+
+// layoutCheck places a table's listed entries in order and verifies that
+// they come in layout order: cyclically ascending slots from the first.
+type layoutCheck struct {
+	placed         int
+	first, prevOff uint64
+}
+
+func (c *layoutCheck) place(d *ckptDecoder, what string, t *u64Table, k, v uint64) {
+	if k == 0 {
+		d.violation("%s lists key 0 as an entry", what)
+		return
+	}
+	slot, dup := t.place(k, v)
+	if dup {
+		d.violation("%s lists %#x twice", what, k)
+		return
+	}
+	if c.placed == 0 {
+		c.first = slot
+	}
+	off := (slot - c.first) & t.mask
+	if c.placed > 0 && off <= c.prevOff {
+		d.violation("%s entries out of layout order", what)
+	}
+	c.prevOff = off
+	c.placed++
 }
 
 func (d *ckptDecoder) trailer() error {

@@ -30,6 +30,11 @@ const (
 	ErrCheckpointMalformed
 	// ErrCheckpointChecksum: the XXH3 checksum does not match the content.
 	ErrCheckpointChecksum
+	// ErrCheckpointOverBudget: an intact checkpoint (its checksum matches)
+	// whose tables need more slots than the restore budget allows (see
+	// slotBudget). RestoreState allocated none of them. State.CheckpointFits
+	// and Checkpoint refuse such a state with this kind before writing.
+	ErrCheckpointOverBudget
 )
 
 func (k CheckpointErrorKind) String() string {
@@ -46,6 +51,8 @@ func (k CheckpointErrorKind) String() string {
 		return "malformed"
 	case ErrCheckpointChecksum:
 		return "checksum_mismatch"
+	case ErrCheckpointOverBudget:
+		return "over_budget"
 	}
 	return fmt.Sprintf("CheckpointErrorKind(%d)", uint8(k))
 }

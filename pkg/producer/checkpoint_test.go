@@ -372,7 +372,7 @@ func TestRestoreVerifiesInvariantsBehindAValidChecksum(t *testing.T) {
 		"non-resident":       {func(c []byte) []byte { c[first+12] = 0; return c }, ErrCheckpointMalformed},
 		"stray value bits":   {func(c []byte) []byte { c[first+15] = 0x80; return c }, ErrCheckpointMalformed},
 		"entries swapped":    {func(c []byte) []byte { swap16(c[first:], c[first+16:]); return c }, ErrCheckpointMalformed},
-		"capacity too large": {func(c []byte) []byte { le.PutUint64(c[owners+1:], 1<<40); return c }, ErrCheckpointMalformed},
+		"capacity too large": {func(c []byte) []byte { le.PutUint64(c[owners+1:], 1<<40); return c }, ErrCheckpointOverBudget},
 		"capacity not pow2":  {func(c []byte) []byte { le.PutUint64(c[owners+1:], capacity+1); return c }, ErrCheckpointMalformed},
 		"count over load":    {func(c []byte) []byte { le.PutUint64(c[owners+9:], capacity); return c }, ErrCheckpointMalformed},
 		"body length":        {func(c []byte) []byte { le.PutUint64(c[32:], le.Uint64(c[32:])+8); return c }, ErrCheckpointMalformed},

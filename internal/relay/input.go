@@ -1,0 +1,223 @@
+package relay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+// applyMessage decodes one input message and applies its events; it
+// returns the number of events applied. Bad input is counted and logged
+// and never stops the relay.
+func (e *epochRun) applyMessage(msg jetstream.Msg) int {
+	r := e.r
+	meta, err := msg.Metadata()
+	if err == nil {
+		e.inputSeq = meta.Sequence.Stream
+		r.update(func(s *Status) { s.InputSeq = meta.Sequence.Stream })
+		r.m.inputPending.Set(float64(meta.NumPending))
+	}
+	_, _, worker, err := wire.ParseWorkerEventsSubject(msg.Subject())
+	if err != nil {
+		r.m.badEvents.WithLabelValues("subject").Inc()
+		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("bad event subject")
+		return 0
+	}
+	evs, err := routerevent.DecodeRouterEventsInto(e.events, msg.Data())
+	e.events = evs
+	if err != nil {
+		r.m.badEvents.WithLabelValues("malformed").Inc()
+		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("malformed router event")
+		return 0
+	}
+	ctx := r.prop.Extract(e.ctx, streams.HeaderCarrier(msg.Headers()))
+	_, span := r.tracer.Start(ctx, "ckf.relay.apply_events", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			semconv.MessagingSystemKey.String("nats"),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("apply"),
+			semconv.MessagingDestinationName(msg.Subject()),
+			semconv.MessagingMessageBodySize(len(msg.Data())),
+			attribute.String("ckf.dc", r.cfg.DC), attribute.Int64("ckf.worker_id", int64(worker)),
+			attribute.Int("ckf.events", len(evs))))
+	if meta != nil {
+		span.SetAttributes(attribute.Int64("ckf.input_sequence", int64(meta.Sequence.Stream)))
+	}
+	applied, refused := 0, 0
+	limit := r.cfg.maxTrackedBlocks()
+	for i := range evs {
+		ev := &evs[i]
+		if ev.WorkerID != worker {
+			r.m.badEvents.WithLabelValues("worker_mismatch").Inc()
+			r.log.Warn().Uint64("subject_worker", worker).Uint64("event_worker", ev.WorkerID).Msg("event worker id differs from its subject; rejected")
+			continue
+		}
+		if ev.Event.Data.Kind == routerevent.EventStored && uint64(e.state.UniqueBlocks()) >= limit {
+			// Bounded state: refuse growth, keep removals and clears.
+			refused++
+			continue
+		}
+		out := e.state.ApplyEvent(ev)
+		applied++
+		if out.UnknownRemovals > 0 {
+			r.m.unknownRemovals.Add(float64(out.UnknownRemovals))
+		}
+		if out.FirstError != nil {
+			kind := "other"
+			var ee ckf.EventError
+			if errors.As(out.FirstError, &ee) {
+				kind = ee.FailurePoint().String() + ":" + eventErrorName(ee)
+			}
+			r.m.eventErrors.WithLabelValues(kind).Inc()
+			r.log.Debug().Err(out.FirstError).Uint64("worker_id", ev.WorkerID).Uint64("event_id", ev.Event.EventID).Msg("event error")
+		}
+	}
+	span.End()
+	e.trackLimit(refused, limit)
+	if applied > 0 {
+		r.m.addEvents(applied)
+		if e.oldestEvent.IsZero() && meta != nil {
+			e.oldestEvent = meta.Timestamp
+		}
+		if sc := span.SpanContext(); sc.IsValid() {
+			if len(e.applySpans) < maxSpanLinks {
+				e.applySpans = append(e.applySpans, sc)
+			} else {
+				e.linksDropped++
+			}
+		}
+	}
+	return applied
+}
+
+// trackLimit reports the tracked_blocks fault while stored events are being
+// refused, and clears it once the pool is below the bound again.
+func (e *epochRun) trackLimit(refused int, limit uint64) {
+	r := e.r
+	switch {
+	case refused > 0:
+		r.m.refusedEvents.Add(float64(refused))
+		if !e.overLimit {
+			e.overLimit = true
+			r.setFault(FaultTrackedBlocks, fmt.Sprintf("the pool tracks %d blocks, --max-tracked-blocks is %d: stored events are refused (their blocks are missing from the index) until removals make room; raise --expected-blocks",
+				e.state.UniqueBlocks(), limit))
+		}
+	case e.overLimit && uint64(e.state.UniqueBlocks()) < limit:
+		e.overLimit = false
+		r.clearFault(FaultTrackedBlocks)
+	}
+}
+
+func eventErrorName(e ckf.EventError) string {
+	switch e {
+	case ckf.ErrParentBlockNotFound:
+		return "parent_block_not_found"
+	case ckf.ErrBlockNotFound:
+		return "block_not_found"
+	case ckf.ErrInvalidBlockSequence:
+		return "invalid_block_sequence"
+	case ckf.ErrCapacityExhausted:
+		return "capacity_exhausted"
+	case ckf.ErrEventAllocationFailed:
+		return "allocation_failed"
+	case ckf.ErrOwnershipDegreeOverflow:
+		return "ownership_degree_overflow"
+	case ckf.ErrIndexerInvariantViolation:
+		return "indexer_invariant_violation"
+	case ckf.ErrUnsupportedResidencyDomain:
+		return "unsupported_residency_domain"
+	}
+	return "unknown"
+}
+
+// input is the relay's durable consumer on its pool's input events.
+type input struct {
+	filter string
+	msgs   chan jetstream.Msg
+	errs   chan error
+	it     jetstream.MessagesContext
+	done   chan struct{}
+}
+
+// openInput creates this epoch's durable consumer from input stream
+// sequence startSeq (just after a restored checkpoint), or from the start
+// of the stream when startSeq is 0. The name carries the epoch so a relay
+// that lost its lease can never pull (and so steal) messages from its
+// successor's consumer; older epochs' consumers are deleted and expire
+// when idle anyway.
+func (r *Relay) openInput(ctx context.Context, events jetstream.Stream, epoch, startSeq uint64) (*input, error) {
+	filter, err := wire.WorkerEventsFilter(r.cfg.Domain, r.cfg.DC)
+	if err != nil {
+		return nil, err
+	}
+	prefix := fmt.Sprintf("relay_%s_%s_", r.cfg.Domain, r.cfg.DC)
+	names := events.ConsumerNames(ctx)
+	for n := range names.Name() {
+		if len(n) > len(prefix) && n[:len(prefix)] == prefix && n != prefix+strconv.FormatUint(epoch, 10) {
+			// Only tidying (an idle consumer expires after its inactive
+			// threshold): a failure is logged, and one already gone is fine.
+			if err := events.DeleteConsumer(ctx, n); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				r.log.Warn().Err(err).Str("consumer", n).Msg("input consumer of an earlier epoch not deleted; it expires when idle")
+			}
+		}
+	}
+	cc := jetstream.ConsumerConfig{
+		Durable:           prefix + strconv.FormatUint(epoch, 10),
+		Description:       "ckfrelay relay input (rebuild + live)",
+		FilterSubject:     filter,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		AckPolicy:         jetstream.AckNonePolicy,
+		InactiveThreshold: time.Minute,
+	}
+	if startSeq > 0 {
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, startSeq
+	}
+	cons, err := events.CreateOrUpdateConsumer(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("relay: input consumer: %w", err)
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(1024))
+	if err != nil {
+		return nil, fmt.Errorf("relay: input messages: %w", err)
+	}
+	in := &input{filter: filter, msgs: make(chan jetstream.Msg, 1024), errs: make(chan error, 1), it: it, done: make(chan struct{})}
+	go func() {
+		defer close(in.done)
+		for {
+			msg, err := it.Next()
+			if err != nil {
+				if errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+					return
+				}
+				select {
+				case in.errs <- fmt.Errorf("relay: input: %w", err):
+				default:
+				}
+				return
+			}
+			select {
+			case in.msgs <- msg:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return in, nil
+}
+
+func (in *input) stop() {
+	in.it.Stop()
+	<-in.done
+}
