@@ -69,11 +69,6 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *str
 	ctx, cancel := context.WithCancel(parent)
 	defer cancel()
 	log := r.log.With().Uint64("epoch", l.Epoch()).Logger()
-	go func() {
-		if err := l.Keepalive(ctx, r.cfg.LeaseTTL/3); err != nil && ctx.Err() == nil {
-			log.Warn().Err(err).Msg("lease keepalive ended")
-		}
-	}()
 	snapReqs, err := coord.WatchSnapshotRequests(ctx, r.cfg.Domain, r.cfg.DC)
 	if err != nil {
 		return fmt.Errorf("relay: watch snapshot requests: %w", err)

@@ -50,7 +50,10 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		first = false
 		r.setState(StateStandby)
-		l, err := coord.Acquire(ctx, r.cfg.Domain, r.cfg.DC, r.cfg.Instance, r.cfg.LeaseTTL)
+		// The session owns the keepalive goroutine for the whole epoch,
+		// the final checkpoint after a shutdown included.
+		sess, err := coord.NewSession(ctx, r.cfg.Domain, r.cfg.DC, r.cfg.Instance, r.cfg.LeaseTTL,
+			lease.WithReleaseTimeout(leaseReleaseTimeout))
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -78,15 +81,14 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 		r.clearFault(FaultEpochExhausted)
 		began := time.Now()
+		l := sess.Lease()
 		err = r.serve(ctx, coord, res, lane, l)
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
-		if rerr := l.Release(rctx); rerr != nil {
+		if rerr := sess.Close(context.WithoutCancel(ctx)); rerr != nil {
 			// The lease has ended here all the same; the stored record lapses
 			// at its TTL, so a standby waits that long before taking over.
 			r.log.Warn().Err(rerr).Uint64("epoch", l.Epoch()).Dur("lease_ttl_ms", r.cfg.LeaseTTL).
 				Msg("lease release failed; it lapses at its expiry")
 		}
-		cancel()
 		r.m.epoch.Set(0)
 		if ctx.Err() != nil {
 			break
@@ -173,3 +175,7 @@ func isPermanentSetup(err error) bool {
 	return errors.Is(err, lease.ErrNoFreeLane) || errors.Is(err, lease.ErrLaneConflict) ||
 		errors.Is(err, lease.ErrInvalidName) || errors.Is(err, lease.ErrInvalidOption)
 }
+
+// leaseReleaseTimeout bounds the release of a lease when an epoch ends, so
+// a standby can take over at once instead of after the TTL.
+const leaseReleaseTimeout = 2 * time.Second
