@@ -28,6 +28,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -48,9 +49,24 @@ type laneRunner struct {
 	// Run goroutine only.
 	localEpoch uint64
 	cur        current
-	// granted is the highest pool epoch the lease coordinator was last
-	// seen to have granted (a cache of its epoch counter).
+	// granted is the highest value the pool's epoch counter was last seen
+	// at (a cache): the ceiling of snapshot markers of a newer epoch.
 	granted uint64
+	// leased is the highest epoch the pool's lease record was seen to name
+	// (a cache): the epoch a relay actually took the lease for. Other
+	// traffic of a newer epoch is judged against it, not against the
+	// counter, which a lost acquire race leaves one above every lease (the
+	// loser's burnt epoch, lease.Acquire): nobody holds that epoch, so
+	// traffic claiming it is not a takeover.
+	leased uint64
+	// awaiting is the newer epoch whose traffic (not a marker) the lane met
+	// while its latest marker was the installed one (0: none): bootstrapping
+	// again would install the same snapshot and meet the same traffic, so
+	// the lane left the ready set, asked for a snapshot and waits for a
+	// newer epoch's marker, skipping that traffic. Reset by each install.
+	awaiting uint64
+	// askedAt is when the awaiting lane last asked for a snapshot.
+	askedAt time.Time
 	// supersededSince is when the lane began dropping superseded traffic
 	// without seeing any of its installed epoch (zero: not dropping).
 	supersededSince time.Time
@@ -359,19 +375,93 @@ func (r *laneRunner) epochGranted(ctx context.Context, epoch uint64) bool {
 	return epoch <= cur
 }
 
-// ungrantedOutcome counts and skips a lane message whose epoch the lease
-// coordinator never granted: the lane stays as it is.
-// missedMarker is the outcome of a granted newer epoch's message (what)
-// reaching a lane that never saw that epoch's snapshot marker, which
-// precedes it on the lane: the installed epoch is superseded, so the lane
-// leaves the ready set and bootstraps.
-func missedMarker(what string, epoch uint64) (outcome, bool) {
-	return outcome{fault: "newer_epoch", detail: what + " of epoch " + strconv.FormatUint(epoch, 10) + " without its marker"}, true
+// leaseGranted reports whether a relay took the pool's lease for epoch:
+// whether the pool's lease record names epoch or a later one. Lease epochs
+// only go up, so a cached record epoch at or above epoch answers without a
+// read; a newer epoch re-reads the record, because a takeover's first
+// message can arrive before this runner has looked at the record since it
+// moved. A relay writes its lease before it publishes under it, so the
+// re-read always sees a genuine epoch. With no record (released: Release
+// deletes it, the counter stays) the counter decides, as for markers;
+// newerWithoutMarker keeps a burnt epoch from looping the lane then. A
+// failed read refuses for now, as epochGranted does.
+func (r *laneRunner) leaseGranted(ctx context.Context, epoch uint64) bool {
+	if epoch <= r.leased {
+		return true
+	}
+	li, err := r.svc.coord.CurrentLease(ctx, r.svc.cfg.Domain, r.dc)
+	switch {
+	case errors.Is(err, lease.ErrNoLease):
+		return r.epochGranted(ctx, epoch)
+	case err != nil:
+		r.log.Warn().Err(err).Uint64("epoch", epoch).Msg("reading the pool's lease record failed; refusing the epoch for now")
+		return false
+	}
+	r.leased = max(r.leased, li.Epoch)
+	return epoch <= li.Epoch
 }
 
+// newerWithoutMarker handles a delta, drain marker or heartbeat of a newer
+// epoch than the installed one. A snapshot marker of a newer epoch
+// precedes its other traffic on the lane, so the lane missed it.
+//
+// An epoch no relay took the lease for is skipped and counted
+// (ungranted). A granted one means the installed epoch is superseded: when
+// the lane holds a marker newer than the installed one, it bootstraps from
+// the latest (missedMarker). When the latest marker is the installed one,
+// bootstrapping would install the same snapshot, resume after it and meet
+// this traffic again, forever: instead the lane leaves the ready set, asks
+// the relay for a snapshot and goes on consuming, skipping (and counting)
+// that traffic until a marker arrives (handleMarker).
+func (r *laneRunner) newerWithoutMarker(ctx context.Context, kind wire.MessageKind, epoch uint64) (outcome, bool) {
+	if !r.leaseGranted(ctx, epoch) {
+		return r.ungrantedOutcome(kind, epoch)
+	}
+	if r.awaiting != 0 {
+		// Out of the ready set and asked already: wait for the marker,
+		// asking again as often as failing bootstraps would at most (a
+		// relay coalesces requests; one restarting may miss one).
+		r.awaiting = max(r.awaiting, epoch)
+		r.m.withoutMarker(kind.String())
+		if now := r.svc.now(); now.Sub(r.askedAt) >= r.svc.cfg.BootstrapBackoffMax {
+			r.askedAt = now
+			r.requestSnapshot(ctx)
+		}
+		return outcome{}, false
+	}
+	at, err := r.latestMarker(ctx)
+	if err != nil || at.streamSeq != r.cur.streamSeq {
+		// A newer marker to bootstrap from, or none that can be read now
+		// (bootstrap retries with backoff and asks for a snapshot).
+		return missedMarker(kind, epoch)
+	}
+	r.awaiting = epoch
+	r.m.withoutMarker(kind.String())
+	r.m.fault(faultNewerEpoch)
+	r.gen.pool.Indexer().RetireLaneReadiness(r.lane)
+	detail := fmt.Sprintf("%s of epoch %d without its marker; the latest marker is the installed one (epoch %d, stream sequence %d); asked for a snapshot",
+		kind, epoch, r.cur.epoch, r.cur.streamSeq)
+	r.log.Warn().Str("kind", kind.String()).Uint64("epoch", epoch).Uint64("current_epoch", r.cur.epoch).
+		Msg("newer epoch without its marker; out of the ready set until a marker arrives")
+	r.setStatus(PhaseAwaitingSnapshot, faultNewerEpoch+": "+detail)
+	r.askedAt = r.svc.now()
+	r.requestSnapshot(ctx)
+	return outcome{}, false
+}
+
+// missedMarker is the outcome of a granted newer epoch's message (of kind)
+// reaching a lane that never saw that epoch's snapshot marker while a
+// newer marker than the installed one is on the lane: the installed epoch
+// is superseded, so the lane bootstraps from the latest marker.
+func missedMarker(kind wire.MessageKind, epoch uint64) (outcome, bool) {
+	return outcome{fault: faultNewerEpoch, detail: kind.String() + " of epoch " + strconv.FormatUint(epoch, 10) + " without its marker"}, true
+}
+
+// ungrantedOutcome counts and skips a lane message whose epoch the lease
+// coordinator never granted: the lane stays as it is.
 func (r *laneRunner) ungrantedOutcome(kind wire.MessageKind, epoch uint64) (outcome, bool) {
 	r.m.ungranted(kind.String())
-	r.log.Warn().Str("kind", kind.String()).Uint64("epoch", epoch).Uint64("granted", r.granted).
+	r.log.Warn().Str("kind", kind.String()).Uint64("epoch", epoch).Uint64("granted", r.granted).Uint64("leased", r.leased).
 		Msg("lane message under an epoch the lease coordinator never granted; skipped")
 	return outcome{}, false
 }
@@ -449,6 +539,7 @@ func (r *laneRunner) bootstrap(ctx context.Context, at *markerAt) error {
 	r.cur = current{identity: mk.Identity, epoch: mk.Lease.Epoch, lease: lease, streamSeq: at.streamSeq}
 	r.supersededSince = time.Time{}
 	r.distrusted = 0
+	r.awaiting = 0
 	r.setInstalled(mk.Lease.Epoch, mk.Sequence)
 	r.m.bootstrap("installed")
 	r.log.Info().Uint64("epoch", mk.Lease.Epoch).Uint64("sequence", mk.Sequence).
@@ -801,12 +892,7 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 			Uint64("sequence", d.Sequence).Msg("superseded delta dropped")
 		return r.dropSuperseded(wire.KindDelta, d.Lease.Epoch)
 	case trafficNewer:
-		if !r.epochGranted(ctx, d.Lease.Epoch) {
-			return r.ungrantedOutcome(wire.KindDelta, d.Lease.Epoch)
-		}
-		// The marker of a newer epoch precedes its deltas; bootstrap from
-		// the latest one.
-		return missedMarker("delta", d.Lease.Epoch)
+		return r.newerWithoutMarker(ctx, wire.KindDelta, d.Lease.Epoch)
 	}
 	r.sawCurrent()
 	cd := d.ToCkf(r.cur.lease)
@@ -902,10 +988,7 @@ func (r *laneRunner) handleDrain(ctx context.Context, dm *wire.DrainMarker) (out
 	case trafficSuperseded:
 		return r.dropSuperseded(wire.KindDrainMarker, dm.Lease.Epoch)
 	case trafficNewer:
-		if !r.epochGranted(ctx, dm.Lease.Epoch) {
-			return r.ungrantedOutcome(wire.KindDrainMarker, dm.Lease.Epoch)
-		}
-		return missedMarker("drain marker", dm.Lease.Epoch)
+		return r.newerWithoutMarker(ctx, wire.KindDrainMarker, dm.Lease.Epoch)
 	}
 	r.sawCurrent()
 	res, err := r.gen.pool.CompleteDrain(dm.ToCkf(r.cur.lease))
@@ -932,15 +1015,9 @@ func (r *laneRunner) handleHeartbeat(ctx context.Context, hb *wire.Heartbeat) (o
 	case trafficSuperseded:
 		return r.dropSuperseded(wire.KindHeartbeat, hb.Lease.Epoch)
 	case trafficNewer:
-		if !r.epochGranted(ctx, hb.Lease.Epoch) {
-			return r.ungrantedOutcome(wire.KindHeartbeat, hb.Lease.Epoch)
-		}
-		// A granted newer epoch's marker precedes its heartbeats on the
-		// lane, so this lane missed it (purged, or published before the
-		// lane's consumer started): the installed epoch is superseded. An
-		// idle producer sends no delta that would reveal it, so the lane
-		// leaves the ready set and bootstraps, as for such a delta.
-		return missedMarker("heartbeat", hb.Lease.Epoch)
+		// An idle producer sends no delta that would reveal a takeover:
+		// its heartbeats must.
+		return r.newerWithoutMarker(ctx, wire.KindHeartbeat, hb.Lease.Epoch)
 	case trafficCurrent:
 		r.sawCurrent()
 	}
