@@ -878,23 +878,68 @@ func (r *laneRunner) classify(id *ckf.ProducerIdentity, epoch uint64) traffic {
 	return trafficCurrent
 }
 
-func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.Delta) (outcome, bool) {
-	switch r.classify(&d.Identity, d.Lease.Epoch) {
-	case trafficForeign:
-		r.m.malformed(malformedForeignPool)
-		r.log.Warn().Str("pool", d.Identity.Pool.String()).Msg("delta of another pool on the lane; skipped")
-		return outcome{}, false
-	case trafficMismatch:
-		r.m.malformed(malformedIdentity)
-		return outcome{}, false
+// gateAction is what a lane message's handler does once the epoch gate
+// has judged the message.
+type gateAction uint8
+
+const (
+	// gateDone: the gate dealt with the message (skipped, counted, logged,
+	// or turned into the lane's outcome); the handler returns that outcome.
+	gateDone gateAction = iota + 1
+	// gateApply: traffic of the installed epoch and identity.
+	gateApply
+	// gateSwitch: a snapshot marker of a granted newer epoch; the lane
+	// bootstraps from it.
+	gateSwitch
+)
+
+// gate is the lane's one epoch gate: every lane message kind passes it with
+// its producer identity, wire epoch and sequence before its handler acts
+// on it, so every kind is classified, counted and logged alike. The trust
+// rules: traffic of another pool, of the installed epoch under another
+// identity, or of an epoch never granted is warned about, counted by kind
+// and skipped; superseded traffic is counted and feeds the
+// superseded-traffic fault. Only what a newer epoch means depends on the
+// kind: a snapshot marker is that epoch's entry point (judged against the
+// epoch counter: gateSwitch), any other message is a sign the lane missed
+// it (judged against the lease record: newerWithoutMarker).
+func (r *laneRunner) gate(ctx context.Context, kind wire.MessageKind, id *ckf.ProducerIdentity, epoch, seq uint64) (gateAction, outcome, bool) {
+	t := r.classify(id, epoch)
+	switch t {
+	case trafficForeign, trafficMismatch:
+		label, msg := malformedForeignPool, "lane message of another pool; skipped"
+		if t == trafficMismatch {
+			label, msg = malformedIdentity, "lane message of the installed epoch under another producer identity; skipped"
+		}
+		r.m.malformed(label)
+		r.log.Warn().Str("kind", kind.String()).Str("pool", id.Pool.String()).Uint64("epoch", epoch).
+			Uint64("incarnation", id.ProducerIncarnation).Uint64("layout_generation", id.LayoutGeneration).
+			Uint64("sequence", seq).Msg(msg)
+		return gateDone, outcome{}, false
 	case trafficSuperseded:
-		r.log.Debug().Uint64("epoch", d.Lease.Epoch).Uint64("current_epoch", r.cur.epoch).
-			Uint64("sequence", d.Sequence).Msg("superseded delta dropped")
-		return r.dropSuperseded(wire.KindDelta, d.Lease.Epoch)
+		r.log.Debug().Str("kind", kind.String()).Uint64("epoch", epoch).Uint64("current_epoch", r.cur.epoch).
+			Uint64("sequence", seq).Msg("superseded lane message dropped")
+		out, done := r.dropSuperseded(kind, epoch)
+		return gateDone, out, done
 	case trafficNewer:
-		return r.newerWithoutMarker(ctx, wire.KindDelta, d.Lease.Epoch)
+		if kind != wire.KindSnapshotMarker {
+			out, done := r.newerWithoutMarker(ctx, kind, epoch)
+			return gateDone, out, done
+		}
+		if !r.epochGranted(ctx, epoch) {
+			out, done := r.ungrantedOutcome(kind, epoch)
+			return gateDone, out, done
+		}
+		return gateSwitch, outcome{}, false
 	}
 	r.sawCurrent()
+	return gateApply, outcome{}, false
+}
+
+func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.Delta) (outcome, bool) {
+	if act, out, done := r.gate(ctx, wire.KindDelta, &d.Identity, d.Lease.Epoch, d.Sequence); act != gateApply {
+		return out, done
+	}
 	cd := d.ToCkf(r.cur.lease)
 	pctx := propagation.TraceContext{}.Extract(ctx, streams.HeaderCarrier(m.Headers()))
 	_, span := r.svc.tracer.Start(pctx, SpanLaneApply,
@@ -978,19 +1023,9 @@ func eventTime(h nats.Header) (time.Time, bool) {
 }
 
 func (r *laneRunner) handleDrain(ctx context.Context, dm *wire.DrainMarker) (outcome, bool) {
-	switch r.classify(&dm.Identity, dm.Lease.Epoch) {
-	case trafficForeign:
-		r.m.malformed(malformedForeignPool)
-		return outcome{}, false
-	case trafficMismatch:
-		r.m.malformed(malformedIdentity)
-		return outcome{}, false
-	case trafficSuperseded:
-		return r.dropSuperseded(wire.KindDrainMarker, dm.Lease.Epoch)
-	case trafficNewer:
-		return r.newerWithoutMarker(ctx, wire.KindDrainMarker, dm.Lease.Epoch)
+	if act, out, done := r.gate(ctx, wire.KindDrainMarker, &dm.Identity, dm.Lease.Epoch, dm.ExpectedSequence); act != gateApply {
+		return out, done
 	}
-	r.sawCurrent()
 	res, err := r.gen.pool.CompleteDrain(dm.ToCkf(r.cur.lease))
 	if err != nil {
 		return r.poolRefused(err), true
@@ -1004,42 +1039,19 @@ func (r *laneRunner) handleDrain(ctx context.Context, dm *wire.DrainMarker) (out
 	return outcome{healthy: true}, false
 }
 
-// handleHeartbeat tells the lane its installed epoch is still alive (or
-// that it is not).
+// handleHeartbeat tells the lane its installed epoch is still alive (the
+// gate records it) or that it is not. It carries nothing to apply.
 func (r *laneRunner) handleHeartbeat(ctx context.Context, hb *wire.Heartbeat) (outcome, bool) {
-	switch r.classify(&hb.Identity, hb.Lease.Epoch) {
-	case trafficForeign:
-		r.m.malformed(malformedForeignPool)
-	case trafficMismatch:
-		r.m.malformed(malformedIdentity)
-	case trafficSuperseded:
-		return r.dropSuperseded(wire.KindHeartbeat, hb.Lease.Epoch)
-	case trafficNewer:
-		// An idle producer sends no delta that would reveal a takeover:
-		// its heartbeats must.
-		return r.newerWithoutMarker(ctx, wire.KindHeartbeat, hb.Lease.Epoch)
-	case trafficCurrent:
-		r.sawCurrent()
-	}
-	return outcome{}, false
+	_, out, done := r.gate(ctx, wire.KindHeartbeat, &hb.Identity, hb.Lease.Epoch, hb.Sequence)
+	return out, done
 }
 
 func (r *laneRunner) handleMarker(ctx context.Context, m jetstream.Msg, sm *wire.SnapshotMarker) (outcome, bool) {
-	switch r.classify(&sm.Identity, sm.Lease.Epoch) {
-	case trafficForeign:
-		r.m.malformed(malformedForeignPool)
-		return outcome{}, false
-	case trafficMismatch:
-		r.m.malformed(malformedIdentity)
-		return outcome{}, false
-	case trafficSuperseded:
-		return r.dropSuperseded(wire.KindSnapshotMarker, sm.Lease.Epoch)
-	case trafficCurrent:
-		r.sawCurrent()
+	switch act, out, done := r.gate(ctx, wire.KindSnapshotMarker, &sm.Identity, sm.Lease.Epoch, sm.Sequence); act {
+	case gateDone:
+		return out, done
+	case gateApply:
 		return outcome{}, false // an active lane skips forward snapshots
-	}
-	if !r.epochGranted(ctx, sm.Lease.Epoch) {
-		return r.ungrantedOutcome(wire.KindSnapshotMarker, sm.Lease.Epoch)
 	}
 	meta, err := m.Metadata()
 	if err != nil {
