@@ -19,7 +19,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
-// laneRunner follows one lane (protocol.md, "Consumer (indexer) rules").
+// laneRunner follows one lane (docs/protocol.md, "Consumer (indexer) rules").
 // Only its run goroutine touches the protocol fields; st is shared with
 // Lanes() under mu.
 type laneRunner struct {
