@@ -2,26 +2,14 @@ package indexer
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
-	"fmt"
-	"io"
-	"net"
-	"os"
-	"strconv"
 	"sync"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/internal/backoff"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/codes"
-	"go.opentelemetry.io/otel/propagation"
-	semconv "go.opentelemetry.io/otel/semconv/v1.40.0"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
@@ -31,7 +19,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
-// laneRunner follows one lane (protocol.md, "Consumer (indexer) rules").
+// laneRunner follows one lane (docs/protocol.md, "Consumer (indexer) rules").
 // Only its run goroutine touches the protocol fields; st is shared with
 // Lanes() under mu.
 type laneRunner struct {
@@ -48,9 +36,24 @@ type laneRunner struct {
 	// Run goroutine only.
 	localEpoch uint64
 	cur        current
-	// granted is the highest pool epoch the lease coordinator was last
-	// seen to have granted (a cache of its epoch counter).
+	// granted is the highest value the pool's epoch counter was last seen
+	// at (a cache): the ceiling of snapshot markers of a newer epoch.
 	granted uint64
+	// leased is the highest epoch the pool's lease record was seen to name
+	// (a cache): the epoch a relay actually took the lease for. Other
+	// traffic of a newer epoch is judged against it, not against the
+	// counter, which a lost acquire race leaves one above every lease (the
+	// loser's burnt epoch, lease.Acquire): nobody holds that epoch, so
+	// traffic claiming it is not a takeover.
+	leased uint64
+	// awaiting is the newer epoch whose traffic (not a marker) the lane met
+	// while its latest marker was the installed one (0: none): bootstrapping
+	// again would install the same snapshot and meet the same traffic, so
+	// the lane left the ready set, asked for a snapshot and waits for a
+	// newer epoch's marker, skipping that traffic. Reset by each install.
+	awaiting uint64
+	// askedAt is when the awaiting lane last asked for a snapshot.
+	askedAt time.Time
 	// supersededSince is when the lane began dropping superseded traffic
 	// without seeing any of its installed epoch (zero: not dropping).
 	supersededSince time.Time
@@ -312,259 +315,6 @@ func (r *laneRunner) requestSnapshot(ctx context.Context) {
 	}
 }
 
-// latestMarker direct-gets the last message on the lane's .snap subject.
-func (r *laneRunner) latestMarker(ctx context.Context) (*markerAt, error) {
-	raw, err := r.svc.res.Lanes.GetLastMsgForSubject(ctx, r.subj.Snapshot)
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return nil, laneError(ErrNoSnapshot, r.lane, nil, "no marker on %s", r.subj.Snapshot)
-	}
-	if err != nil {
-		return nil, laneError(ErrSnapshotFetch, r.lane, err, "direct get %s", r.subj.Snapshot)
-	}
-	m, err := wire.DecodeSnapshotMarker(raw.Data)
-	if err != nil {
-		r.countMalformed(err)
-		return nil, laneError(ErrSnapshotInvalid, r.lane, err, "marker at stream sequence %d", raw.Sequence)
-	}
-	if m.Identity.Pool != r.pool {
-		r.m.malformed(malformedForeignPool)
-		return nil, laneError(ErrSnapshotInvalid, r.lane, nil, "marker at stream sequence %d names pool %s", raw.Sequence, m.Identity.Pool)
-	}
-	if !r.epochGranted(ctx, m.Lease.Epoch) {
-		r.m.ungranted(wire.KindSnapshotMarker.String())
-		return nil, laneError(ErrSnapshotInvalid, r.lane, nil, "marker at stream sequence %d: epoch %d was never granted to the pool (granted: %d)",
-			raw.Sequence, m.Lease.Epoch, r.granted)
-	}
-	return &markerAt{marker: m, streamSeq: raw.Sequence}, nil
-}
-
-// epochGranted reports whether the lease coordinator has granted the pool
-// epoch: anyone who can publish on the lane subjects can claim any epoch,
-// but only a relay that took the lease moved the pool's epoch counter. A
-// cached grant answers most calls. An epoch above it re-reads the counter
-// before it is refused, because a genuine new epoch's first marker can
-// arrive before this runner has looked at the counter since it moved.
-// A failed read refuses for now (the message is dropped; a lane that
-// needs the epoch bootstraps again from the latest marker later).
-func (r *laneRunner) epochGranted(ctx context.Context, epoch uint64) bool {
-	if epoch <= r.granted {
-		return true
-	}
-	cur, err := r.svc.coord.CurrentEpoch(ctx, r.svc.cfg.Domain, r.dc)
-	if err != nil {
-		r.log.Warn().Err(err).Uint64("epoch", epoch).Msg("reading the pool's granted epoch failed; refusing the epoch for now")
-		return false
-	}
-	r.granted = cur
-	return epoch <= cur
-}
-
-// ungrantedOutcome counts and skips a lane message whose epoch the lease
-// coordinator never granted: the lane stays as it is.
-// missedMarker is the outcome of a granted newer epoch's message (what)
-// reaching a lane that never saw that epoch's snapshot marker, which
-// precedes it on the lane: the installed epoch is superseded, so the lane
-// leaves the ready set and bootstraps.
-func missedMarker(what string, epoch uint64) (outcome, bool) {
-	return outcome{fault: "newer_epoch", detail: what + " of epoch " + strconv.FormatUint(epoch, 10) + " without its marker"}, true
-}
-
-func (r *laneRunner) ungrantedOutcome(kind wire.MessageKind, epoch uint64) (outcome, bool) {
-	r.m.ungranted(kind.String())
-	r.log.Warn().Str("kind", kind.String()).Uint64("epoch", epoch).Uint64("granted", r.granted).
-		Msg("lane message under an epoch the lease coordinator never granted; skipped")
-	return outcome{}, false
-}
-
-// sawCurrent records traffic of the installed epoch.
-func (r *laneRunner) sawCurrent() { r.supersededSince = time.Time{} }
-
-// dropSuperseded counts a dropped message of an older epoch. Once the lane
-// has dropped such traffic for Config.SupersededFaultAfter without seeing
-// any of its own epoch, its installed epoch is not what its producer
-// publishes under: it reports a fault and bootstraps again (from the
-// latest marker, itself checked against the granted epoch).
-func (r *laneRunner) dropSuperseded(kind wire.MessageKind, epoch uint64) (outcome, bool) {
-	r.m.superseded(kind.String())
-	now := r.svc.now()
-	if r.supersededSince.IsZero() {
-		r.supersededSince = now
-		return outcome{}, false
-	}
-	if waited := now.Sub(r.supersededSince); waited >= r.svc.cfg.SupersededFaultAfter {
-		r.distrusted = r.cur.epoch
-		return outcome{fault: faultSuperseded, requestSnapshot: true,
-			detail: fmt.Sprintf("dropped traffic of epoch %d (and older) for %s without any of the installed epoch %d",
-				epoch, waited.Round(time.Millisecond), r.cur.epoch)}, true
-	}
-	return outcome{}, false
-}
-
-// bootstrap installs the snapshot of at (or of the latest marker when at is
-// nil) under a fresh local lease.
-func (r *laneRunner) bootstrap(ctx context.Context, at *markerAt) error {
-	if at == nil {
-		var err error
-		if at, err = r.latestMarker(ctx); err != nil {
-			return err
-		}
-	}
-	mk := &at.marker
-	if r.distrusted != 0 && mk.Lease.Epoch == r.distrusted {
-		return laneError(ErrSnapshotInvalid, r.lane, nil, "marker at stream sequence %d is of epoch %d, retired for superseded traffic; waiting for a marker of the epoch the producer publishes under",
-			at.streamSeq, mk.Lease.Epoch)
-	}
-	r.gen = nil
-	g, err := r.svc.ensurePool(mk.Identity.Format)
-	if err != nil {
-		return laneError(ErrLaneConfig, r.lane, err, "building the ingestion pool")
-	}
-	r.gen = g
-	pool := g.pool
-	format := pool.Indexer().Manifest().Format()
-	if mk.Identity.Format != format {
-		return laneError(ErrWrongFormat, r.lane, consumer.ErrWrongFormat,
-			"lane format %+v, indexer format %+v", mk.Identity.Format, format)
-	}
-	words, err := r.fetchSnapshot(ctx, mk, format)
-	if err != nil {
-		return err
-	}
-	r.localEpoch++
-	lease := ckf.LaneLease{ConsumerInstance: r.svc.instance, PhysicalLane: uint8(r.lane), AssignmentEpoch: r.localEpoch}
-	if err := pool.Assign(mk.Identity, lease); err != nil {
-		if errors.Is(err, consumer.ErrWrongFormat) {
-			return laneError(ErrWrongFormat, r.lane, err, "assign")
-		}
-		return laneError(ErrAssign, r.lane, err, "assign epoch %d", mk.Lease.Epoch)
-	}
-	snap := mk.ToCkf(lease, words)
-	out, err := pool.InstallSnapshot(&snap)
-	if err != nil {
-		return laneError(ErrInstall, r.lane, err, "install sequence %d", mk.Sequence)
-	}
-	if out.Kind != consumer.OutcomeSnapshotInstalled {
-		return laneError(ErrInstall, r.lane, nil, "install sequence %d: %s", mk.Sequence, out)
-	}
-	r.cur = current{identity: mk.Identity, epoch: mk.Lease.Epoch, lease: lease, streamSeq: at.streamSeq}
-	r.supersededSince = time.Time{}
-	r.distrusted = 0
-	r.setInstalled(mk.Lease.Epoch, mk.Sequence)
-	r.m.bootstrap("installed")
-	r.log.Info().Uint64("epoch", mk.Lease.Epoch).Uint64("sequence", mk.Sequence).
-		Uint64("stream_seq", at.streamSeq).Str("relay", mk.Lease.Instance).Msg("snapshot installed")
-	return nil
-}
-
-// fetchSnapshot reads the marker's body object and decodes its words in
-// the indexer format. Everything the marker says about the object is
-// checked before a byte of it is read: the bucket is the configured one,
-// the name is the one this pool's relay gives that (epoch, sequence), the
-// declared size is the format's body size, and the stored object's info
-// agrees (size, digest). The read itself is then limited to that size and
-// decodes straight into the words, so a bootstrap holds one body of the
-// configured format at most, whatever the bus or the store say.
-func (r *laneRunner) fetchSnapshot(ctx context.Context, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error) {
-	if err := r.checkObject(mk, format); err != nil {
-		r.m.malformed(malformedObject)
-		return nil, err
-	}
-	store := r.svc.res.Snapshots
-	ictx, cancel := context.WithTimeout(ctx, r.svc.cfg.SnapshotFetchTimeout)
-	info, err := store.GetInfo(ictx, mk.ObjectName)
-	cancel()
-	if err != nil {
-		return nil, laneError(ErrSnapshotFetch, r.lane, err, "object info %s/%s", mk.ObjectBucket, mk.ObjectName)
-	}
-	if info.Deleted || info.Size != mk.Size || info.Digest != wire.ObjectDigest(mk.Digest) {
-		r.m.malformed(malformedObject)
-		return nil, laneError(ErrSnapshotInvalid, r.lane, nil, "object %s holds %d bytes (digest %s, deleted %t); the marker says %d bytes (digest %s)",
-			mk.ObjectName, info.Size, info.Digest, info.Deleted, mk.Size, wire.ObjectDigest(mk.Digest))
-	}
-	words, err := r.readBody(ctx, store, mk, format)
-	if err != nil {
-		var de *wire.DecodeError
-		if errors.As(err, &de) {
-			r.countMalformed(err)
-			return nil, laneError(ErrSnapshotInvalid, r.lane, err, "object %s", mk.ObjectName)
-		}
-		return nil, laneError(ErrSnapshotFetch, r.lane, err, "object %s/%s", mk.ObjectBucket, mk.ObjectName)
-	}
-	return words, nil
-}
-
-// checkObject checks the body location and size a marker declares.
-func (r *laneRunner) checkObject(mk *wire.SnapshotMarker, format ckf.FormatIdentity) error {
-	if mk.ObjectBucket != wire.SnapshotBucket {
-		return laneError(ErrSnapshotInvalid, r.lane, nil, "marker names object bucket %q; bodies are read only from %s", mk.ObjectBucket, wire.SnapshotBucket)
-	}
-	want, err := wire.SnapshotObjectName(r.svc.cfg.Domain, r.dc, mk.Lease.Epoch, mk.Sequence)
-	if err != nil || mk.ObjectName != want {
-		return laneError(ErrSnapshotInvalid, r.lane, err, "marker names object %q, the pool's body of epoch %d sequence %d is %q",
-			mk.ObjectName, mk.Lease.Epoch, mk.Sequence, want)
-	}
-	if size := wire.SnapshotBodySize(format.BucketCount); mk.Size != size {
-		return laneError(ErrSnapshotInvalid, r.lane, nil, "marker declares %d bytes, a body of the indexer format is %d", mk.Size, size)
-	}
-	return nil
-}
-
-// readBody reads the marker's body, retrying an attempt that timed out: a
-// stalled chunk transfer is a property of that read, not of the snapshot,
-// and the next read of the same object usually goes through. Every attempt
-// has its own deadline, scaled by the size the marker declares.
-func (r *laneRunner) readBody(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error) {
-	cfg := r.svc.cfg
-	timeout := cfg.SnapshotFetchTimeout + time.Duration(mk.Size)*time.Second/SnapshotFetchBytesPerSecond
-	for attempt := 1; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, timeout)
-		words, err := r.svc.readObject(actx, store, mk, format)
-		cancel()
-		if err == nil || ctx.Err() != nil || attempt >= cfg.SnapshotFetchAttempts || !isTimeout(err) {
-			return words, err
-		}
-		r.m.fetchRetried()
-		r.log.Warn().Err(err).Int("attempt", attempt).Str("object", mk.ObjectName).Msg("snapshot read timed out; retrying")
-	}
-}
-
-// readSnapshotObject streams the marker's object into words: at most
-// mk.Size bytes (plus one, to see the end) are read, and the SHA-256 of
-// what was read must be the marker's digest.
-func readSnapshotObject(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error) {
-	res, err := store.Get(ctx, mk.ObjectName)
-	if err != nil {
-		return nil, err
-	}
-	defer res.Close()
-	h := sha256.New()
-	words, err := wire.ReadSnapshotBody(io.TeeReader(io.LimitReader(res, int64(mk.Size)+1), h), format, nil)
-	if err != nil {
-		return nil, err
-	}
-	if err := mk.VerifyDigest(h); err != nil {
-		return nil, err
-	}
-	return words, nil
-}
-
-// isTimeout reports whether err is a read or request deadline passing.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
-		errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
-
-// countMalformed counts a refused message by its wire error kind.
-func (r *laneRunner) countMalformed(err error) {
-	var de *wire.DecodeError
-	if errors.As(err, &de) {
-		r.m.malformed(wireKindLabel(de.Kind))
-		return
-	}
-	r.m.malformed("decode")
-}
-
 // consume follows the lane from just after the installed marker until the
 // lane must bootstrap again or ctx ends.
 func (r *laneRunner) consume(ctx context.Context) outcome {
@@ -703,272 +453,4 @@ func faultKind(f consumer.Fault) string {
 		return f.LaneFault.Kind.String()
 	}
 	return f.Kind.String()
-}
-
-// handle processes one lane message; done reports that consume must return
-// out.
-func (r *laneRunner) handle(ctx context.Context, m jetstream.Msg) (out outcome, done bool) {
-	if meta, err := m.Metadata(); err == nil {
-		r.m.lag.Set(float64(meta.NumPending))
-		r.mu.Lock()
-		r.st.lag = meta.NumPending
-		r.mu.Unlock()
-	}
-	data := m.Data()
-	kind, err := wire.PeekKind(data)
-	if err != nil {
-		return r.malformed(err, m.Subject())
-	}
-	if r.subj.For(kind) != m.Subject() {
-		r.m.malformed(malformedSubject)
-		r.log.Warn().Str("subject", m.Subject()).Str("kind", kind.String()).Msg("lane message on the wrong subject; skipped")
-		return outcome{}, false
-	}
-	switch kind {
-	case wire.KindDelta:
-		d, err := wire.DecodeDelta(data)
-		if err != nil {
-			return r.malformed(err, m.Subject())
-		}
-		return r.handleDelta(ctx, m, &d)
-	case wire.KindDrainMarker:
-		dm, err := wire.DecodeDrainMarker(data)
-		if err != nil {
-			return r.malformed(err, m.Subject())
-		}
-		return r.handleDrain(ctx, &dm)
-	case wire.KindSnapshotMarker:
-		sm, err := wire.DecodeSnapshotMarker(data)
-		if err != nil {
-			return r.malformed(err, m.Subject())
-		}
-		return r.handleMarker(ctx, m, &sm)
-	default: // heartbeat: validated; it carries nothing the lane applies
-		hb, err := wire.DecodeHeartbeat(data)
-		if err != nil {
-			return r.malformed(err, m.Subject())
-		}
-		return r.handleHeartbeat(ctx, &hb)
-	}
-}
-
-func (r *laneRunner) malformed(err error, subject string) (outcome, bool) {
-	r.countMalformed(err)
-	r.log.Warn().Err(err).Str("subject", subject).Msg("malformed lane message; skipped")
-	return outcome{}, false
-}
-
-// traffic classifies a message's (identity, wire epoch) against the current
-// assignment.
-type traffic uint8
-
-const (
-	trafficCurrent traffic = iota + 1
-	trafficSuperseded
-	trafficNewer
-	trafficForeign
-	// trafficMismatch: the installed epoch under another identity. A relay
-	// keeps one identity per epoch (its incarnation is the epoch), so this
-	// is not a take-over: it is skipped rather than obeyed.
-	trafficMismatch
-)
-
-func (r *laneRunner) classify(id *ckf.ProducerIdentity, epoch uint64) traffic {
-	switch {
-	case id.Pool != r.pool:
-		return trafficForeign
-	case epoch < r.cur.epoch:
-		return trafficSuperseded
-	case epoch > r.cur.epoch:
-		return trafficNewer
-	case *id != r.cur.identity:
-		return trafficMismatch
-	}
-	return trafficCurrent
-}
-
-func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.Delta) (outcome, bool) {
-	switch r.classify(&d.Identity, d.Lease.Epoch) {
-	case trafficForeign:
-		r.m.malformed(malformedForeignPool)
-		r.log.Warn().Str("pool", d.Identity.Pool.String()).Msg("delta of another pool on the lane; skipped")
-		return outcome{}, false
-	case trafficMismatch:
-		r.m.malformed(malformedIdentity)
-		return outcome{}, false
-	case trafficSuperseded:
-		r.log.Debug().Uint64("epoch", d.Lease.Epoch).Uint64("current_epoch", r.cur.epoch).
-			Uint64("sequence", d.Sequence).Msg("superseded delta dropped")
-		return r.dropSuperseded(wire.KindDelta, d.Lease.Epoch)
-	case trafficNewer:
-		if !r.epochGranted(ctx, d.Lease.Epoch) {
-			return r.ungrantedOutcome(wire.KindDelta, d.Lease.Epoch)
-		}
-		// The marker of a newer epoch precedes its deltas; bootstrap from
-		// the latest one.
-		return missedMarker("delta", d.Lease.Epoch)
-	}
-	r.sawCurrent()
-	cd := d.ToCkf(r.cur.lease)
-	pctx := propagation.TraceContext{}.Extract(ctx, streams.HeaderCarrier(m.Headers()))
-	_, span := r.svc.tracer.Start(pctx, SpanLaneApply,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			semconv.MessagingSystemKey.String("nats"),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("apply"),
-			semconv.MessagingDestinationName(m.Subject()),
-			semconv.MessagingMessageBodySize(len(m.Data())),
-			attribute.Int("lane", r.lane),
-			attribute.String("dc", r.dc),
-			attribute.Int64("sequence", int64(d.Sequence)),
-			attribute.Int("images", len(d.Images)),
-		))
-	err := r.gen.pool.SubmitDelta(&cd)
-	admitted := time.Now()
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-	}
-	span.End()
-	if err != nil {
-		return r.poolRefused(err), true
-	}
-	r.m.deltas.Inc()
-	r.m.images.Add(float64(len(d.Images)))
-	r.setInstalled(r.cur.epoch, d.Sequence)
-	if t, ok := eventTime(m.Headers()); ok {
-		if lat := admitted.Sub(t); lat >= 0 {
-			r.m.observeLatency(lat.Seconds(), span.SpanContext())
-		}
-	}
-	return outcome{}, false
-}
-
-// submitFaultKind names a SubmitDelta refusal for the fault metric.
-func submitFaultKind(err error) string {
-	var ie *consumer.IngestionError
-	if errors.As(err, &ie) {
-		return "submit_" + ingestionKindLabel(ie.Kind)
-	}
-	return "submit"
-}
-
-func ingestionKindLabel(k consumer.IngestionErrorKind) string {
-	switch k {
-	case consumer.ErrLaneRetired:
-		return "lane_retired"
-	case consumer.ErrAwaitingSnapshot:
-		return "awaiting_snapshot"
-	case consumer.ErrLaneUnassigned:
-		return "lane_unassigned"
-	case consumer.ErrSaturated:
-		return "saturated"
-	case consumer.ErrOutstandingImageLimit:
-		return "outstanding_image_limit"
-	case consumer.ErrDirtyToAppliedAgeExceeded:
-		return "dirty_to_applied_age_exceeded"
-	case consumer.ErrControlTimeout:
-		return "control_timeout"
-	case consumer.ErrWorkerFailed:
-		return "worker_failed"
-	case consumer.ErrPoolClosed:
-		return "pool_closed"
-	}
-	return "error"
-}
-
-// eventTime parses EventTimeHeader.
-func eventTime(h nats.Header) (time.Time, bool) {
-	v := h.Get(EventTimeHeader)
-	if v == "" {
-		return time.Time{}, false
-	}
-	ns, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || ns <= 0 {
-		return time.Time{}, false
-	}
-	return time.Unix(0, ns), true
-}
-
-func (r *laneRunner) handleDrain(ctx context.Context, dm *wire.DrainMarker) (outcome, bool) {
-	switch r.classify(&dm.Identity, dm.Lease.Epoch) {
-	case trafficForeign:
-		r.m.malformed(malformedForeignPool)
-		return outcome{}, false
-	case trafficMismatch:
-		r.m.malformed(malformedIdentity)
-		return outcome{}, false
-	case trafficSuperseded:
-		return r.dropSuperseded(wire.KindDrainMarker, dm.Lease.Epoch)
-	case trafficNewer:
-		if !r.epochGranted(ctx, dm.Lease.Epoch) {
-			return r.ungrantedOutcome(wire.KindDrainMarker, dm.Lease.Epoch)
-		}
-		return missedMarker("drain marker", dm.Lease.Epoch)
-	}
-	r.sawCurrent()
-	res, err := r.gen.pool.CompleteDrain(dm.ToCkf(r.cur.lease))
-	if err != nil {
-		return r.poolRefused(err), true
-	}
-	if res.Kind != consumer.OutcomeDrainAcknowledged {
-		// A drain that exposes a dropped final delta: the pool retired the
-		// lane (DeactivateAndSnapshot).
-		return outcome{fault: res.Fault.Kind.String(), detail: res.String(), requestSnapshot: true}, true
-	}
-	r.setInstalled(r.cur.epoch, res.InstalledSequence)
-	return outcome{healthy: true}, false
-}
-
-// handleHeartbeat tells the lane its installed epoch is still alive (or
-// that it is not).
-func (r *laneRunner) handleHeartbeat(ctx context.Context, hb *wire.Heartbeat) (outcome, bool) {
-	switch r.classify(&hb.Identity, hb.Lease.Epoch) {
-	case trafficForeign:
-		r.m.malformed(malformedForeignPool)
-	case trafficMismatch:
-		r.m.malformed(malformedIdentity)
-	case trafficSuperseded:
-		return r.dropSuperseded(wire.KindHeartbeat, hb.Lease.Epoch)
-	case trafficNewer:
-		if !r.epochGranted(ctx, hb.Lease.Epoch) {
-			return r.ungrantedOutcome(wire.KindHeartbeat, hb.Lease.Epoch)
-		}
-		// A granted newer epoch's marker precedes its heartbeats on the
-		// lane, so this lane missed it (purged, or published before the
-		// lane's consumer started): the installed epoch is superseded. An
-		// idle producer sends no delta that would reveal it, so the lane
-		// leaves the ready set and bootstraps, as for such a delta.
-		return missedMarker("heartbeat", hb.Lease.Epoch)
-	case trafficCurrent:
-		r.sawCurrent()
-	}
-	return outcome{}, false
-}
-
-func (r *laneRunner) handleMarker(ctx context.Context, m jetstream.Msg, sm *wire.SnapshotMarker) (outcome, bool) {
-	switch r.classify(&sm.Identity, sm.Lease.Epoch) {
-	case trafficForeign:
-		r.m.malformed(malformedForeignPool)
-		return outcome{}, false
-	case trafficMismatch:
-		r.m.malformed(malformedIdentity)
-		return outcome{}, false
-	case trafficSuperseded:
-		return r.dropSuperseded(wire.KindSnapshotMarker, sm.Lease.Epoch)
-	case trafficCurrent:
-		r.sawCurrent()
-		return outcome{}, false // an active lane skips forward snapshots
-	}
-	if !r.epochGranted(ctx, sm.Lease.Epoch) {
-		return r.ungrantedOutcome(wire.KindSnapshotMarker, sm.Lease.Epoch)
-	}
-	meta, err := m.Metadata()
-	if err != nil {
-		return outcome{fault: "metadata", detail: err.Error()}, true
-	}
-	r.log.Info().Uint64("epoch", sm.Lease.Epoch).Uint64("current_epoch", r.cur.epoch).
-		Uint64("sequence", sm.Sequence).Msg("newer producer epoch; switching")
-	return outcome{next: &markerAt{marker: *sm, streamSeq: meta.Sequence.Stream}}, true
 }

@@ -58,10 +58,19 @@ const (
 	// MetricWorkerFailures counts ingestion worker failures (recovered
 	// panics) reported by the pool.
 	MetricWorkerFailures = "ckf_indexer_worker_failures_total"
-	// MetricUngrantedEpoch counts lane messages refused because their epoch
-	// is above every epoch the lease coordinator has granted the pool, even
-	// after re-reading the lease bucket (forged traffic) {lane, dc, kind}.
+	// MetricUngrantedEpoch counts lane messages refused because the lease
+	// coordinator never granted their epoch, even after re-reading the
+	// lease bucket (forged traffic) {lane, dc, kind}: a snapshot marker's
+	// epoch is above the pool's epoch counter, another message's is above
+	// the epoch of the pool's lease record (so a burnt epoch, one a lost
+	// acquire race left the counter at, counts here).
 	MetricUngrantedEpoch = "ckf_indexer_ungranted_epoch_total"
+	// MetricNewerEpochWithoutMarker counts lane messages (not markers) of
+	// a granted newer epoch skipped because the lane's latest marker was its
+	// installed one: instead of bootstrapping from that marker again (and
+	// meeting the same traffic after it), the lane left the ready set and
+	// asked for a snapshot {lane, dc, kind}.
+	MetricNewerEpochWithoutMarker = "ckf_indexer_newer_epoch_without_marker_total"
 	// MetricLaneMapRejected counts lane map entries refused on read (bad DC
 	// name, DC id not derived from the name, duplicate), and maps that did
 	// not decode at all (entry="map").
@@ -84,10 +93,14 @@ const (
 	PhaseBootstrapping = "bootstrapping"
 	PhaseActive        = "active"
 	PhaseBackoff       = "backoff"
-	PhaseRefused       = "refused"
+	// PhaseAwaitingSnapshot: consuming, out of the ready set, because a
+	// granted newer epoch's traffic came without a marker to bootstrap
+	// from; the lane asked for a snapshot and waits for its marker.
+	PhaseAwaitingSnapshot = "awaiting_snapshot"
+	PhaseRefused          = "refused"
 )
 
-var phases = []string{PhasePending, PhaseBootstrapping, PhaseActive, PhaseBackoff, PhaseRefused}
+var phases = []string{PhasePending, PhaseBootstrapping, PhaseActive, PhaseBackoff, PhaseAwaitingSnapshot, PhaseRefused}
 
 // Malformed kinds beyond the wire decode error kinds.
 const (
@@ -101,6 +114,10 @@ const (
 	// with it (size, digest) before any byte is read.
 	malformedObject = "snapshot_object"
 )
+
+// faultNewerEpoch is the fault kind of a lane that met a granted newer
+// epoch's traffic without that epoch's snapshot marker.
+const faultNewerEpoch = "newer_epoch"
 
 // faultSuperseded is the fault kind of a lane that dropped superseded
 // traffic for Config.SupersededFaultAfter without any of its own epoch.
@@ -125,6 +142,7 @@ type serviceMetrics struct {
 	rebuildCount     atomic.Uint64 // poolRebuilds, readable for logs
 	setupRetries     prometheus.Counter
 	ungranted        *prometheus.CounterVec
+	withoutMarker    *prometheus.CounterVec
 	laneMapRejected  *prometheus.CounterVec
 	streamRecreated  *prometheus.CounterVec
 }
@@ -136,7 +154,7 @@ func (m *serviceMetrics) perLane() []interface {
 	return []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{m.laneState, m.laneReady, m.installed, m.lag, m.faults, m.malformed, m.superseded, m.bootstraps,
-		m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.ungranted}
+		m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.ungranted, m.withoutMarker}
 }
 
 func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
@@ -167,6 +185,8 @@ func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
 		setupRetries: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricSetupRetries,
 			Help: "Start-up steps retried while NATS or the hub's JetStream was unreachable."}),
 		ungranted: counters(MetricUngrantedEpoch, "Lane messages refused: their epoch was never granted by the lease coordinator.", "kind"),
+		withoutMarker: counters(MetricNewerEpochWithoutMarker,
+			"Lane messages of a granted newer epoch skipped while the lane waits for that epoch's marker (its latest marker was the installed one).", "kind"),
 		laneMapRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLaneMapRejected,
 			Help: "Lane map entries (entry=lane) or whole maps (entry=map) refused on read."}, []string{"entry"}),
 		streamRecreated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLaneStreamRecreated,
@@ -174,7 +194,7 @@ func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
 	}
 	for _, c := range []prometheus.Collector{m.laneState, m.laneReady, m.installed, m.lag, m.faults, m.malformed, m.superseded,
 		m.bootstraps, m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.workerFailures, m.poolRebuilds,
-		m.setupRetries, m.ungranted, m.laneMapRejected, m.streamRecreated} {
+		m.setupRetries, m.ungranted, m.withoutMarker, m.laneMapRejected, m.streamRecreated} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -236,6 +256,9 @@ func (lm *laneMetrics) bootstrap(outcome string) {
 }
 func (lm *laneMetrics) ungranted(kind string) {
 	lm.m.ungranted.WithLabelValues(lm.lane, lm.dc, kind).Inc()
+}
+func (lm *laneMetrics) withoutMarker(kind string) {
+	lm.m.withoutMarker.WithLabelValues(lm.lane, lm.dc, kind).Inc()
 }
 func (lm *laneMetrics) snapshotRequested() {
 	lm.m.snapshotRequests.WithLabelValues(lm.lane, lm.dc).Inc()

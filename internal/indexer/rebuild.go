@@ -104,7 +104,7 @@ func (s *Service) rebuild(g *poolGen) {
 	defer s.dispatch.Done()
 	for {
 		s.mu.Lock()
-		wait := s.limiter.delay(time.Now())
+		wait := s.limiter.delay(s.now())
 		s.mu.Unlock()
 		if wait > 0 {
 			s.log.Warn().Dur("wait_ms", wait).Msg("ingestion pool rebuild rate limited")
@@ -136,7 +136,7 @@ func (s *Service) replacePool(g *poolGen) (done bool, err error) {
 	if s.closing || s.gen.Load() != g {
 		return true, nil
 	}
-	now := time.Now()
+	now := s.now()
 	if s.limiter.delay(now) > 0 {
 		return false, nil
 	}

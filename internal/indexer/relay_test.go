@@ -106,7 +106,15 @@ func (r *fakeRelay) takeEpoch() {
 	if err != nil {
 		r.t.Fatalf("relay %s: acquire: %v", r.dc, err)
 	}
+	r.adopt(l)
+}
+
+// adopt publishes under l from now on, as a relay that acquired it does:
+// a new publisher generation and its barrier snapshot.
+func (r *fakeRelay) adopt(l *lease.Lease) {
+	r.t.Helper()
 	r.lease = l
+	r.instance = l.Owner()
 	last := uint64(0)
 	if r.pub != nil {
 		last = r.pub.LastSequence()

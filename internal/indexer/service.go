@@ -92,7 +92,9 @@ type Service struct {
 	// readObject reads and decodes a snapshot body; tests replace it
 	// (before Run) to inject Object Store failures.
 	readObject func(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error)
-	// now is the clock of the superseded-traffic fault; tests replace it.
+	// now is the clock of the superseded-traffic fault, of an awaiting
+	// lane's snapshot requests and of the rebuild limiter; tests replace it
+	// before Run (it must be safe for concurrent use).
 	now func() time.Time
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 )
 
@@ -29,6 +30,9 @@ type Coordinator struct {
 	stream  jetstream.Stream // the bucket's backing stream, for marker-aware reads
 	subjPre string           // "$KV.<bucket>."
 	set     settings
+	// leader sends the stream API requests that only the bucket stream's
+	// leader answers (leaderLatest).
+	leader leaderAPI
 
 	// now is the clock for lease expiry; tests replace it (export_test.go).
 	now func() time.Time
@@ -68,6 +72,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts ...Option) (*Coordina
 		stream:  stream,
 		subjPre: "$KV." + set.bucket + ".",
 		set:     set,
+		leader:  newLeaderAPI(js, "KV_"+set.bucket),
 		now:     time.Now,
 	}, nil
 }
@@ -105,6 +110,14 @@ func (c *Coordinator) Bucket() string { return c.set.bucket }
 // compare-and-set must name (0 when the subject holds no message at all).
 // Reading markers matters: Create would skip over a marker written after our
 // read, letting a stale writer win.
+//
+// The bucket allows direct gets, which any replica answers from its own
+// store: on a clustered bucket a lagging follower, or one cut off from the
+// others, answers with an old value. latest is for reads that feed a
+// compare-and-set, where an old value only costs a retry (the write names
+// the revision read, and the leader refuses it), and for the lane map,
+// which watchers correct. A read whose answer is acted on as it stands uses
+// leaderLatest.
 func (c *Coordinator) latest(ctx context.Context, key string) (value []byte, rev uint64, present bool, err error) {
 	m, err := c.stream.GetLastMsgForSubject(ctx, c.subjPre+key)
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
@@ -113,10 +126,33 @@ func (c *Coordinator) latest(ctx context.Context, key string) (value []byte, rev
 	if err != nil {
 		return nil, 0, false, fmt.Errorf("lease: read %s: %w", key, err)
 	}
-	if isMarker(m.Header.Get(kvOperationHeader), m.Header.Get(jetstream.MarkerReasonHeader)) {
-		return nil, m.Sequence, false, nil
+	value, present = kvValue(m.Header, m.Data)
+	return value, m.Sequence, present, nil
+}
+
+// leaderLatest is latest answered by the stream leader: the fencing reads
+// (Verify, CurrentEpoch, CurrentLease) must not take an old lease or epoch
+// from a follower's store. Where no leader can be reached (a server cut
+// off from the cluster) it fails instead of answering.
+func (c *Coordinator) leaderLatest(ctx context.Context, key string) (value []byte, rev uint64, present bool, err error) {
+	m, err := c.leader.lastMsg(ctx, c.subjPre+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, 0, false, nil
 	}
-	return m.Data, m.Sequence, true, nil
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("lease: read %s from the stream leader: %w", key, err)
+	}
+	value, present = kvValue(m.Header, m.Data)
+	return value, m.Sequence, present, nil
+}
+
+// kvValue is a KV message's value, or present=false for a delete or purge
+// marker.
+func kvValue(h nats.Header, data []byte) (value []byte, present bool) {
+	if isMarker(h.Get(kvOperationHeader), h.Get(jetstream.MarkerReasonHeader)) {
+		return nil, false
+	}
+	return data, true
 }
 
 func isMarker(op, reason string) bool { return op != "" || reason != "" }

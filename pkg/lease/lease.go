@@ -179,13 +179,15 @@ func (c *Coordinator) bumpEpoch(ctx context.Context, domain, dc, key string, flo
 }
 
 // CurrentEpoch returns the highest epoch handed out for the pool, 0 when
-// none. Fails with ErrInvalidName or ErrCorruptRecord.
+// none, as the bucket stream's leader has it (never a follower's older
+// copy). Fails with ErrInvalidName or ErrCorruptRecord, or with the read
+// error when no leader answers.
 func (c *Coordinator) CurrentEpoch(ctx context.Context, domain, dc string) (uint64, error) {
 	if err := validatePool(domain, dc); err != nil {
 		return 0, err
 	}
 	key := epochKey(domain, dc)
-	data, _, present, err := c.latest(ctx, key)
+	data, _, present, err := c.leaderLatest(ctx, key)
 	if err != nil || !present {
 		return 0, err
 	}
@@ -197,14 +199,15 @@ func (c *Coordinator) CurrentEpoch(ctx context.Context, domain, dc string) (uint
 }
 
 // CurrentLease returns the pool's stored lease, live or expired (compare
-// ExpiresAt with your clock). Fails with ErrNoLease when none is stored,
-// ErrInvalidName or ErrCorruptRecord.
+// ExpiresAt with your clock), as the bucket stream's leader has it. Fails
+// with ErrNoLease when none is stored, ErrInvalidName or ErrCorruptRecord,
+// or with the read error when no leader answers.
 func (c *Coordinator) CurrentLease(ctx context.Context, domain, dc string) (LeaseInfo, error) {
 	if err := validatePool(domain, dc); err != nil {
 		return LeaseInfo{}, err
 	}
 	key := leaseKey(domain, dc)
-	data, rev, present, err := c.latest(ctx, key)
+	data, rev, present, err := c.leaderLatest(ctx, key)
 	if err != nil {
 		return LeaseInfo{}, err
 	}
@@ -332,15 +335,17 @@ func (l *Lease) lostError(detail string, cause error) *Error {
 	return e
 }
 
-// Verify reads the pool's lease record from the KV bucket and confirms it
-// is still this lease (same owner and epoch) and unexpired. A record that
+// Verify reads the pool's lease record from the bucket stream's leader (a
+// follower's copy may be old: a follower cut off from the cluster would
+// confirm a lease that has moved) and confirms it is still this lease (same
+// owner and epoch) and unexpired. A record that
 // names another owner or epoch, an absent record or an expired one ends the
 // lease (Done closes) and returns an error matching ErrLeaseLost; a read
 // error is returned as is and leaves the lease held. Publishers call it
 // before acting on evidence that someone else wrote on their lane, to tell
 // a successor (lease moved) from a stray writer (lease still ours).
 func (l *Lease) Verify(ctx context.Context) error {
-	data, _, present, err := l.c.latest(ctx, l.key)
+	data, _, present, err := l.c.leaderLatest(ctx, l.key)
 	if err != nil {
 		return err
 	}
