@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckfrelay/ckfrelay/testenv"
+
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
@@ -111,7 +113,7 @@ func TestWrongFormatLaneIsRefusedAndCounted(t *testing.T) {
 	// The fault is counted before the lane's status records it: wait for
 	// both, then check the lane never became ready.
 	var st api.LaneStatus
-	waitFor(t, func() bool {
+	testenv.WaitFor(t, waitTotal, "condition not met", func() bool {
 		if metricCount(s.reg, MetricFaults, itoa(lane), "kind", ErrWrongFormat.String()) == 0 {
 			return false
 		}

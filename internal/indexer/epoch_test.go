@@ -266,7 +266,7 @@ func TestATakeoverWhoseHeartbeatPrecedesItsMarkerIsAcceptedWithoutLooping(t *tes
 	// A second heartbeat a while later: still waiting, not bootstrapping.
 	time.Sleep(300 * time.Millisecond)
 	r.injectHeartbeat(l.Epoch(), "relay-b")
-	waitFor(t, func() bool {
+	testenv.WaitFor(t, waitTotal, "condition not met", func() bool {
 		return metricCount(s.reg, MetricNewerEpochWithoutMarker, lane, "kind", wire.KindHeartbeat.String()) == 2
 	})
 	if st, _ := statusOf(s.Service, r.lane); st.State != PhaseAwaitingSnapshot || isReady(s.Service, r.lane) {

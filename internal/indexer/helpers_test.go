@@ -2,7 +2,6 @@ package indexer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -198,17 +197,6 @@ func isReady(s *Service, lane int) bool {
 }
 
 func itoa(i int) string { return strconv.Itoa(i) }
-
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, cond func() bool) {
-	t.Helper()
-	testenv.Eventually(t, waitTotal, waitInterval, func() error {
-		if !cond() {
-			return errors.New("condition not met")
-		}
-		return nil
-	})
-}
 
 // metricCount sums the series of metric name on lane (whatever its dc)
 // that carry the extra label pairs kv.

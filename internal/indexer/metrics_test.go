@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckfrelay/ckfrelay/testenv"
+
 	dto "github.com/prometheus/client_model/go"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -31,7 +33,7 @@ func TestLaneSeriesAreLabelledCarryExemplarsAndGoAwayWithTheLane(t *testing.T) {
 	r.apply(storeChain(1, chain(5, 3), 0, 3))
 	parent.End()
 	lane := strconv.Itoa(r.lane)
-	waitFor(t, func() bool { return metricCount(s.reg, MetricEventToQueryable, lane) > 0 })
+	testenv.WaitFor(t, waitTotal, "condition not met", func() bool { return metricCount(s.reg, MetricEventToQueryable, lane) > 0 })
 
 	mfs, err := s.reg.Gather()
 	if err != nil {

@@ -385,7 +385,7 @@ func TestLaneApplySpanIsChildOfRelaySpan(t *testing.T) {
 		attribute.Int("lane", r.lane), attribute.String("dc", "dc-a"), attribute.Int("images", len(r.lastDelta.Images)),
 	} {
 		if !hasAttr(span.Attributes(), kv.Key, kv.Value) {
-			t.Errorf("span lacks %s=%v: %v", kv.Key, kv.Value.Emit(), span.Attributes())
+			t.Errorf("span lacks %s=%v: %v", kv.Key, kv.Value.String(), span.Attributes())
 		}
 	}
 }

@@ -114,7 +114,7 @@ func TestAForgedHigherEpochCannotTakeALaneOver(t *testing.T) {
 	// refuses it, asks for a snapshot and installs the genuine one.
 	s.stop(t)
 	s2 := startService(t, e.nc, e.js, testConfig(t))
-	waitFor(t, func() bool { return metricCount(s2.reg, MetricSnapshotRequests, lane) > 0 })
+	testenv.WaitFor(t, waitTotal, "condition not met", func() bool { return metricCount(s2.reg, MetricSnapshotRequests, lane) > 0 })
 	r.snapshot()
 	waitInstalled(t, s2.Service, r.lane, r.epoch(), r.pub.LastSequence())
 	if err := checkDepths(s2.Service, r, w); err != nil {
@@ -185,7 +185,7 @@ func TestALaneDroppingSupersededTrafficReportsAFaultAndRecovers(t *testing.T) {
 	}
 	// The fault asked for a snapshot; the relay answers it and the lane
 	// installs its real epoch again.
-	waitFor(t, func() bool { return metricCount(s.reg, MetricSnapshotRequests, lane) > 0 })
+	testenv.WaitFor(t, waitTotal, "condition not met", func() bool { return metricCount(s.reg, MetricSnapshotRequests, lane) > 0 })
 	r.snapshot()
 	waitInstalled(t, s.Service, r.lane, r.epoch(), r.pub.LastSequence())
 	if err := checkDepths(s.Service, r, w); err != nil {
@@ -276,7 +276,7 @@ func TestADeletedLaneStreamIsRecreatedAndLanesBootstrapAgain(t *testing.T) {
 	if err := e.js.DeleteStream(ctx, "CKF_LANES"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, func() bool { return promtest.Count(s.reg, MetricLaneStreamRecreated+`{outcome="created"}`) > 0 })
+	testenv.WaitFor(t, waitTotal, "condition not met", func() bool { return promtest.Count(s.reg, MetricLaneStreamRecreated+`{outcome="created"}`) > 0 })
 	if _, err := e.js.Stream(ctx, "CKF_LANES"); err != nil {
 		t.Fatalf("lane stream not recreated: %v", err)
 	}

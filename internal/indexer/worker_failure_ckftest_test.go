@@ -124,8 +124,8 @@ func TestWorkerFailureRebuildsPoolAndRecoversEveryLane(t *testing.T) {
 
 	// First crash: lane a's worker. The pool fails closed for lane a only.
 	consumer.CrashLaneWorkerForTest(g1.pool, a.lane)
-	waitFor(t, func() bool { return promtest.Count(s.reg, MetricWorkerFailures) == 1 })
-	waitFor(t, func() bool {
+	testenv.WaitFor(t, waitTotal, "condition not met", func() bool { return promtest.Count(s.reg, MetricWorkerFailures) == 1 })
+	testenv.WaitFor(t, waitTotal, "condition not met", func() bool {
 		return metricCount(s.reg, MetricFaults, strconv.Itoa(a.lane), "kind", "worker_failed") >= 1
 	})
 	// The producers keep publishing while the lane is down: the stream
@@ -154,8 +154,8 @@ func TestWorkerFailureRebuildsPoolAndRecoversEveryLane(t *testing.T) {
 	// pending then however slow the machine is.
 	clock.freeze(t1)
 	consumer.CrashLaneWorkerForTest(g2.pool, b.lane)
-	waitFor(t, func() bool { return promtest.Count(s.reg, MetricWorkerFailures) == 2 })
-	waitFor(t, func() bool { return !isReady(s.Service, b.lane) })
+	testenv.WaitFor(t, waitTotal, "condition not met", func() bool { return promtest.Count(s.reg, MetricWorkerFailures) == 2 })
+	testenv.WaitFor(t, waitTotal, "condition not met", func() bool { return !isReady(s.Service, b.lane) })
 	if err := checkDepths(s.Service, a, wa); err != nil {
 		t.Fatalf("lane a while the rebuild is pending: %v", err)
 	}

@@ -84,7 +84,7 @@ func TestARestartRestoresASharedPrefixPoolWhoseInputAgedOut(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	if !hasMetric(reg, checkpointCount("restored", 1)) || hasMetric(reg, `ckf_relay_checkpoints_total{outcome="rejected_corrupt"}`) ||
 		hasMetric(reg, `ckf_relay_checkpoints_total{outcome="rejected_over_budget"}`) {
 		t.Fatal("the shared-prefix checkpoint was not restored")
@@ -117,7 +117,7 @@ func TestAnOverBudgetStateNeverReplacesTheStoredCheckpoint(t *testing.T) {
 	cfg.CheckpointInterval = 20 * time.Millisecond
 	r, stop := startRelay(t, nc, js, cfg)
 	laneConverges(t, js, r, reference(t, cfg.CKF, all).Words())
-	waitFor(t, "over-budget checkpoints skipped", func() bool {
+	testenv.WaitFor(t, 0, "over-budget checkpoints skipped", func() bool {
 		return promtest.Count(reg, `ckf_relay_checkpoints_total{outcome="skipped_over_budget"}`) >= 2
 	})
 	stop() // its final checkpoint is skipped too
@@ -194,5 +194,5 @@ func TestACheckpointBeyondTheRestoreBudgetIsRejectedAsSuch(t *testing.T) {
 	if !hasMetric(reg, checkpointCount("rejected_over_budget", 1)) || hasMetric(reg, `outcome="rejected_corrupt"`) || hasMetric(reg, `outcome="restored"`) {
 		t.Fatal("an over-budget checkpoint was not rejected as such")
 	}
-	waitFor(t, "checkpoint replaced", func() bool { return hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) })
+	testenv.WaitFor(t, 0, "checkpoint replaced", func() bool { return hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) })
 }

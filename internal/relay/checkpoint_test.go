@@ -43,7 +43,7 @@ func checkpointedFirstHalf(t *testing.T, srv *testenv.Server, cfg relay.Config, 
 	cfg.Metrics = reg
 	cfg.CheckpointInterval = 20 * time.Millisecond
 	r, stop := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	publishEvents(t, js, "a", steps)
 	ctx := context.Background()
 	events, err := js.Stream(ctx, streams.EventStream)
@@ -55,10 +55,10 @@ func checkpointedFirstHalf(t *testing.T, srv *testenv.Server, cfg relay.Config, 
 		t.Fatal(err)
 	}
 	last := info.State.LastSeq
-	waitFor(t, "first half applied", func() bool { return r.Status().InputSeq == last })
+	testenv.WaitFor(t, 0, "first half applied", func() bool { return r.Status().InputSeq == last })
 	// The counter appears with its first increment; an unchanged state is
 	// never checkpointed, so this one covers applied input.
-	waitFor(t, "checkpoint written", func() bool { return hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) })
+	testenv.WaitFor(t, 0, "checkpoint written", func() bool { return hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) })
 	stop()
 	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
 	if err != nil {
@@ -79,7 +79,7 @@ func checkpointedFirstHalf(t *testing.T, srv *testenv.Server, cfg relay.Config, 
 // epoch, equals want.
 func laneConverges(t *testing.T, js jetstream.JetStream, r *relay.Relay, want []uint64) {
 	t.Helper()
-	waitFor(t, "lane converged", func() bool {
+	testenv.WaitFor(t, 0, "lane converged", func() bool {
 		words, marker, _ := laneImage(t, js, "a")
 		return marker.Lease.Epoch == r.Status().Epoch && slices.Equal(words, want)
 	})
@@ -109,7 +109,7 @@ func TestRelayRestoresItsCheckpointAndReplaysOnlyWhatFollows(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	if !hasMetric(reg, checkpointCount("restored", 1)) {
 		t.Fatal("checkpoint not restored")
 	}
@@ -129,7 +129,7 @@ func TestACheckpointOfAnotherFormatIsIgnored(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	if !hasMetric(reg, checkpointCount("rejected_format", 1)) || hasMetric(reg, `outcome="restored"`) {
 		t.Fatal("a checkpoint of another format was not rejected")
 	}
@@ -162,7 +162,7 @@ func TestACorruptCheckpointIsIgnoredAndCounted(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	if !hasMetric(reg, checkpointCount("rejected_corrupt", 1)) || hasMetric(reg, `outcome="restored"`) {
 		t.Fatal("a corrupt checkpoint was not rejected")
 	}
@@ -190,7 +190,7 @@ func TestAnUnreadableCheckpointIsNeverOverwritten(t *testing.T) {
 	})
 	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
 	// Several checkpoint periods pass with new input applied.
-	waitFor(t, "checkpoints skipped", func() bool {
+	testenv.WaitFor(t, 0, "checkpoints skipped", func() bool {
 		return hasMetric(reg, `ckf_relay_checkpoints_total{outcome="skipped_unread_checkpoint"}`)
 	})
 	stop()

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckfrelay/ckfrelay/testenv"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
@@ -20,7 +22,7 @@ func TestMetricsCarryTheDCAndPublishExemplars(t *testing.T) {
 	cfg.Tracer = tp
 	_, js, reg := activeRelay(t, cfg)
 	publishEvents(t, js, "a", traceEvents(t, 20))
-	waitFor(t, "a delta", func() bool { return promtest.Count(reg, "ckf_relay_deltas_published_total") > 0 })
+	testenv.WaitFor(t, 0, "a delta", func() bool { return promtest.Count(reg, "ckf_relay_deltas_published_total") > 0 })
 
 	mfs, err := reg.Gather()
 	if err != nil {

@@ -205,16 +205,6 @@ func reference(t *testing.T, cfg ckf.Config, steps []replay.Step) *producer.Stat
 	return s
 }
 
-func waitFor(t *testing.T, what string, fn func() bool) {
-	t.Helper()
-	testenv.Eventually(t, 20*time.Second, 5*time.Millisecond, func() error {
-		if fn() {
-			return nil
-		}
-		return errors.New(what)
-	})
-}
-
 func TestRelayPublishesALaneThatReproducesTheExactProducerState(t *testing.T) {
 	srv := testenv.StartServer(t)
 	nc, js := srv.Connect(t), srv.JetStream(t)
@@ -223,11 +213,11 @@ func TestRelayPublishesALaneThatReproducesTheExactProducerState(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	publishEvents(t, js, "a", steps)
 	ref := reference(t, cfg.CKF, steps)
 	want := ref.Words()
-	waitFor(t, "lane converged", func() bool {
+	testenv.WaitFor(t, 0, "lane converged", func() bool {
 		words, _, _ := laneImage(t, js, "a")
 		for i := range want {
 			if words[i] != want[i] {
@@ -252,15 +242,15 @@ func TestRelayRestartRebuildsFromTheInputStreamUnderANewEpoch(t *testing.T) {
 	steps := traceEvents(t, 300)
 	cfg := testConfig("a")
 	r1, stop1 := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r1.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r1.Status().State == relay.StateActive })
 	publishEvents(t, js, "a", steps[:150])
-	waitFor(t, "first half applied", func() bool { return r1.Status().InputSeq > 0 && r1.Status().Events > 0 })
+	testenv.WaitFor(t, 0, "first half applied", func() bool { return r1.Status().InputSeq > 0 && r1.Status().Events > 0 })
 	epoch1 := r1.Status().Epoch
 	stop1()
 	// Events arrive while no relay runs; nothing JetStream accepted is lost.
 	publishEvents(t, js, "a", steps[150:])
 	r2, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active again", func() bool { return r2.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active again", func() bool { return r2.Status().State == relay.StateActive })
 	if r2.Status().Epoch <= epoch1 {
 		t.Fatalf("epoch %d after %d", r2.Status().Epoch, epoch1)
 	}
@@ -269,7 +259,7 @@ func TestRelayRestartRebuildsFromTheInputStreamUnderANewEpoch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "earlier epochs' snapshot bodies pruned", func() bool {
+	testenv.WaitFor(t, 0, "earlier epochs' snapshot bodies pruned", func() bool {
 		infos, err := obj.List(context.Background())
 		if err != nil {
 			return false
@@ -284,7 +274,7 @@ func TestRelayRestartRebuildsFromTheInputStreamUnderANewEpoch(t *testing.T) {
 		}
 		return len(infos) > 0
 	})
-	waitFor(t, "lane converged after restart", func() bool {
+	testenv.WaitFor(t, 0, "lane converged after restart", func() bool {
 		words, marker, _ := laneImage(t, js, "a")
 		if marker.Lease.Epoch != r2.Status().Epoch {
 			return false
@@ -305,16 +295,16 @@ func TestTwoRelaysForOnePoolOnePublishesTheOtherStandsBy(t *testing.T) {
 	b := testConfig("a")
 	b.Instance = "relay-a-standby"
 	ra, stopA := startRelay(t, nc, js, a)
-	waitFor(t, "a active", func() bool { return ra.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "a active", func() bool { return ra.Status().State == relay.StateActive })
 	rb, _ := startRelay(t, nc, js, b)
-	waitFor(t, "b standby", func() bool { return rb.Status().State == relay.StateStandby })
+	testenv.WaitFor(t, 0, "b standby", func() bool { return rb.Status().State == relay.StateStandby })
 	time.Sleep(3 * a.LeaseTTL / 2) // b keeps retrying; a keeps renewing
 	if rb.Status().State != relay.StateStandby || ra.Status().State != relay.StateActive {
 		t.Fatalf("a %s b %s", ra.Status().State, rb.Status().State)
 	}
 	epochA := ra.Status().Epoch
 	stopA()
-	waitFor(t, "b takes over", func() bool { return rb.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "b takes over", func() bool { return rb.Status().State == relay.StateActive })
 	if rb.Status().Epoch <= epochA {
 		t.Fatalf("b epoch %d, a had %d", rb.Status().Epoch, epochA)
 	}
@@ -362,10 +352,10 @@ func TestAZombiePublishIsRefusedAndTheRelayRecoversUnderANewEpoch(t *testing.T) 
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	inject.Store(true)
 	publishEvents(t, js, "a", traceEvents(t, 20))
-	waitFor(t, "recovered under a new epoch", func() bool {
+	testenv.WaitFor(t, 0, "recovered under a new epoch", func() bool {
 		st := r.Status()
 		return st.State == relay.StateActive && stolen.Load() != 0 && st.Epoch > stolen.Load()
 	})
@@ -399,13 +389,13 @@ func TestJunkOnTheLaneNeverFencesTheRelay(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	epoch := r.Status().Epoch
 	inject.Store(3)
 	steps := traceEvents(t, 20)
 	publishEvents(t, js, "a", steps)
 	want := reference(t, cfg.CKF, steps).Words()
-	waitFor(t, "junk written and the lane at the exact state", func() bool {
+	testenv.WaitFor(t, 0, "junk written and the lane at the exact state", func() bool {
 		if inject.Load() >= 0 {
 			return false
 		}
@@ -436,7 +426,7 @@ func TestBadInputIsCountedAndNeverStopsTheRelay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "good event applied", func() bool { return r.Status().UniqueBlocks == 1 })
+	testenv.WaitFor(t, 0, "good event applied", func() bool { return r.Status().UniqueBlocks == 1 })
 	for _, want := range []string{
 		`ckf_relay_bad_events_total{reason="malformed"} 1`,
 		`ckf_relay_bad_events_total{reason="worker_mismatch"} 1`,
@@ -485,7 +475,7 @@ func TestRepeatedSnapshotRequestsKeepTheNewestBody(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := fmt.Sprintf(`ckf_relay_snapshots_total{trigger="request"} %d`, i)
-		waitFor(t, want, func() bool { return hasMetric(reg, want) })
+		testenv.WaitFor(t, 0, want, func() bool { return hasMetric(reg, want) })
 	}
 	// The sequence never moved: every request named the same body, which
 	// was stored once (a rewrite would purge the chunks a consumer may be
@@ -525,7 +515,7 @@ func TestALostLeaseStopsPublishingUnderItsEpoch(t *testing.T) {
 	if err := kv.Delete(context.Background(), "lease."+domain+".a"); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "new epoch", func() bool {
+	testenv.WaitFor(t, 0, "new epoch", func() bool {
 		st := r.Status()
 		return st.State == relay.StateActive && st.Epoch > epoch1
 	})
@@ -546,11 +536,11 @@ func TestAnIdleRelayPublishesAnEventWithoutWaitingForItsTimer(t *testing.T) {
 	// Only the idle cut can publish within the test's lifetime.
 	cfg.PublishInterval, cfg.HeartbeatInterval = time.Hour, time.Hour
 	r, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	steps := traceEvents(t, 3)
 	publishEvents(t, js, "a", steps)
 	want := reference(t, cfg.CKF, steps).Words()
-	waitFor(t, "published without the timer", func() bool {
+	testenv.WaitFor(t, 0, "published without the timer", func() bool {
 		words, _, _ := laneImage(t, js, "a")
 		for i := range want {
 			if words[i] != want[i] {
@@ -570,7 +560,7 @@ func activeRelay(t *testing.T, cfg relay.Config) (*relay.Relay, jetstream.JetStr
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	return r, js, reg
 }
 

@@ -51,7 +51,7 @@ func TestARebuildReportsInputThatRetentionDropped(t *testing.T) {
 	// The stream exists before the first relay: publish, then drop the
 	// first 20 messages as an age limit would.
 	first, stopFirst := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return first.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return first.Status().State == relay.StateActive })
 	stopFirst()
 	publishEvents(t, js, "a", msgs)
 	const dropped = 20
@@ -60,7 +60,7 @@ func TestARebuildReportsInputThatRetentionDropped(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	if st := r.Status(); st.InputGap != dropped {
 		t.Fatalf("status input gap %d, want %d", st.InputGap, dropped)
 	}
@@ -86,7 +86,7 @@ func TestARestoredCheckpointOnlyMissesInputDroppedAfterIt(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
 	r, stop := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	if st := r.Status(); st.InputGap != 0 || !hasMetric(reg, gapMetric(0)) {
 		t.Fatalf("input gap %d with nothing missing", st.InputGap)
 	}
@@ -108,7 +108,7 @@ func TestARestoredCheckpointOnlyMissesInputDroppedAfterIt(t *testing.T) {
 	reg2 := prometheus.NewRegistry()
 	cfg.Metrics = reg2
 	r2, _ := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return r2.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r2.Status().State == relay.StateActive })
 	if st := r2.Status(); st.InputGap != 5 {
 		t.Fatalf("status input gap %d, want 5 (checkpoint at %d, stream from %d)", st.InputGap, last-10, last-4)
 	}
@@ -129,7 +129,7 @@ func TestARebuildWhoseLastInputAgedOutFinishes(t *testing.T) {
 	nc, js := srv.Connect(t), srv.JetStream(t)
 	cfg := testConfig("a")
 	first, stopFirst := startRelay(t, nc, js, cfg)
-	waitFor(t, "active", func() bool { return first.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return first.Status().State == relay.StateActive })
 	stopFirst()
 	// More messages than the input consumer can deliver ahead of the actor
 	// (its pull batch and channel hold 1024 each): the last one cannot have
@@ -159,7 +159,7 @@ func TestARebuildWhoseLastInputAgedOutFinishes(t *testing.T) {
 			}
 		})
 	})
-	waitFor(t, "active", func() bool { return r.Status().State == relay.StateActive })
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	if got := waitedFor.Load(); got != n {
 		t.Fatalf("rebuild waited for sequence %d, want %d", got, n)
 	}
@@ -172,7 +172,7 @@ func TestARebuildWhoseLastInputAgedOutFinishes(t *testing.T) {
 	// shows exactly those.
 	more := storeSteps(0, 1<<20, 1, 1)
 	publishEvents(t, js, "a", more)
-	waitFor(t, "new input applied", func() bool { return r.Status().InputSeq == n+1 })
+	testenv.WaitFor(t, 0, "new input applied", func() bool { return r.Status().InputSeq == n+1 })
 	applied := int(promtest.Count(reg, "ckf_relay_events_total")) - 1
 	if applied < 0 || applied >= n {
 		t.Fatalf("%d of %d purged messages applied", applied, n)

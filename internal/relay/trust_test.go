@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckfrelay/ckfrelay/testenv"
+
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -40,7 +42,7 @@ func TestAnExhaustedEpochCounterMakesTheRelayStandByAndReportIt(t *testing.T) {
 	if err := kv.Delete(ctx, "lease."+domain+".a"); err != nil { // the relay must take a new epoch
 		t.Fatal(err)
 	}
-	waitFor(t, "standing by with the fault", func() bool {
+	testenv.WaitFor(t, 0, "standing by with the fault", func() bool {
 		st := r.Status()
 		return st.State == relay.StateStandby && hasFault(st, relay.FaultEpochExhausted)
 	})
@@ -51,7 +53,7 @@ func TestAnExhaustedEpochCounterMakesTheRelayStandByAndReportIt(t *testing.T) {
 	if _, err := kv.Put(ctx, "epoch."+domain+".a", []byte(`{"epoch":41}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "publishing again", func() bool {
+	testenv.WaitFor(t, 0, "publishing again", func() bool {
 		st := r.Status()
 		return st.State == relay.StateActive && st.Epoch == 42 && len(st.Faults) == 0
 	})
@@ -73,7 +75,7 @@ func TestADeletedInputStreamIsRecreatedWithoutAHotLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	name, _ := relay.CheckpointObjectName(domain, "a")
-	waitFor(t, "a checkpoint covering the first events", func() bool {
+	testenv.WaitFor(t, 0, "a checkpoint covering the first events", func() bool {
 		info, err := obj.GetInfo(ctx, name)
 		return err == nil && info.Metadata[relay.MetaInputSequence] == fmt.Sprint(last)
 	})
@@ -81,11 +83,11 @@ func TestADeletedInputStreamIsRecreatedWithoutAHotLoop(t *testing.T) {
 	if err := js.DeleteStream(ctx, streams.EventStream); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "stream recreated", func() bool {
+	testenv.WaitFor(t, 0, "stream recreated", func() bool {
 		_, err := js.Stream(ctx, streams.EventStream)
 		return err == nil
 	})
-	waitFor(t, "active again", func() bool { return r.Status().State == relay.StateActive && r.Status().Epoch > epoch })
+	testenv.WaitFor(t, 0, "active again", func() bool { return r.Status().State == relay.StateActive && r.Status().Epoch > epoch })
 	if out, ok := metricsContain(reg, `ckf_relay_checkpoints_total{outcome="restored_recreated_stream"}`); !ok {
 		t.Fatalf("checkpoint not restored over the recreated stream:\n%s", out)
 	}
@@ -93,7 +95,7 @@ func TestADeletedInputStreamIsRecreatedWithoutAHotLoop(t *testing.T) {
 	// the state the checkpoint kept.
 	publishEvents(t, js, "a", steps[5:])
 	want := reference(t, cfg.CKF, steps).Words()
-	waitFor(t, "lane at the exact state", func() bool {
+	testenv.WaitFor(t, 0, "lane at the exact state", func() bool {
 		words, _, _ := laneImage(t, js, "a")
 		return slices.Equal(words, want)
 	})
@@ -134,8 +136,8 @@ func TestTrackedBlocksStopAtTheBoundWithAFault(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "tracked_blocks fault", func() bool { return hasFault(r.Status(), relay.FaultTrackedBlocks) })
-	waitFor(t, "every refusal counted", func() bool {
+	testenv.WaitFor(t, 0, "tracked_blocks fault", func() bool { return hasFault(r.Status(), relay.FaultTrackedBlocks) })
+	testenv.WaitFor(t, 0, "every refusal counted", func() bool {
 		_, ok := metricsContain(reg, fmt.Sprintf("ckf_relay_refused_events_total %d", 12*256-(1<<11)))
 		return ok
 	})
@@ -146,7 +148,7 @@ func TestTrackedBlocksStopAtTheBoundWithAFault(t *testing.T) {
 	if _, err := js.Publish(ctx, subj, []byte(`{"worker_id":1,"event":{"event_id":99999,"dp_rank":0,"data":"cleared"}}`)); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "fault cleared", func() bool {
+	testenv.WaitFor(t, 0, "fault cleared", func() bool {
 		st := r.Status()
 		return !hasFault(st, relay.FaultTrackedBlocks) && st.UniqueBlocks == 0
 	})
@@ -177,7 +179,7 @@ func TestACheckpointIsWrittenOnlyUnderAConfirmedLease(t *testing.T) {
 	cfg.CheckpointInterval = 50 * time.Millisecond
 	r, js, reg := activeRelay(t, cfg)
 	publishEvents(t, js, "a", traceEvents(t, 3))
-	waitFor(t, "a checkpoint", func() bool {
+	testenv.WaitFor(t, 0, "a checkpoint", func() bool {
 		_, ok := metricsContain(reg, `ckf_relay_checkpoints_total{outcome="written"}`)
 		return ok
 	})
@@ -201,7 +203,7 @@ func TestACheckpointIsWrittenOnlyUnderAConfirmedLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	publishEvents(t, js, "a", traceEvents(t, 6)[3:])
-	waitFor(t, "checkpoint skipped", func() bool {
+	testenv.WaitFor(t, 0, "checkpoint skipped", func() bool {
 		_, ok := metricsContain(reg, `ckf_relay_checkpoints_total{outcome="skipped_lease_not_held"}`)
 		return ok
 	})
@@ -212,5 +214,5 @@ func TestACheckpointIsWrittenOnlyUnderAConfirmedLease(t *testing.T) {
 	if after.Metadata[relay.MetaInputSequence] != before.Metadata[relay.MetaInputSequence] || after.ModTime != before.ModTime {
 		t.Fatalf("checkpoint rewritten without the lease: %v → %v", before.Metadata, after.Metadata)
 	}
-	waitFor(t, "standing by", func() bool { return r.Status().State == relay.StateStandby })
+	testenv.WaitFor(t, 0, "standing by", func() bool { return r.Status().State == relay.StateStandby })
 }

@@ -21,10 +21,9 @@ import (
 // clears (which pool emptied member tables), lifecycle operations, and
 // enough load for capacity failures and table growth.
 type workload struct {
-	r      *rand.Rand
-	mode   ckf.HashMode
-	space  uint64
-	events int
+	r     *rand.Rand
+	mode  ckf.HashMode
+	space uint64
 }
 
 // event returns the next event, or nil for a lifecycle operation that op
