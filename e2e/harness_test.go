@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -121,8 +122,13 @@ func indexerConfig(t testing.TB, tp trace.TracerProvider) indexer.Config {
 		BootstrapBackoffMax: 200 * time.Millisecond,
 		StatePollInterval:   20 * time.Millisecond,
 		Streams:             streams.Options{Memory: true},
+		// Forty of the relays' 25 ms heartbeats.
+		LaneStaleAfter: laneStaleAfter,
 	}
 }
+
+// laneStaleAfter is the indexer's staleness bound in these tests.
+const laneStaleAfter = time.Second
 
 func startIndexer(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg indexer.Config) *indexerProc {
 	t.Helper()
@@ -284,6 +290,17 @@ func (w *workload) laneDepths(t testing.TB, ix *indexerProc, dc string) []int {
 		}
 	}
 	return out
+}
+
+// withoutAges is r with every lane's age zeroed: two answers given a few
+// milliseconds apart differ in age_ms and nothing else.
+func withoutAges(r api.MatchResponse) api.MatchResponse {
+	r.Lanes = slices.Clone(r.Lanes)
+	for i := range r.Lanes {
+		r.Lanes[i].AgeMs = 0
+	}
+	r.SetBest()
+	return r
 }
 
 func indexOf(s []string, v string) int {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -194,6 +195,24 @@ func TestAPartitionedDCKeepsItsEventsAndTheHubConvergesAfterTheHeal(t *testing.T
 			t.Fatalf("dc-b's answer to step %d changed during the cut: depth %d, %d before", i, during[i], depthsB[i])
 		}
 	}
+	// The lane says it is stale: dc-b's answers are marked once it has not
+	// heard from its relay for laneStaleAfter, and it is never best;
+	// dc-a's stay fresh.
+	testenv.WaitFor(t, settle, "dc-b's lane marked stale", func() bool { l, ok := laneOf(ix, "dc-b"); return ok && l.Stale })
+	for _, st := range w.steps[:20] {
+		resp, err := ix.Match(api.Query{Locals: st.Locals})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range resp.Lanes {
+			if stale := l.DC == "dc-b"; l.Stale != stale || (stale && l.AgeMs < laneStaleAfter.Milliseconds()) {
+				t.Fatalf("during the cut: lane %s stale=%v age %d ms", l.DC, l.Stale, l.AgeMs)
+			}
+		}
+		if resp.Best != nil && resp.Best.DC == "dc-b" {
+			t.Fatalf("a stale lane was chosen as best: %+v", resp.Best)
+		}
+	}
 	// The cut relay notices: its publishes fail and its lease lapses.
 	testenv.WaitFor(t, settle, "dc-b relay fenced by the cut", func() bool { return rb.Status().Epoch != epochBefore || rb.Status().State != "active" })
 
@@ -201,6 +220,7 @@ func TestAPartitionedDCKeepsItsEventsAndTheHubConvergesAfterTheHeal(t *testing.T
 	topo.WaitLeavesConnected(t)
 	w.publishPerDC(t, map2(sites).js, phase)
 	over := w.convergeWithin(t, ix, wanSettle)
+	testenv.WaitFor(t, settle, "dc-b's lane fresh after the heal", func() bool { l, ok := laneOf(ix, "dc-b"); return ok && !l.Stale })
 	// Nothing was lost: dc-b's exact state holds every block the ground
 	// truth holds, under a new epoch, and its input stream every message.
 	for i, dc := range topo.DCs() {

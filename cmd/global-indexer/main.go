@@ -64,6 +64,8 @@ type options struct {
 	workers        int
 	queue          int
 	maxApplyLag    time.Duration
+	staleAfter     time.Duration
+	staleLanes     string
 	controlTimeout time.Duration
 	fetchTimeout   time.Duration
 	http           httpserve.Config
@@ -90,6 +92,10 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	fs.DurationVar(&o.maxApplyLag, "max-apply-lag", defaultMaxApplyLag,
 		fmt.Sprintf("retire a lane whose oldest admitted delta is not applied within this age; the seed's %s (still the library default) retires lanes spuriously on a loaded host", ckf.DefaultMaxDirtyToAppliedAge))
 	fs.DurationVar(&o.controlTimeout, "control-timeout", ckf.DefaultControlTimeout, "bound on each ingestion pool control operation (assign, snapshot install, drain)")
+	fs.DurationVar(&o.staleAfter, "lane-stale-after", indexer.DefaultLaneStaleAfter,
+		"mark a lane stale when it has not heard from its relay (heartbeats included) for this long")
+	fs.StringVar(&o.staleLanes, "stale-lanes", indexer.StaleReport,
+		"what a stale lane does: report (kept in answers, marked stale, never best) or exclude (left out of answers and /readyz)")
 	fs.DurationVar(&o.fetchTimeout, "snapshot-fetch-timeout", indexer.DefaultSnapshotFetchTimeout,
 		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", indexer.SnapshotFetchBytesPerSecond>>20, indexer.DefaultSnapshotFetchAttempts-1))
 
@@ -188,6 +194,8 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 		Tracer:  tp,
 
 		SnapshotFetchTimeout: o.fetchTimeout,
+		LaneStaleAfter:       o.staleAfter,
+		StaleLanes:           o.staleLanes,
 	}
 	cfg.Streams.Replicas = o.common.JSReplicas
 	cfg.LeaseOptions = append(cfg.LeaseOptions, lease.WithReplicas(o.common.JSReplicas))

@@ -42,7 +42,8 @@ func defaultOptions() options {
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
 		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
-		http:         httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
+		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport,
+		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
 	}
 }
 

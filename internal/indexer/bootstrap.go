@@ -40,7 +40,7 @@ func (r *laneRunner) latestMarker(ctx context.Context) (*markerAt, error) {
 		return nil, laneError(ErrSnapshotInvalid, r.lane, nil, "marker at stream sequence %d: epoch %d was never granted to the pool (granted: %d)",
 			raw.Sequence, m.Lease.Epoch, r.granted)
 	}
-	return &markerAt{marker: m, streamSeq: raw.Sequence}, nil
+	return &markerAt{marker: m, streamSeq: raw.Sequence, stored: raw.Time}, nil
 }
 
 // bootstrap installs the snapshot of at (or of the latest marker when at is
@@ -94,6 +94,7 @@ func (r *laneRunner) bootstrap(ctx context.Context, at *markerAt) error {
 	r.distrusted = 0
 	r.awaiting = 0
 	r.setInstalled(mk.Lease.Epoch, mk.Sequence)
+	r.heardAt(at.stored)
 	r.m.bootstrap("installed")
 	r.log.Info().Uint64("epoch", mk.Lease.Epoch).Uint64("sequence", mk.Sequence).
 		Uint64("stream_seq", at.streamSeq).Str("relay", mk.Lease.Instance).Msg("snapshot installed")

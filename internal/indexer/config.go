@@ -20,6 +20,9 @@ import (
 const (
 	DefaultBootstrapBackoffMin = 50 * time.Millisecond
 	DefaultBootstrapBackoffMax = 2 * time.Second
+	// DefaultLaneStaleAfter is the default LaneStaleAfter: five of the
+	// relay's default heartbeat intervals.
+	DefaultLaneStaleAfter = 5 * time.Second
 	// DefaultStatePollInterval is how often an active lane runner checks
 	// the pool's admission state, in case a fault notification was dropped.
 	DefaultStatePollInterval = 250 * time.Millisecond
@@ -107,6 +110,15 @@ type Config struct {
 	Streams streams.Options
 	// LeaseOptions tune the lease coordinator (bucket name, storage).
 	LeaseOptions []lease.Option
+	// LaneStaleAfter is the age of a lane's last relay message past which
+	// its answers are marked stale (default DefaultLaneStaleAfter). The
+	// relay sends a heartbeat every second by default, so a few missed
+	// heartbeats mean the DC cannot reach the hub.
+	LaneStaleAfter time.Duration
+	// StaleLanes is what a stale lane does: StaleReport (the default)
+	// keeps it in answers, marked and never best; StaleExclude leaves it
+	// out of answers and of the ready set until it is fresh again.
+	StaleLanes string
 	// NoMatchEndpoint leaves out the ckfq.<domain>.match micro service:
 	// an in-process mirror (pkg/client.Mirror) answers its own process
 	// only and must not join the indexers' queue group.
@@ -152,6 +164,12 @@ func (c Config) withDefaults() Config {
 	if c.StreamCheckInterval == 0 {
 		c.StreamCheckInterval = DefaultStreamCheckInterval
 	}
+	if c.LaneStaleAfter == 0 {
+		c.LaneStaleAfter = DefaultLaneStaleAfter
+	}
+	if c.StaleLanes == "" {
+		c.StaleLanes = StaleReport
+	}
 	return c
 }
 
@@ -195,6 +213,12 @@ func (c Config) Validate() error {
 	if c.StatePollInterval < 0 {
 		return configError("state_poll_interval", "negative interval %s", c.StatePollInterval)
 	}
+	if c.LaneStaleAfter < 0 {
+		return configError("lane_stale_after", "negative duration %s", c.LaneStaleAfter)
+	}
+	if c.StaleLanes != StaleReport && c.StaleLanes != StaleExclude {
+		return configError("stale_lanes", "%q: want %s or %s", c.StaleLanes, StaleReport, StaleExclude)
+	}
 	if c.Format != nil {
 		if err := validateFormat(*c.Format); err != nil {
 			return err
@@ -217,3 +241,9 @@ func validateFormat(f ckf.FormatIdentity) error {
 	}
 	return nil
 }
+
+// What a stale lane does (Config.StaleLanes).
+const (
+	StaleReport  = "report"
+	StaleExclude = "exclude"
+)

@@ -171,7 +171,9 @@ func (r *laneRunner) countMalformed(err error) {
 // handle processes one lane message; done reports that consume must return
 // out.
 func (r *laneRunner) handle(ctx context.Context, m jetstream.Msg) (out outcome, done bool) {
+	r.msgStored = time.Time{}
 	if meta, err := m.Metadata(); err == nil {
+		r.msgStored = meta.Timestamp
 		r.m.lag.Set(float64(meta.NumPending))
 		r.mu.Lock()
 		r.st.lag = meta.NumPending
@@ -305,6 +307,7 @@ func (r *laneRunner) gate(ctx context.Context, kind wire.MessageKind, id *ckf.Pr
 		return gateSwitch, outcome{}, false
 	}
 	r.sawCurrent()
+	r.heardAt(r.msgStored)
 	return gateApply, outcome{}, false
 }
 
@@ -431,5 +434,5 @@ func (r *laneRunner) handleMarker(ctx context.Context, m jetstream.Msg, sm *wire
 	}
 	r.log.Info().Uint64("epoch", sm.Lease.Epoch).Uint64("current_epoch", r.cur.epoch).
 		Uint64("sequence", sm.Sequence).Msg("newer producer epoch; switching")
-	return outcome{next: &markerAt{marker: *sm, streamSeq: meta.Sequence.Stream}}, true
+	return outcome{next: &markerAt{marker: *sm, streamSeq: meta.Sequence.Stream, stored: meta.Timestamp}}, true
 }

@@ -61,6 +61,10 @@ type laneRunner struct {
 	// the lane does not bootstrap from a marker of it again, or the latest
 	// marker would put it straight back, until another epoch is installed.
 	distrusted uint64
+	// msgStored is when JetStream stored the message being handled (zero
+	// when its metadata was unreadable); the gate records it as the lane's
+	// last word from its relay.
+	msgStored time.Time
 	// gen is the pool generation of the last bootstrap attempt (nil when
 	// it failed before reaching the pool); an installed lane is consumed
 	// through it.
@@ -94,10 +98,12 @@ type genFault struct {
 	fault consumer.Fault
 }
 
-// markerAt is a decoded snapshot marker and its stream sequence.
+// markerAt is a decoded snapshot marker, its stream sequence and when
+// JetStream stored it.
 type markerAt struct {
 	marker    wire.SnapshotMarker
 	streamSeq uint64
+	stored    time.Time
 }
 
 func newLaneRunner(s *Service, lane int, dc string, pool ckf.PoolID, subj wire.LaneSubjects, log zerolog.Logger, m *laneMetrics) *laneRunner {
@@ -113,7 +119,10 @@ func newLaneRunner(s *Service, lane int, dc string, pool ckf.PoolID, subj wire.L
 func (r *laneRunner) Status() api.LaneStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	age, stale := r.svc.laneAge(r.lane, r.svc.now())
 	return api.LaneStatus{
+		AgeMs:             age,
+		Stale:             stale,
 		Lane:              r.lane,
 		DC:                r.dc,
 		Pool:              r.pool.String(),
@@ -135,6 +144,19 @@ func (r *laneRunner) setStatus(phase, fault string) {
 	r.mu.Unlock()
 	r.m.setPhase(phase)
 	r.m.ready.Set(b2f(phase == PhaseActive))
+}
+
+// heardAt records t as the last time the lane's relay was heard from.
+func (r *laneRunner) heardAt(t time.Time) {
+	if !t.IsZero() {
+		r.svc.heard[r.lane].Store(t.UnixNano())
+	}
+}
+
+// updateAge publishes the lane's age in /metrics.
+func (r *laneRunner) updateAge() {
+	age, _ := r.svc.laneAge(r.lane, r.svc.now())
+	r.m.age.Set(float64(age) / 1e3)
 }
 
 func (r *laneRunner) setInstalled(epoch, seq uint64) {
@@ -372,6 +394,7 @@ func (r *laneRunner) consume(ctx context.Context) outcome {
 			out.healthy = healthy
 			return out
 		case <-poll.C:
+			r.updateAge()
 			if r.svc.laneStreamGen.Load() != streamGen {
 				return outcome{fault: faultStreamReplaced, detail: "the lane stream was deleted or recreated", requestSnapshot: true, healthy: healthy}
 			}

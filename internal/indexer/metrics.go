@@ -28,6 +28,10 @@ const (
 	// MetricStreamLag is the number of lane messages in the stream not yet
 	// consumed, from the ordered consumer's NumPending {lane, dc}.
 	MetricStreamLag = "ckf_indexer_stream_lag_messages"
+	// MetricLaneAge is how long ago the lane last heard from its relay, in
+	// seconds, by the store time of that message (-0.001: never) {lane, dc};
+	// past --lane-stale-after the lane is stale.
+	MetricLaneAge = "ckf_indexer_lane_age_seconds"
 	// MetricFaults counts lane faults by kind {lane, dc, kind}.
 	MetricFaults = "ckf_indexer_faults_total"
 	// MetricMalformed counts refused lane messages by kind {lane, dc, kind}.
@@ -128,6 +132,7 @@ type serviceMetrics struct {
 	laneReady        *prometheus.GaugeVec
 	installed        *prometheus.GaugeVec
 	lag              *prometheus.GaugeVec
+	age              *prometheus.GaugeVec
 	faults           *prometheus.CounterVec
 	malformed        *prometheus.CounterVec
 	superseded       *prometheus.CounterVec
@@ -153,7 +158,7 @@ func (m *serviceMetrics) perLane() []interface {
 } {
 	return []interface {
 		DeletePartialMatch(prometheus.Labels) int
-	}{m.laneState, m.laneReady, m.installed, m.lag, m.faults, m.malformed, m.superseded, m.bootstraps,
+	}{m.laneState, m.laneReady, m.installed, m.lag, m.age, m.faults, m.malformed, m.superseded, m.bootstraps,
 		m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.ungranted, m.withoutMarker}
 }
 
@@ -169,6 +174,7 @@ func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
 		laneReady:        gauges(MetricLaneReady, "Lane ready bit in the indexer."),
 		installed:        gauges(MetricInstalledSequence, "Last installed or admitted lane sequence."),
 		lag:              gauges(MetricStreamLag, "Lane stream messages not yet consumed."),
+		age:              gauges(MetricLaneAge, "Seconds since the lane last heard from its relay (store time of that message)."),
 		faults:           counters(MetricFaults, "Lane faults by kind.", "kind"),
 		malformed:        counters(MetricMalformed, "Refused lane messages by kind.", "kind"),
 		superseded:       counters(MetricSuperseded, "Messages of a superseded producer epoch dropped.", "kind"),
@@ -192,7 +198,7 @@ func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
 		streamRecreated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLaneStreamRecreated,
 			Help: "Lane stream incarnations replaced: recreated by another process, or created by this indexer after it went missing."}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.laneState, m.laneReady, m.installed, m.lag, m.faults, m.malformed, m.superseded,
+	for _, c := range []prometheus.Collector{m.laneState, m.laneReady, m.installed, m.lag, m.age, m.faults, m.malformed, m.superseded,
 		m.bootstraps, m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.workerFailures, m.poolRebuilds,
 		m.setupRetries, m.ungranted, m.withoutMarker, m.laneMapRejected, m.streamRecreated} {
 		if err := reg.Register(c); err != nil {
@@ -209,6 +215,7 @@ type laneMetrics struct {
 	ready    prometheus.Gauge
 	install  prometheus.Gauge
 	lag      prometheus.Gauge
+	age      prometheus.Gauge
 	deltas   prometheus.Counter
 	images   prometheus.Counter
 	latency  prometheus.Observer
@@ -221,6 +228,7 @@ func (m *serviceMetrics) forLane(lane int, dc string) *laneMetrics {
 		ready:   m.laneReady.WithLabelValues(l, dc),
 		install: m.installed.WithLabelValues(l, dc),
 		lag:     m.lag.WithLabelValues(l, dc),
+		age:     m.age.WithLabelValues(l, dc),
 		deltas:  m.deltas.WithLabelValues(l, dc),
 		images:  m.images.WithLabelValues(l, dc),
 		latency: m.latency.WithLabelValues(l, dc),

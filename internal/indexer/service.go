@@ -75,6 +75,10 @@ type Service struct {
 	// labels maps lanes to the DC name and pool id string of query
 	// answers (copy-on-write), formatted once per lane, not per query.
 	labels atomic.Pointer[[ckf.LaneCount]laneLabel]
+	// heard is, per lane, when JetStream stored the last message of the
+	// lane's installed epoch (unix nanos; 0: none since the lane was
+	// configured). Runners write it, queries read it without locking.
+	heard [ckf.LaneCount]atomic.Int64
 
 	mu      sync.Mutex // guards the fields below
 	runners [ckf.LaneCount]*laneRunner
@@ -392,6 +396,7 @@ func (s *Service) startLaneLocked(lane int, e *lease.LaneEntry) {
 	}
 	r := newLaneRunner(s, lane, e.DcName, e.Pool, subj, log, lm)
 	s.runners[lane] = r
+	s.heard[lane].Store(0)
 	labels := *s.labels.Load()
 	labels[lane] = laneLabel{dc: e.DcName, pool: e.Pool.String()}
 	s.labels.Store(&labels)
@@ -495,7 +500,22 @@ func (s *Service) routeFault(g *poolGen, f consumer.Fault) {
 // Ready reports whether some lane is active.
 func (s *Service) Ready() bool {
 	p := s.currentPool()
-	return p != nil && p.Indexer().ReadyLanes() != 0
+	if p == nil {
+		return false
+	}
+	ready := p.Indexer().ReadyLanes()
+	if s.cfg.StaleLanes != StaleExclude {
+		return ready != 0
+	}
+	now := s.now()
+	for lane := range ckf.LaneCount {
+		if ready&(1<<lane) != 0 {
+			if _, stale := s.laneAge(lane, now); !stale {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // currentPool returns the current generation's pool, or nil before the
@@ -530,22 +550,44 @@ func (s *Service) Match(q api.Query) (api.MatchResponse, error) {
 		return api.MatchResponse{}, fmt.Errorf("indexer: match: %w", err)
 	}
 	labels := s.labels.Load()
+	now := s.now()
+	exclude := s.cfg.StaleLanes == StaleExclude
 	resp := api.MatchResponse{ReadyLanes: res.CapturedReadyLanes, Blocks: q.Blocks(), Lanes: []api.LaneDepth{}}
 	for _, l := range res.Lanes {
 		if !l.Present {
 			continue
 		}
+		age, stale := s.laneAge(int(l.Lane), now)
+		if stale && exclude {
+			resp.ReadyLanes &^= 1 << l.Lane
+			continue
+		}
 		lbl := labels[l.Lane]
-		resp.Lanes = append(resp.Lanes, api.LaneDepth{Lane: int(l.Lane), DC: lbl.dc, Pool: lbl.pool, Depth: l.Depth})
+		resp.Lanes = append(resp.Lanes, api.LaneDepth{Lane: int(l.Lane), DC: lbl.dc, Pool: lbl.pool, Depth: l.Depth,
+			AgeMs: age, Stale: stale})
+	}
+	if exclude && resp.ReadyLanes == 0 {
+		return api.MatchResponse{}, api.ErrUnavailable
 	}
 	resp.SetBest()
 	return resp, nil
 }
 
+// laneAge is how long ago lane last heard from its relay, in ms (-1:
+// never), and whether that is past LaneStaleAfter (a lane that never
+// heard from its relay is stale).
+func (s *Service) laneAge(lane int, now time.Time) (ageMs int64, stale bool) {
+	h := s.heard[lane].Load()
+	if h == 0 {
+		return -1, true
+	}
+	age := max(now.UnixNano()-h, 0)
+	return age / int64(time.Millisecond), age > int64(s.cfg.LaneStaleAfter)
+}
+
 // laneLabel is how a lane is named in query answers.
 type laneLabel struct{ dc, pool string }
 
-// Lanes reports every lane of the lane map this service follows.
 // TableBytes is the size of the current table (0 before the first pool):
 // 16 lanes × the bucket count × 8 bytes.
 func (s *Service) TableBytes() uint64 {
@@ -556,6 +598,7 @@ func (s *Service) TableBytes() uint64 {
 	return p.Indexer().TableMemory().Bytes
 }
 
+// Lanes reports every lane of the lane map this service follows.
 func (s *Service) Lanes() []api.LaneStatus {
 	s.mu.Lock()
 	runners := s.runners

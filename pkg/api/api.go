@@ -97,6 +97,14 @@ type LaneDepth struct {
 	DC    string `json:"dc"`
 	Pool  string `json:"pool"`
 	Depth uint32 `json:"depth"`
+	// AgeMs is how long ago the lane last heard from its relay (any
+	// message of its installed epoch, heartbeats included), by the time
+	// JetStream stored that message; -1 when it never has.
+	AgeMs int64 `json:"age_ms"`
+	// Stale: AgeMs passed the indexer's --lane-stale-after, so the answer
+	// may be out of date (a DC cut off, a relay gone). A stale lane is
+	// never Best.
+	Stale bool `json:"stale"`
 }
 
 // MatchResponse is the JSON answer of a match.
@@ -107,13 +115,13 @@ type MatchResponse struct {
 	Best       *LaneDepth  `json:"best"`
 }
 
-// SetBest picks the deepest lane (lowest lane number on ties); none when
-// every depth is 0.
+// SetBest picks the deepest fresh lane (lowest lane number on ties); none
+// when every fresh lane's depth is 0.
 func (r *MatchResponse) SetBest() {
 	r.Best = nil
 	for i := range r.Lanes {
 		l := &r.Lanes[i]
-		if l.Depth > 0 && (r.Best == nil || l.Depth > r.Best.Depth) {
+		if l.Depth > 0 && !l.Stale && (r.Best == nil || l.Depth > r.Best.Depth) {
 			r.Best = l
 		}
 	}
@@ -128,7 +136,10 @@ type LaneStatus struct {
 	Epoch             uint64 `json:"epoch"`
 	InstalledSequence uint64 `json:"installed_sequence"`
 	StreamLag         uint64 `json:"stream_lag_messages"`
-	LastFault         string `json:"last_fault,omitempty"`
+	// AgeMs and Stale: see LaneDepth.
+	AgeMs     int64  `json:"age_ms"`
+	Stale     bool   `json:"stale"`
+	LastFault string `json:"last_fault,omitempty"`
 }
 
 // ErrorBody is the JSON shape of every error answer.

@@ -127,3 +127,15 @@ func FuzzDecodeMatchRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestBestIsNeverAStaleLane(t *testing.T) {
+	r := MatchResponse{Lanes: []LaneDepth{{Lane: 1, Depth: 2}, {Lane: 2, Depth: 9, Stale: true}}}
+	r.SetBest()
+	if r.Best == nil || r.Best.Lane != 1 {
+		t.Fatalf("best %+v, want the fresh lane 1", r.Best)
+	}
+	r.Lanes[0].Stale = true
+	if r.SetBest(); r.Best != nil {
+		t.Fatalf("best %+v among stale lanes only", r.Best)
+	}
+}

@@ -44,7 +44,13 @@ func (l *LaneDepth) appendJSON(dst []byte) []byte {
 	dst = appendJSONString(dst, l.Pool)
 	dst = append(dst, `,"depth":`...)
 	dst = strconv.AppendUint(dst, uint64(l.Depth), 10)
-	return append(dst, '}')
+	dst = append(dst, `,"age_ms":`...)
+	dst = strconv.AppendInt(dst, l.AgeMs, 10)
+	if l.Stale {
+		dst = append(dst, `,"stale":true}`...)
+		return dst
+	}
+	return append(dst, `,"stale":false}`...)
 }
 
 // appendJSONString writes s quoted. DC names and pool ids are plain ASCII

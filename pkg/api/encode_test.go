@@ -14,7 +14,7 @@ func TestAppendJSONIsEncodingJSONByteForByte(t *testing.T) {
 		r := MatchResponse{ReadyLanes: uint16(rng.Uint32()), Blocks: rng.IntN(1 << 17), Lanes: []LaneDepth{}}
 		for range rng.IntN(17) {
 			r.Lanes = append(r.Lanes, LaneDepth{Lane: rng.IntN(16), DC: names[rng.IntN(len(names))],
-				Pool: names[rng.IntN(len(names))], Depth: rng.Uint32()})
+				Pool: names[rng.IntN(len(names))], Depth: rng.Uint32(), AgeMs: rng.Int64N(1<<40) - 1, Stale: rng.IntN(3) == 0})
 		}
 		r.SetBest()
 		cases = append(cases, r)
@@ -31,7 +31,7 @@ func TestAppendJSONIsEncodingJSONByteForByte(t *testing.T) {
 }
 
 func TestAppendJSONAllocatesNothingIntoABuffer(t *testing.T) {
-	r := MatchResponse{ReadyLanes: 3, Blocks: 128, Lanes: []LaneDepth{{0, "dc-a", "p/1", 4}, {1, "dc-b", "p/2", 9}}}
+	r := MatchResponse{ReadyLanes: 3, Blocks: 128, Lanes: []LaneDepth{{Lane: 0, DC: "dc-a", Pool: "p/1", Depth: 4, AgeMs: 12}, {Lane: 1, DC: "dc-b", Pool: "p/2", Depth: 9, AgeMs: 9000, Stale: true}}}
 	r.SetBest()
 	buf := make([]byte, 0, 1024)
 	if n := testing.AllocsPerRun(100, func() { buf = r.AppendJSON(buf[:0]) }); n != 0 {
