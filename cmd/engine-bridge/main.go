@@ -116,10 +116,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}, func(log zerolog.Logger) error { return serve(ctx, o, log) })
 }
 
-// httpShutdownTimeout bounds the wait for HTTP requests in progress at exit.
-const httpShutdownTimeout = 5 * time.Second
-
-func serve(ctx context.Context, o *options, log zerolog.Logger) (err error) {
+func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	tp, shutdownTracing, err := o.common.Tracer(ctx, cli.Service{Name: "engine-bridge", Domain: o.cfg.Domain, DC: o.cfg.DC}, o.getenv)
 	if err != nil {
 		return err
@@ -136,29 +133,18 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	if o.httpAddr != "" {
-		// The same bounds (timeouts, connection cap) as the relay's and the
-		// indexer's status servers.
-		hs, herr := httpserve.DefaultConfig().Start(o.httpAddr, cli.TraceHTTP(b.Handler(reg), tp, "engine-bridge"), log)
-		if herr != nil {
-			return herr
-		}
-		var stopWatch context.CancelFunc
-		ctx, stopWatch = hs.Watch(ctx) // a dead status endpoint stops the bridge
-		defer stopWatch()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
-			defer cancel()
-			if herr := hs.Shutdown(sctx); herr != nil {
-				err = errors.Join(err, herr)
-			}
-		}()
-		log.Info().Str("addr", hs.Addr().String()).Msg("serving health, status and metrics over HTTP")
-	}
 	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Int("engines", len(o.cfg.Engines)).
 		Bool("index_host_pinned", o.cfg.IndexHostPinned).Msg("engine-bridge starting")
-	if err := b.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
-		return err
+	run := func(ctx context.Context) error {
+		if err := b.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			return err
+		}
+		return nil
 	}
-	return nil
+	if o.httpAddr == "" {
+		return run(ctx)
+	}
+	// The same bounds (timeouts, connection cap) as the relay's and the
+	// indexer's status servers; a dead endpoint stops the bridge.
+	return httpserve.DefaultConfig().Serve(ctx, o.httpAddr, cli.TraceHTTP(b.Handler(reg), tp, "engine-bridge"), log, func(ctx context.Context, _ string) error { return run(ctx) })
 }

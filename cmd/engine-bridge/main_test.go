@@ -165,7 +165,7 @@ func (w *syncWriter) String() string {
 func httpAddr(log string) string {
 	for _, line := range strings.Split(log, "\n") {
 		var m struct{ Addr, Message string }
-		if json.Unmarshal([]byte(line), &m) == nil && m.Message == "serving health, status and metrics over HTTP" {
+		if json.Unmarshal([]byte(line), &m) == nil && m.Message == "serving HTTP" {
 			return "http://" + m.Addr
 		}
 	}

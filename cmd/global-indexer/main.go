@@ -250,19 +250,13 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 		return err
 	}
 
-	hs, err := o.http.Start(o.httpAddr, cli.TraceHTTP(queryapi.Handler(svc, svc.APIMetrics(), reg, queryapi.WithLimits(queryapi.Limits{MaxConcurrentMatches: o.maxMatches}),
-		queryapi.WithStatusInfo(queryapi.StatusInfo{Domain: o.domain, Version: cli.Version()})), tp, serviceName), log)
-	if err != nil {
-		return err
-	}
-	ctx, cancel := hs.Watch(ctx) // a dead API ends the process
-	defer cancel()
-	logServing(log, o, conn, hs.Addr().String())
-
-	runErr := svc.Run(ctx)
-	shutCtx, stop := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer stop()
-	if err := errors.Join(runErr, hs.Shutdown(shutCtx)); err != nil {
+	h := cli.TraceHTTP(queryapi.Handler(svc, svc.APIMetrics(), reg, queryapi.WithLimits(queryapi.Limits{MaxConcurrentMatches: o.maxMatches}),
+		queryapi.WithStatusInfo(queryapi.StatusInfo{Domain: o.domain, Version: cli.Version()})), tp, serviceName)
+	// A dead API ends the process.
+	if err := o.http.Serve(ctx, o.httpAddr, h, log, func(ctx context.Context, bound string) error {
+		logServing(log, o, conn, bound)
+		return svc.Run(ctx)
+	}); err != nil {
 		return err
 	}
 	log.Info().Msg("global-indexer stopped")

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
@@ -97,10 +96,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stderr 
 	}, func(log zerolog.Logger) error { return serve(ctx, o, log) })
 }
 
-// httpShutdownTimeout bounds the wait for HTTP requests in progress at exit.
-const httpShutdownTimeout = 5 * time.Second
-
-func serve(ctx context.Context, o *options, log zerolog.Logger) (err error) {
+func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	tp, shutdownTracing, err := o.common.Tracer(ctx, cli.Service{Name: "relay-producer", Instance: o.cfg.Instance, Domain: o.cfg.Domain, DC: o.cfg.DC}, o.getenv)
 	if err != nil {
 		return err
@@ -125,25 +121,12 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) (err error) {
 	if err != nil {
 		return err
 	}
-	if o.httpAddr != "" {
-		hs, herr := o.http.Start(o.httpAddr, cli.TraceHTTP(r.Handler(reg), tp, "relay-producer"), log)
-		if herr != nil {
-			return herr
-		}
-		var stopWatch context.CancelFunc
-		ctx, stopWatch = hs.Watch(ctx) // a dead status endpoint stops the relay
-		defer stopWatch()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), httpShutdownTimeout)
-			defer cancel()
-			if herr := hs.Shutdown(sctx); herr != nil {
-				err = errors.Join(err, herr)
-			}
-		}()
-		log.Info().Str("addr", hs.Addr().String()).Msg("serving health, status and metrics over HTTP")
-	}
 	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).
 		Str("mode", o.cfg.CKF.Mode.String()).Str("js_domain", o.common.JSDomain).Str("input_js_domain", o.inputJSDomain).
 		Int("js_replicas", o.common.JSReplicas).Msg("relay-producer starting")
-	return r.Run(ctx)
+	if o.httpAddr == "" {
+		return r.Run(ctx)
+	}
+	// Health, status and metrics; a dead endpoint stops the relay.
+	return o.http.Serve(ctx, o.httpAddr, cli.TraceHTTP(r.Handler(reg), tp, "relay-producer"), log, func(ctx context.Context, _ string) error { return r.Run(ctx) })
 }

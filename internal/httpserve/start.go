@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/rs/zerolog"
 )
@@ -90,4 +91,28 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		return errors.Join(shutErr, ctx.Err())
 	}
 	return errors.Join(s.err, shutErr)
+}
+
+// ShutdownTimeout bounds the wait for requests in progress when Serve
+// shuts a server down.
+const ShutdownTimeout = 5 * time.Second
+
+// Serve runs run(ctx, bound) beside an HTTP server for h on addr (bound is
+// the address it listens on, with the port chosen for ":0"): the server
+// starts first (a listen error is returned before run starts), a server
+// failure cancels run's context, and once run returns the server is shut
+// down within ShutdownTimeout. It returns run's error joined with the
+// server's.
+func (c Config) Serve(ctx context.Context, addr string, h http.Handler, logger zerolog.Logger, run func(ctx context.Context, bound string) error) error {
+	srv, err := c.Start(addr, h, logger)
+	if err != nil {
+		return err
+	}
+	logger.Info().Str("addr", srv.Addr().String()).Msg("serving HTTP")
+	wctx, cancel := srv.Watch(ctx)
+	defer cancel()
+	runErr := run(wctx, srv.Addr().String())
+	sctx, stop := context.WithTimeout(context.Background(), ShutdownTimeout)
+	defer stop()
+	return errors.Join(runErr, srv.Shutdown(sctx))
 }

@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -85,5 +86,30 @@ func TestServeFailureIsReportedAndEndsTheWatchContext(t *testing.T) {
 	defer scancel()
 	if err := s.Shutdown(sctx); !errors.Is(err, errBroken) {
 		t.Fatalf("Shutdown = %v, want the accept error", err)
+	}
+}
+
+// Serve runs the work beside the server and stops the work when the
+// server dies, reporting both.
+func TestServeRunsBesideTheServerAndJoinsTheirErrors(t *testing.T) {
+	ran := false
+	err := DefaultConfig().Serve(context.Background(), "127.0.0.1:0", http.NotFoundHandler(), zerolog.Nop(), func(ctx context.Context, bound string) error {
+		ran = bound != "127.0.0.1:0" && strings.HasPrefix(bound, "127.0.0.1:")
+		return errors.New("work failed")
+	})
+	if !ran || err == nil || err.Error() != "work failed" {
+		t.Fatalf("ran %v, err %v", ran, err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	err = DefaultConfig().Serve(context.Background(), ln.Addr().String(), http.NotFoundHandler(), zerolog.Nop(), func(context.Context, string) error {
+		t.Fatal("work started although the server could not listen")
+		return nil
+	})
+	if err == nil {
+		t.Fatal("a taken port was not reported")
 	}
 }
