@@ -16,7 +16,7 @@ import (
 // the indexer's view of time instead of sleeping.
 type skewedClock struct{ offset atomic.Int64 }
 
-func (c *skewedClock) now() time.Time { return time.Now().Add(time.Duration(c.offset.Load())) }
+func (c *skewedClock) now() time.Time          { return time.Now().Add(time.Duration(c.offset.Load())) }
 func (c *skewedClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 
 // A lane that stops hearing from its relay is marked stale after
