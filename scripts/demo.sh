@@ -50,7 +50,7 @@ bin/global-indexer --domain "$DOMAIN" --nats-port "$NATS_PORT" --http-addr "$HTT
 pids+=($!)
 wait_http "http://$HTTP_ADDR/healthz" "global-indexer"
 
-port=9091
+port=${RELAY_PORT:-9091}
 IFS=, read -ra dcs <<<"$DCS"
 for dc in "${dcs[@]}"; do
   bin/relay-producer --nats-url "nats://127.0.0.1:$NATS_PORT" --domain "$DOMAIN" --dc "$dc" \
