@@ -7,7 +7,7 @@
 #   ./scripts/demo.sh            # replay at 20x, keep serving until Ctrl-C
 #   ./scripts/demo.sh --smoke    # fast replay of 2000 requests, verify, exit
 #
-# Environment: DOMAIN, NATS_PORT, HTTP_ADDR, SPEED, DCS, EXPECTED_BLOCKS.
+# Environment: DOMAIN, NATS_PORT, HTTP_ADDR, SPEED, DCS, EXPECTED_BLOCKS, RELAY_PORT (first relay status port).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
