@@ -83,6 +83,15 @@ type source struct {
 	rank     uint32
 	hasLive  bool
 	lastLive uint64
+	// continuous is whether the engine is known to be the incarnation
+	// whose batches were applied last: false from a (re)connect until a
+	// replay matches the last batch applied or a batch follows it. A gap
+	// met while it is false may be an engine that restarted while the
+	// bridge was away and has already passed the old sequence: it is
+	// handled as a restart (a new epoch, so no batch reuses an old
+	// <endpoint>#<epoch>#<seq> id that JetStream's duplicate window would
+	// drop), not as a gap of the old incarnation.
+	continuous bool
 
 	pending []pendingAck
 	failed  error
@@ -222,6 +231,7 @@ func (s *source) session(ctx context.Context) error {
 
 	// Live sequences at or below this floor mean the engine went back.
 	s.hasLive, s.lastLive = s.has, s.last
+	s.continuous = !s.has
 	if rep != nil {
 		s.onConnect(sctx, rep)
 	}
@@ -301,6 +311,7 @@ func (s *source) onConnect(ctx context.Context, rep *replayer) {
 			first = false
 			if seq == from {
 				restarted = xxh3.Hash(payload) != digest
+				s.continuous = !restarted
 				return
 			}
 		}
@@ -332,6 +343,7 @@ func (s *source) restarted(ctx context.Context, _ *replayer, why string) {
 	s.has = false
 	// The new incarnation has sent nothing live yet: no floor.
 	s.hasLive = false
+	s.continuous = true
 	s.updateStatus(func(st *EngineStatus) { st.Restarts++; st.Epoch = s.epoch; st.LastSeq = nil })
 	s.clearWorker(ctx, "engine_restart")
 }
@@ -360,6 +372,18 @@ func (s *source) offer(ctx context.Context, rep *replayer, seq uint64, payload [
 		s.b.m.duplicates.Inc()
 		return
 	}
+	if s.has && seq > s.last+1 && !s.continuous {
+		s.restarted(ctx, rep, fmt.Sprintf("batch %d after %d right after reconnecting: a gap or a restart, treated as a restart", seq, s.last))
+		if repair && rep != nil {
+			// The new incarnation's earlier batches, as far as replay
+			// still holds them.
+			s.catchUp(ctx, rep, 0)
+			if s.has && seq <= s.last {
+				s.b.m.duplicates.Inc()
+				return
+			}
+		}
+	}
 	if s.has && seq > s.last+1 {
 		from := s.last + 1
 		lost := s.lost
@@ -376,6 +400,7 @@ func (s *source) offer(ctx context.Context, rep *replayer, seq uint64, payload [
 			return
 		}
 	}
+	s.continuous = true
 	s.apply(seq, payload)
 }
 
