@@ -45,8 +45,8 @@ const (
 	// relay).
 	ErrEpochExhausted
 	// ErrLeaseOrphaned: the holder stopped renewing without releasing
-	// (Session.Orphan); the stored record lapses at its expiry, and only
-	// then can another owner take the lease.
+	// (Session.Orphan); the server removes the stored record at its TTL,
+	// and only then can another owner take the lease.
 	ErrLeaseOrphaned
 )
 

@@ -327,8 +327,8 @@ func (l *Lease) ExpiresAt() time.Time {
 func (l *Lease) Done() <-chan struct{} { return l.done }
 
 // expiryDeadline is the instant, by time.Now, at which the lease expires by
-// the coordinator's clock, for bounding a renewal: past it, a renewal can
-// no longer keep the lease.
+// the holder's clock (the coordinator's), for bounding a renewal: past it,
+// a renewal can no longer keep the lease.
 func (l *Lease) expiryDeadline() time.Time {
 	return time.Now().Add(l.remaining(l.c.now()))
 }
@@ -504,7 +504,8 @@ func (l *Lease) Keepalive(ctx context.Context, interval time.Duration) error {
 // standby can take over at once. Releasing a lease that already ended, or
 // whose record now belongs to another holder or epoch, only ends it locally
 // and returns nil. On a transient error the lease still ends locally (the
-// stored record then lapses at its expiry) and the error is returned.
+// server then removes the stored record at its TTL) and the error is
+// returned.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
