@@ -96,9 +96,10 @@ func WithProducer(incarnation, layoutGeneration uint64) AcquireOption {
 // one exception is a record stored without a TTL (written by a relay of
 // before per-key TTLs, or by hand), which the server never expires: it is
 // taken once this coordinator has seen it unchanged for ttl by its own
-// clock, so a relay retrying Acquire takes a dead holder's lease after
-// about ttl, and a live holder, which rewrites its record at every renewal,
-// never loses it to a standby with the same ttl.
+// clock, so a relay retrying Acquire every ttl/3 takes a dead holder's
+// lease within about 1⅔ ttl of its last renewal, and a live holder, which
+// rewrites its record at every renewal, never loses it to a standby with
+// the same ttl.
 //
 // Order matters for fencing: the lease is read first, then the epoch counter
 // is bumped, then the lease is written by compare-and-set on the revision

@@ -128,7 +128,7 @@ func TestSessionKeepsTheLeaseAliveAndCloseHandsItToAStandbyAtOnce(t *testing.T) 
 }
 
 func TestSessionOrphanStopsRenewingAndLetsTheLeaseLapse(t *testing.T) {
-	t.Parallel()
+	// Not parallel: noKeepalive counts every session's goroutine.
 	ctx := testCtx(t)
 	c, clk, srv := startCoordinator(t)
 	standby, sclk := newCoordinator(t, srv.JetStream(t))
