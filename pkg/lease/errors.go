@@ -94,7 +94,8 @@ type Error struct {
 	Lane int
 	// Holder, Epoch and ExpiresAt describe the lease in the way
 	// (ErrLeaseHeld), the lease that was lost (ErrLeaseLost) or the one
-	// left to lapse (ErrLeaseOrphaned).
+	// left to lapse (ErrLeaseOrphaned). ExpiresAt is by the holder's
+	// clock, information only: the server decides when a record expires.
 	Holder    string
 	Epoch     uint64
 	ExpiresAt time.Time

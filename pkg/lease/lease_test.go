@@ -219,7 +219,7 @@ func TestNewOptions(t *testing.T) {
 
 func TestAcquireRenewRelease(t *testing.T) {
 	ctx := testCtx(t)
-	c, clk, _ := startCoordinator(t)
+	c, clk, srv := startCoordinator(t)
 	const ttl = 10 * time.Second
 	l, err := c.Acquire(ctx, domain, "dc-a", "relay-1", ttl, lease.WithProducer(7, 3))
 	if err != nil {
@@ -249,6 +249,15 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 	if info, _ := c.CurrentLease(ctx, domain, "dc-a"); !info.ExpiresAt.Equal(l.ExpiresAt()) || info.Epoch != 1 || info.TTL != ttl {
 		t.Fatalf("stored expiry %s epoch %d ttl %s, want %s epoch 1 ttl %s", info.ExpiresAt, info.Epoch, info.TTL, l.ExpiresAt(), ttl)
+	}
+	// Renewals keep the key's history (only an acquisition starts it
+	// afresh), so an operator sees them.
+	kv, err := srv.JetStream(t).KeyValue(ctx, lease.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := kv.History(ctx, "lease."+domain+".dc-a"); err != nil || len(h) != 2 {
+		t.Fatalf("history after a renewal: %d revisions, %v; want 2", len(h), err)
 	}
 	select {
 	case <-l.Done():
