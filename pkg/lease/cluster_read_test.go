@@ -162,7 +162,16 @@ func TestFencingReadsAreNotAnsweredByACutOffFollower(t *testing.T) {
 		l.Cut()
 	}
 	cl.waitRoutes(t, 1, 1, 0)
-	clockA.Advance(2 * time.Hour) // relay-1's lease expired, seen from a
+	// The lease moves on the majority side: its record is removed there
+	// (as a release that c never replicates), and relay-2 takes the next
+	// epoch. The TTL is an hour, so c's copy stays as it was.
+	kvA, err := jsA.KeyValue(ctx, lease.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := kvA.Delete(ctx, "lease."+domain+".dc-a"); err != nil {
+		t.Fatal(err)
+	}
 	moved, err := coordA.Acquire(ctx, domain, "dc-a", "relay-2", time.Hour)
 	if err != nil {
 		t.Fatal(err)

@@ -13,4 +13,11 @@
 // goroutine renewing it; Session.Close releases it for a standby to take
 // at once, Session.Orphan lets it lapse. A relay whose renewal fails stops
 // publishing at once (Session.Done closes).
+//
+// No peer's clock decides who holds a lease. Lease keys carry a per-key TTL
+// that the server enforces (nats-server 2.11 per-message TTLs): a standby
+// takes a lease only when its key is gone or ends in a marker, and the
+// holder stops trusting it by its own monotonic clock, TTL after the start
+// of its last successful write, which is never after the server's expiry.
+// Epoch counters, lane maps and snapshot requests carry no TTL.
 package lease

@@ -45,8 +45,8 @@ const (
 	// relay).
 	ErrEpochExhausted
 	// ErrLeaseOrphaned: the holder stopped renewing without releasing
-	// (Session.Orphan); the stored record lapses at its expiry, and only
-	// then can another owner take the lease.
+	// (Session.Orphan); the server removes the stored record at its TTL,
+	// and only then can another owner take the lease.
 	ErrLeaseOrphaned
 )
 
@@ -94,7 +94,8 @@ type Error struct {
 	Lane int
 	// Holder, Epoch and ExpiresAt describe the lease in the way
 	// (ErrLeaseHeld), the lease that was lost (ErrLeaseLost) or the one
-	// left to lapse (ErrLeaseOrphaned).
+	// left to lapse (ErrLeaseOrphaned). ExpiresAt is by the holder's
+	// clock, information only: the server decides when a record expires.
 	Holder    string
 	Epoch     uint64
 	ExpiresAt time.Time

@@ -13,7 +13,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// leaseRecord is the stored producer lease of one pool.
+// leaseRecord is the stored producer lease of one pool. Its times are the
+// holder's clock: information for operators (and the expiry that relays of
+// before per-key TTLs still judge by), never a peer's decision.
 type leaseRecord struct {
 	Owner            string `json:"owner"`
 	Incarnation      uint64 `json:"incarnation"`
@@ -37,12 +39,20 @@ type LeaseInfo struct {
 	Incarnation      uint64
 	LayoutGeneration uint64
 	Epoch            uint64
-	AcquiredAt       time.Time
-	ExpiresAt        time.Time
-	Revision         uint64
+	// AcquiredAt and ExpiresAt are the holder's clock when it acquired
+	// and when it last renewed plus its TTL: information only, since
+	// they say nothing about any other host's clock.
+	AcquiredAt time.Time
+	ExpiresAt  time.Time
+	// TTL is the server-enforced time to live of the stored revision
+	// (whole seconds): the server removes the record TTL after it was
+	// written. It is 0 for a record written without one, by a relay of
+	// before per-key TTLs or by hand, which the server never expires.
+	TTL      time.Duration
+	Revision uint64
 }
 
-func (r leaseRecord) info(rev uint64) LeaseInfo {
+func (r leaseRecord) info(s stored) LeaseInfo {
 	return LeaseInfo{
 		Owner:            r.Owner,
 		Incarnation:      r.Incarnation,
@@ -50,7 +60,8 @@ func (r leaseRecord) info(rev uint64) LeaseInfo {
 		Epoch:            r.Epoch,
 		AcquiredAt:       time.Unix(0, r.AcquiredAt),
 		ExpiresAt:        time.Unix(0, r.ExpiresAt),
-		Revision:         rev,
+		TTL:              s.ttl,
+		Revision:         s.rev,
 	}
 }
 
@@ -67,15 +78,28 @@ func WithProducer(incarnation, layoutGeneration uint64) AcquireOption {
 }
 
 // Acquire takes the producer lease of pool (domain, dc) for owner, valid for
-// ttl. It succeeds when no live lease exists (absent, released, or expired by
-// the coordinator's clock) or when owner already holds it; in every case it
-// takes a fresh epoch, strictly above every epoch ever handed out for the
-// pool, so a re-acquire by the same owner also fences that owner's older
-// Lease values. Fails with ErrInvalidName, ErrInvalidArgument, ErrLeaseHeld
-// (carrying the holder, its epoch and expiry), ErrCorruptRecord,
-// ErrEpochExhausted (the counter is at its maximum and never wraps) or
-// ErrContention. The caller renews the returned lease itself (Renew);
-// NewSession acquires one that keeps itself alive.
+// ttl. It succeeds when no live lease exists or when owner already holds
+// it; in every case it takes a fresh epoch, strictly above every epoch ever
+// handed out for the pool, so a re-acquire by the same owner also fences
+// that owner's older Lease values. Fails with ErrInvalidName,
+// ErrInvalidArgument, ErrLeaseHeld (carrying the holder, its epoch and the
+// expiry by its clock), ErrCorruptRecord, ErrEpochExhausted (the counter is
+// at its maximum and never wraps) or ErrContention. The caller renews the
+// returned lease itself (Renew); NewSession acquires one that keeps itself
+// alive.
+//
+// Liveness is the server's: the record is written with a per-key TTL of ttl
+// rounded up to whole seconds (at least the bucket's LimitMarkerTTL, the
+// server raises it to that), and a record the server still stores is live,
+// whatever its expires_at says against this host's clock. A lease is free
+// when its key is absent or ends in a delete, purge or expiry marker. The
+// one exception is a record stored without a TTL (written by a relay of
+// before per-key TTLs, or by hand), which the server never expires: it is
+// taken once this coordinator has seen it unchanged for ttl by its own
+// clock, so a relay retrying Acquire every ttl/3 takes a dead holder's
+// lease within about 1⅔ ttl of its last renewal, and a live holder, which
+// rewrites its record at every renewal, never loses it to a standby with
+// the same ttl.
 //
 // Order matters for fencing: the lease is read first, then the epoch counter
 // is bumped, then the lease is written by compare-and-set on the revision
@@ -94,20 +118,19 @@ func (c *Coordinator) Acquire(ctx context.Context, domain, dc, owner string, ttl
 	}
 	lk, ek := leaseKey(domain, dc), epochKey(domain, dc)
 	for range c.set.casAttempts {
-		data, leaseRev, present, err := c.latest(ctx, lk)
+		cur, err := c.read(ctx, lk)
 		if err != nil {
 			return nil, err
 		}
 		var prev leaseRecord
-		if present {
-			if err := json.Unmarshal(data, &prev); err != nil {
+		if cur.present {
+			if err := json.Unmarshal(cur.value, &prev); err != nil {
 				return nil, corrupt(domain, dc, lk, err)
 			}
-			expires := time.Unix(0, prev.ExpiresAt)
-			if prev.Owner != owner && c.now().Before(expires) {
-				e := newError(ErrLeaseHeld, domain, dc, "")
-				e.Holder, e.Epoch, e.ExpiresAt = prev.Owner, prev.Epoch, expires
-				return nil, e
+			if prev.Owner != owner {
+				if err := c.heldBy(domain, dc, lk, cur, prev, ttl); err != nil {
+					return nil, err
+				}
 			}
 		}
 
@@ -119,12 +142,14 @@ func (c *Coordinator) Acquire(ctx context.Context, domain, dc, owner string, ttl
 			continue
 		}
 
-		now := c.now()
-		rec := leaseRecord{Owner: owner, Epoch: epoch, AcquiredAt: now.UnixNano(), ExpiresAt: now.Add(ttl).UnixNano()}
+		// The holder's TTL runs from before the write is sent, so it ends
+		// no later than the server's, which runs from when it is stored.
+		start := c.now()
+		rec := leaseRecord{Owner: owner, Epoch: epoch, AcquiredAt: start.UnixNano(), ExpiresAt: start.Add(ttl).UnixNano()}
 		for _, opt := range opts {
 			opt(&rec)
 		}
-		rev, err := c.casPut(ctx, lk, rec, leaseRev)
+		rev, err := c.casPublish(ctx, lk, rec, cur.rev, ttl, true)
 		if isConflict(err) {
 			// Someone else wrote the lease since our read; our epoch is
 			// burnt, which is harmless (epochs need only increase).
@@ -133,15 +158,31 @@ func (c *Coordinator) Acquire(ctx context.Context, domain, dc, owner string, ttl
 		if err != nil {
 			return nil, err
 		}
+		c.forget(lk)
 		l := &Lease{
 			c: c, domain: domain, dc: dc, key: lk, owner: owner, ttl: ttl, epoch: epoch,
-			rec: rec, revision: rev, expiresAt: time.Unix(0, rec.ExpiresAt),
-			done: make(chan struct{}),
+			base: start, done: make(chan struct{}),
 		}
-		l.expiresNano.Store(rec.ExpiresAt)
+		l.renewedLocked(rec, rev, start)
 		return l, nil
 	}
 	return nil, contention(domain, dc, "acquire", c.set.casAttempts)
+}
+
+// heldBy returns the ErrLeaseHeld that another owner's stored record
+// stands for, or nil when that record no longer holds the lease: only a
+// record the server never expires can be dead while stored (see Acquire).
+func (c *Coordinator) heldBy(domain, dc, key string, cur stored, prev leaseRecord, ttl time.Duration) error {
+	detail := ""
+	if cur.ttl <= 0 {
+		if c.unchangedFor(key, cur.rev, ttl) {
+			return nil
+		}
+		detail = fmt.Sprintf("record has no server TTL; taken once unchanged for %s", ttl)
+	}
+	e := newError(ErrLeaseHeld, domain, dc, detail)
+	e.Holder, e.Epoch, e.ExpiresAt = prev.Owner, prev.Epoch, time.Unix(0, prev.ExpiresAt)
+	return e
 }
 
 // bumpEpoch increments the pool's epoch counter by compare-and-set and
@@ -198,27 +239,29 @@ func (c *Coordinator) CurrentEpoch(ctx context.Context, domain, dc string) (uint
 	return cur.Epoch, nil
 }
 
-// CurrentLease returns the pool's stored lease, live or expired (compare
-// ExpiresAt with your clock), as the bucket stream's leader has it. Fails
-// with ErrNoLease when none is stored, ErrInvalidName or ErrCorruptRecord,
-// or with the read error when no leader answers.
+// CurrentLease returns the pool's stored lease. A record with a TTL is live
+// while stored (the server removes it TTL after its last write); its
+// ExpiresAt is the holder's clock, information only. Fails with ErrNoLease
+// when none is stored (never acquired, released, or expired by the server),
+// ErrInvalidName or ErrCorruptRecord, or with the read error when no stream
+// leader answers (it reads from the leader: a follower's copy may be old).
 func (c *Coordinator) CurrentLease(ctx context.Context, domain, dc string) (LeaseInfo, error) {
 	if err := validatePool(domain, dc); err != nil {
 		return LeaseInfo{}, err
 	}
 	key := leaseKey(domain, dc)
-	data, rev, present, err := c.leaderLatest(ctx, key)
+	cur, err := c.leaderRead(ctx, key)
 	if err != nil {
 		return LeaseInfo{}, err
 	}
-	if !present {
+	if !cur.present {
 		return LeaseInfo{}, newError(ErrNoLease, domain, dc, "")
 	}
 	var rec leaseRecord
-	if err := json.Unmarshal(data, &rec); err != nil {
+	if err := json.Unmarshal(cur.value, &rec); err != nil {
 		return LeaseInfo{}, corrupt(domain, dc, key, err)
 	}
-	return rec.info(rev), nil
+	return rec.info(cur), nil
 }
 
 // Lease is one held producer lease. Its epoch is the fencing token: stamp it
@@ -238,11 +281,15 @@ type Lease struct {
 	mu        sync.Mutex // guards rec, revision, expiresAt and the writing of err; held across the KV write
 	rec       leaseRecord
 	revision  uint64
-	expiresAt time.Time
-	err       error // why the lease ended; nil while held; written once, before done closes
+	expiresAt time.Time // start of the last successful write + ttl, by the holder's clock
+	err       error     // why the lease ended; nil while held; written once, before done closes
 
-	// expiresNano mirrors expiresAt for the lock-free Held check.
-	expiresNano atomic.Int64
+	// The holder's own expiry, lock-free for Held: the lease is live while
+	// c.now().Sub(base) < deadline. base is the start of the acquisition
+	// and never changes; with time.Now both carry its monotonic reading,
+	// so a step of the wall clock neither shortens nor stretches the lease.
+	base     time.Time
+	deadline atomic.Int64 // time.Duration since base
 
 	done     chan struct{}
 	doneOnce sync.Once
@@ -270,7 +317,9 @@ func (l *Lease) Revision() uint64 {
 	return l.revision
 }
 
-// ExpiresAt returns when the lease expires unless renewed.
+// ExpiresAt returns when the lease expires unless renewed, by the holder's
+// clock: the TTL after the start of its last successful write. The server
+// removes the record no earlier (see Acquire).
 func (l *Lease) ExpiresAt() time.Time {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -281,24 +330,39 @@ func (l *Lease) ExpiresAt() time.Time {
 // orphaned.
 func (l *Lease) Done() <-chan struct{} { return l.done }
 
-// expiryDeadline is the wall-clock instant at which the lease expires by
-// the coordinator's clock, for bounding a renewal: past it, a renewal can
-// no longer keep the lease.
+// expiryDeadline is the instant, by time.Now, at which the lease expires by
+// the holder's clock (the coordinator's), for bounding a renewal: past it,
+// a renewal can no longer keep the lease.
 func (l *Lease) expiryDeadline() time.Time {
-	return time.Now().Add(l.ExpiresAt().Sub(l.c.now()))
+	return time.Now().Add(l.remaining(l.c.now()))
+}
+
+// remaining is how long the lease is still live at now by the holder's
+// clock; zero or less once it expired.
+func (l *Lease) remaining(now time.Time) time.Duration {
+	return time.Duration(l.deadline.Load()) - now.Sub(l.base)
+}
+
+// renewedLocked records a successful write of rec at rev, started at start
+// by the coordinator's clock. l.mu must be held (or l not yet shared).
+func (l *Lease) renewedLocked(rec leaseRecord, rev uint64, start time.Time) {
+	l.rec, l.revision, l.expiresAt = rec, rev, start.Add(l.ttl)
+	l.deadline.Store(int64(start.Sub(l.base) + l.ttl))
 }
 
 // Held reports whether the lease is still held and unexpired by the
-// coordinator's clock. It takes no lock and does no I/O, so a publisher can
-// check it before every message; an expiry it sees is recorded (Done closes)
-// by the next Renew or Keepalive tick.
+// holder's own clock: less than its TTL since the start of its last
+// successful write, which is never later than the server's expiry of the
+// record. It takes no lock and does no I/O, so a publisher can check it
+// before every message; an expiry it sees is recorded (Done closes) by the
+// next Renew or Keepalive tick.
 func (l *Lease) Held() bool {
 	select {
 	case <-l.done:
 		return false
 	default:
 	}
-	return l.c.now().UnixNano() < l.expiresNano.Load()
+	return l.remaining(l.c.now()) > 0
 }
 
 // Lost reports whether the lease was lost (taken over, expired or its
@@ -337,11 +401,13 @@ func (l *Lease) lostError(detail string, cause error) *Error {
 
 // Verify reads the pool's lease record from the bucket stream's leader (a
 // follower's copy may be old: a follower cut off from the cluster would
-// confirm a lease that has moved) and confirms it is still this lease (same
-// owner and epoch) and unexpired. A record that
-// names another owner or epoch, an absent record or an expired one ends the
-// lease (Done closes) and returns an error matching ErrLeaseLost; a read
-// error is returned as is and leaves the lease held. Publishers call it
+// confirm a lease that has moved) and confirms it
+// is still this lease (same owner and epoch) and that the lease is
+// unexpired by the holder's clock. A record that names another owner or
+// epoch, an absent record (released, removed, or expired by the server) or
+// an expired lease ends the lease (Done closes) and returns an error
+// matching ErrLeaseLost; a read error is returned as is and leaves the
+// lease held. Publishers call it
 // before acting on evidence that someone else wrote on their lane, to tell
 // a successor (lease moved) from a stray writer (lease still ours).
 func (l *Lease) Verify(ctx context.Context) error {
@@ -364,40 +430,49 @@ func (l *Lease) Verify(ctx context.Context) error {
 	if rec.Owner != l.owner || rec.Epoch != l.epoch {
 		return l.endLocked(l.lostError(fmt.Sprintf("lease now held by %s at epoch %d", rec.Owner, rec.Epoch), nil))
 	}
-	if !l.c.now().Before(time.Unix(0, rec.ExpiresAt)) {
+	if l.remaining(l.c.now()) <= 0 {
 		return l.endLocked(l.lostError("expired", nil))
 	}
 	return nil
 }
 
-// Renew extends the lease by its TTL with a compare-and-set on the revision
-// it holds. If the lease has expired by the coordinator's clock or the
-// revision moved (another owner took over, or the key was removed), the
-// lease is lost: Done closes and the error matches ErrLeaseLost (and, for a
-// moved revision, jetstream.ErrKeyRevisionMismatch). Other errors are
-// transient and leave the lease held until it expires. A write whose reply
-// was lost counts as moved on the next Renew, which errs on the safe side.
+// Renew extends the lease by its TTL: a compare-and-set publish on the
+// revision it holds that sets the key's server TTL afresh. If the lease has
+// expired by the holder's clock or the revision moved (another owner took
+// over, or the key was removed or expired by the server), the lease is
+// lost: Done closes and the error matches ErrLeaseLost (and, for a moved
+// revision, jetstream.ErrKeyRevisionMismatch). So is a renewal whose reply
+// came only once the lease had expired by the holder's clock: the record
+// may have been written after the server expired the one before, and the
+// expiry marker then removes it. Other errors are transient and leave the
+// lease held until it expires. A write whose reply was lost counts as
+// moved on the next Renew, which errs on the safe side.
 func (l *Lease) Renew(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.err != nil {
 		return l.err
 	}
-	now := l.c.now()
-	if !now.Before(l.expiresAt) {
+	start := l.c.now()
+	if l.remaining(start) <= 0 {
 		return l.endLocked(l.lostError("expired before renewal", nil))
 	}
 	rec := l.rec
-	rec.ExpiresAt = now.Add(l.ttl).UnixNano()
-	rev, err := l.c.casPut(ctx, l.key, rec, l.revision)
+	rec.ExpiresAt = start.Add(l.ttl).UnixNano()
+	rev, err := l.c.casPublish(ctx, l.key, rec, l.revision, l.ttl, false)
 	if isConflict(err) {
 		return l.endLocked(l.lostError("revision moved", err))
 	}
 	if err != nil {
 		return err
 	}
-	l.rec, l.revision, l.expiresAt = rec, rev, time.Unix(0, rec.ExpiresAt)
-	l.expiresNano.Store(rec.ExpiresAt)
+	// Acknowledged while the lease was live, the write was stored before
+	// the server could expire the previous one (whose TTL ran from no
+	// earlier than our previous start), so no expiry marker follows it.
+	if l.remaining(l.c.now()) <= 0 {
+		return l.endLocked(l.lostError("renewal acknowledged after the lease expired", nil))
+	}
+	l.renewedLocked(rec, rev, start)
 	return nil
 }
 
@@ -435,7 +510,8 @@ func (l *Lease) Keepalive(ctx context.Context, interval time.Duration) error {
 // standby can take over at once. Releasing a lease that already ended, or
 // whose record now belongs to another holder or epoch, only ends it locally
 // and returns nil. On a transient error the lease still ends locally (the
-// stored record then lapses at its expiry) and the error is returned.
+// server then removes the stored record at its TTL) and the error is
+// returned.
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -475,8 +551,8 @@ func (l *Lease) deleteIfOwnLocked(ctx context.Context) error {
 	return err
 }
 
-// orphan ends the lease locally without touching its record, which then
-// lapses at its expiry (Session.Orphan).
+// orphan ends the lease locally without touching its record, which the
+// server then removes at its TTL (Session.Orphan).
 func (l *Lease) orphan() {
 	l.mu.Lock()
 	defer l.mu.Unlock()

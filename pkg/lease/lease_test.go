@@ -20,8 +20,9 @@ const domain = "prod"
 
 // fakeClock is a settable clock shared by tests and coordinators.
 type fakeClock struct {
-	mu  sync.Mutex
-	now time.Time
+	mu   sync.Mutex
+	now  time.Time
+	step time.Duration // added after every reading
 }
 
 func newFakeClock() *fakeClock {
@@ -31,7 +32,16 @@ func newFakeClock() *fakeClock {
 func (c *fakeClock) Now() time.Time {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.now
+	now := c.now
+	c.now = c.now.Add(c.step)
+	return now
+}
+
+// SetStep makes every later reading advance the clock by d afterwards.
+func (c *fakeClock) SetStep(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.step = d
 }
 
 func (c *fakeClock) Advance(d time.Duration) {
@@ -209,7 +219,7 @@ func TestNewOptions(t *testing.T) {
 
 func TestAcquireRenewRelease(t *testing.T) {
 	ctx := testCtx(t)
-	c, clk, _ := startCoordinator(t)
+	c, clk, srv := startCoordinator(t)
 	const ttl = 10 * time.Second
 	l, err := c.Acquire(ctx, domain, "dc-a", "relay-1", ttl, lease.WithProducer(7, 3))
 	if err != nil {
@@ -225,7 +235,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Owner != "relay-1" || info.Epoch != 1 || info.Incarnation != 7 || info.LayoutGeneration != 3 || info.Revision != l.Revision() {
+	if info.Owner != "relay-1" || info.Epoch != 1 || info.Incarnation != 7 || info.LayoutGeneration != 3 || info.Revision != l.Revision() || info.TTL != ttl {
 		t.Fatalf("stored lease = %+v", info)
 	}
 
@@ -237,8 +247,17 @@ func TestAcquireRenewRelease(t *testing.T) {
 	if l.Revision() <= rev || !l.ExpiresAt().Equal(clk.Now().Add(ttl)) {
 		t.Fatalf("renew did not move revision/expiry: rev %d→%d expires %s", rev, l.Revision(), l.ExpiresAt())
 	}
-	if info, _ := c.CurrentLease(ctx, domain, "dc-a"); !info.ExpiresAt.Equal(l.ExpiresAt()) || info.Epoch != 1 {
-		t.Fatalf("stored expiry %s epoch %d, want %s epoch 1", info.ExpiresAt, info.Epoch, l.ExpiresAt())
+	if info, _ := c.CurrentLease(ctx, domain, "dc-a"); !info.ExpiresAt.Equal(l.ExpiresAt()) || info.Epoch != 1 || info.TTL != ttl {
+		t.Fatalf("stored expiry %s epoch %d ttl %s, want %s epoch 1 ttl %s", info.ExpiresAt, info.Epoch, info.TTL, l.ExpiresAt(), ttl)
+	}
+	// Renewals keep the key's history (only an acquisition starts it
+	// afresh), so an operator sees them.
+	kv, err := srv.JetStream(t).KeyValue(ctx, lease.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h, err := kv.History(ctx, "lease."+domain+".dc-a"); err != nil || len(h) != 2 {
+		t.Fatalf("history after a renewal: %d revisions, %v; want 2", len(h), err)
 	}
 	select {
 	case <-l.Done():
@@ -304,16 +323,26 @@ func TestSecondOwnerRefusedWhileLive(t *testing.T) {
 	if err := l.Renew(ctx); err != nil {
 		t.Fatalf("holder renew after refusal: %v", err)
 	}
+	// However far this coordinator's clock runs ahead, the stored record
+	// is live until the server expires it.
+	clk.Advance(24 * time.Hour)
+	if _, err := c.Acquire(ctx, domain, "dc-a", "relay-2", ttl); !errors.Is(err, lease.ErrLeaseHeld) {
+		t.Fatalf("standby a day ahead: %v, want ErrLeaseHeld", err)
+	}
 	// Other pools are independent.
 	if _, err := c.Acquire(ctx, domain, "dc-b", "relay-2", ttl); err != nil {
 		t.Fatalf("other pool: %v", err)
 	}
 }
 
+// The holder's clock decides when the holder stops; only the server decides
+// when a standby may take over.
 func TestTakeoverAfterExpiry(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
-	c, clk, _ := startCoordinator(t)
-	const ttl = 10 * time.Second
+	c, clk, srv := startCoordinator(t)
+	standby, sclk := newCoordinator(t, srv.JetStream(t))
+	const ttl = time.Second
 	old, err := c.Acquire(ctx, domain, "dc-a", "relay-1", ttl)
 	if err != nil {
 		t.Fatal(err)
@@ -322,11 +351,18 @@ func TestTakeoverAfterExpiry(t *testing.T) {
 	if !old.Held() {
 		t.Fatal("Held false before expiry")
 	}
-	clk.Advance(time.Nanosecond) // expires_at is exclusive
+	clk.Advance(time.Nanosecond) // the expiry is exclusive
 	if old.Held() {
 		t.Fatal("Held true at expiry")
 	}
-	nl, err := c.Acquire(ctx, domain, "dc-a", "relay-2", ttl)
+	// To the standby's clock the record's expires_at passed an hour ago,
+	// but the server still stores it: not the standby's to take.
+	sclk.Advance(time.Hour)
+	if _, err := standby.Acquire(ctx, domain, "dc-a", "relay-2", ttl); !errors.Is(err, lease.ErrLeaseHeld) {
+		t.Fatalf("standby before the server expired the record: %v, want ErrLeaseHeld", err)
+	}
+	waitNoLease(t, standby, "dc-a", 5*time.Second)
+	nl, err := standby.Acquire(ctx, domain, "dc-a", "relay-2", ttl)
 	if err != nil {
 		t.Fatalf("take-over after expiry: %v", err)
 	}
@@ -335,7 +371,7 @@ func TestTakeoverAfterExpiry(t *testing.T) {
 	}
 	err = old.Renew(ctx)
 	e := asError(t, err, lease.ErrLeaseLost)
-	if e.Epoch != old.Epoch() || e.Holder != "relay-1" {
+	if e.Epoch != old.Epoch() || e.Holder != "relay-1" || !strings.Contains(e.Detail, "expired before renewal") {
 		t.Fatalf("lost error = %+v", e)
 	}
 	select {
@@ -351,19 +387,48 @@ func TestTakeoverAfterExpiry(t *testing.T) {
 	}
 }
 
-// A holder whose clock says it is still live loses the compare-and-set once
-// a peer (whose clock ran ahead) took over.
-func TestRenewLosesCASAfterTakeover(t *testing.T) {
+// waitNoLease waits until the server has removed the pool's lease record.
+func waitNoLease(t *testing.T, c *lease.Coordinator, dc string, within time.Duration) {
+	t.Helper()
+	testenv.Eventually(t, within, 5*time.Millisecond, func() error {
+		info, err := c.CurrentLease(testCtx(t), domain, dc)
+		if errors.Is(err, lease.ErrNoLease) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return fmt.Errorf("record of %s at epoch %d still stored", info.Owner, info.Epoch)
+	})
+}
+
+// A holder that stops renewing loses its key on the server, however live
+// its own clock says it is: its next renewal loses the compare-and-set
+// (to the expiry marker, or to a successor), and it stops there.
+func TestRenewLosesCASAfterTheServerExpiredTheRecord(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
 	srv := testenv.StartServer(t)
 	c1, _ := newCoordinator(t, srv.JetStream(t))
-	c2, clk2 := newCoordinator(t, srv.JetStream(t))
-	const ttl = 10 * time.Second
+	c2, _ := newCoordinator(t, srv.JetStream(t))
+	const ttl = time.Second
 	old, err := c1.Acquire(ctx, domain, "dc-a", "relay-1", ttl)
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk2.Advance(2 * ttl)
+	oldB, err := c1.Acquire(ctx, domain, "dc-b", "relay-1", ttl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitNoLease(t, c2, "dc-a", 5*time.Second)
+	waitNoLease(t, c2, "dc-b", 5*time.Second)
+	if !old.Held() {
+		t.Fatal("the holder's clock stood still, yet Held is false") // its clock is its own
+	}
+	// No successor on dc-b: the renewal meets the marker or nothing.
+	if err := oldB.Renew(ctx); !errors.Is(err, lease.ErrLeaseLost) || !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		t.Fatalf("renew after the server expired the record = %v, want ErrLeaseLost and ErrKeyRevisionMismatch", err)
+	}
 	nl, err := c2.Acquire(ctx, domain, "dc-a", "relay-2", ttl)
 	if err != nil {
 		t.Fatal(err)
@@ -407,26 +472,30 @@ func TestSameOwnerReacquireFencesOldLease(t *testing.T) {
 }
 
 func TestEpochsIncreaseAfterLeaseKeyRemoved(t *testing.T) {
+	t.Parallel()
 	ctx := testCtx(t)
-	c, clk, srv := startCoordinator(t)
+	c, _, srv := startCoordinator(t)
 	kv, err := srv.JetStream(t).KeyValue(ctx, lease.DefaultBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var last uint64
-	for i, remove := range []func() error{
-		func() error { return kv.Purge(ctx, "lease."+domain+".dc-a") },
-		func() error { return kv.Delete(ctx, "lease."+domain+".dc-a") },
-		func() error {
+	for i, round := range []struct {
+		ttl    time.Duration
+		remove func() error
+	}{
+		{time.Minute, func() error { return kv.Purge(ctx, "lease."+domain+".dc-a") }},
+		{time.Minute, func() error { return kv.Delete(ctx, "lease."+domain+".dc-a") }},
+		{time.Minute, func() error {
 			// Drop even the markers, as if the key had never existed.
 			if err := kv.Purge(ctx, "lease."+domain+".dc-a"); err != nil {
 				return err
 			}
 			return kv.PurgeDeletes(ctx, jetstream.DeleteMarkersOlderThan(-1))
-		},
-		func() error { clk.Advance(time.Hour); return nil }, // plain expiry
+		}},
+		{time.Second, func() error { waitNoLease(t, c, "dc-a", 5*time.Second); return nil }}, // plain expiry
 	} {
-		l, err := c.Acquire(ctx, domain, "dc-a", fmt.Sprintf("relay-%d", i), time.Minute)
+		l, err := c.Acquire(ctx, domain, "dc-a", fmt.Sprintf("relay-%d", i), round.ttl)
 		if err != nil {
 			t.Fatalf("round %d: %v", i, err)
 		}
@@ -434,7 +503,7 @@ func TestEpochsIncreaseAfterLeaseKeyRemoved(t *testing.T) {
 			t.Fatalf("round %d: epoch %d not above %d", i, l.Epoch(), last)
 		}
 		last = l.Epoch()
-		if err := remove(); err != nil {
+		if err := round.remove(); err != nil {
 			t.Fatalf("round %d remove: %v", i, err)
 		}
 	}
@@ -481,10 +550,10 @@ func TestKeepalive(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testenv.StartServer(t)
 	c1, _ := newCoordinator(t, srv.JetStream(t))
-	c2, clk2 := newCoordinator(t, srv.JetStream(t))
+	c2, _ := newCoordinator(t, srv.JetStream(t))
 	const ttl = 10 * time.Second
 
-	t.Run("renews until taken over", func(t *testing.T) {
+	t.Run("renews until fenced", func(t *testing.T) {
 		l, err := c1.Acquire(ctx, domain, "dc-a", "relay-1", ttl)
 		if err != nil {
 			t.Fatal(err)
@@ -498,8 +567,8 @@ func TestKeepalive(t *testing.T) {
 			}
 			return nil
 		})
-		clk2.Advance(2 * ttl)
-		if _, err := c2.Acquire(ctx, domain, "dc-a", "relay-2", ttl); err != nil {
+		// The same relay re-acquiring from another process: a newer epoch.
+		if _, err := c2.Acquire(ctx, domain, "dc-a", "relay-1", ttl); err != nil {
 			t.Fatal(err)
 		}
 		select {

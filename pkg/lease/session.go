@@ -65,7 +65,7 @@ func WithAcquireOptions(opts ...AcquireOption) SessionOption {
 // timings fail with ErrInvalidArgument before anything is written.
 //
 // The goroutine renews every renew interval. Each renewal may take until
-// the lease would expire (by the coordinator's clock): a slow server is
+// the lease would expire (by the holder's own clock): a slow server is
 // waited for while waiting can still help, and not a moment longer. A
 // renewal that fails for another reason is retried at the next tick; one
 // that finds the lease expired or fenced ends it (Done closes, Err matches
@@ -152,9 +152,9 @@ func (s *Session) Close(ctx context.Context) error {
 }
 
 // Orphan stops renewing without releasing, as a crash would: the record
-// stays until its expiry, and only then can a standby take over. A renewal
-// in flight is aborted (should its write still reach the server, the record
-// lapses one TTL after it). The lease ends locally at once (Done closes,
+// stays until the server expires it, one TTL after its last write, and only
+// then can a standby take over. A renewal in flight is aborted (should its
+// write still reach the server, the record lapses one TTL after that). The lease ends locally at once (Done closes,
 // Err matches ErrLeaseOrphaned, Held reports false), so its holder stops
 // publishing. It returns after the keepalive goroutine has exited.
 func (s *Session) Orphan() {

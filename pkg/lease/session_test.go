@@ -128,14 +128,16 @@ func TestSessionKeepsTheLeaseAliveAndCloseHandsItToAStandbyAtOnce(t *testing.T) 
 }
 
 func TestSessionOrphanStopsRenewingAndLetsTheLeaseLapse(t *testing.T) {
+	// Not parallel: noKeepalive counts every session's goroutine.
 	ctx := testCtx(t)
-	c, clk, _ := startCoordinator(t)
-	const ttl = 10 * time.Second
+	c, clk, srv := startCoordinator(t)
+	standby, sclk := newCoordinator(t, srv.JetStream(t))
+	const ttl = time.Second
 	s, err := c.NewSession(ctx, domain, "dc-a", "relay-1", ttl, lease.WithRenewInterval(time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(time.Second)
+	clk.Advance(ttl / 2)
 	waitRenewedTo(t, s, clk.Now().Add(ttl))
 	s.Orphan()
 	noKeepalive(t, "Orphan")
@@ -161,15 +163,16 @@ func TestSessionOrphanStopsRenewingAndLetsTheLeaseLapse(t *testing.T) {
 	if err != nil || after.Revision != before.Revision || !after.ExpiresAt.Equal(e.ExpiresAt) {
 		t.Fatalf("record moved after orphan: %+v → %+v, %v", before, after, err)
 	}
-	// A standby waits for the TTL, as after a crash...
-	clk.Advance(ttl - time.Nanosecond)
-	_, err = c.Acquire(ctx, domain, "dc-a", "relay-2", ttl)
+	// A standby waits for the server to expire it, as after a crash,
+	// whatever its own clock says...
+	sclk.Advance(time.Hour)
+	_, err = standby.Acquire(ctx, domain, "dc-a", "relay-2", ttl)
 	if held := asError(t, err, lease.ErrLeaseHeld); held.Holder != "relay-1" || held.Epoch != 1 {
 		t.Fatalf("held error = %+v", held)
 	}
 	// ...and takes the next epoch once it lapsed.
-	clk.Advance(time.Nanosecond)
-	l2, err := c.Acquire(ctx, domain, "dc-a", "relay-2", ttl)
+	waitNoLease(t, standby, "dc-a", 5*time.Second)
+	l2, err := standby.Acquire(ctx, domain, "dc-a", "relay-2", ttl)
 	if err != nil || l2.Epoch() != 2 {
 		t.Fatalf("standby after the lapse: %v, %v", l2, err)
 	}
@@ -208,7 +211,11 @@ func TestSessionDoneClosesWhenANewerEpochFencesIt(t *testing.T) {
 	ctx := testCtx(t)
 	srv := testenv.StartServer(t)
 	c1, _ := newCoordinator(t, srv.JetStream(t))
-	c2, clk2 := newCoordinator(t, srv.JetStream(t))
+	c2, _ := newCoordinator(t, srv.JetStream(t))
+	kv, err := srv.JetStream(t).KeyValue(ctx, lease.DefaultBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
 	const ttl = 10 * time.Second
 
 	t.Run("another owner", func(t *testing.T) {
@@ -216,8 +223,11 @@ func TestSessionDoneClosesWhenANewerEpochFencesIt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// relay-2's clock runs a TTL ahead: to it the lease lapsed.
-		clk2.Advance(2 * ttl)
+		// An operator removes the live record and relay-2 takes the
+		// lease: nobody's clock could have let it in.
+		if err := kv.Delete(ctx, "lease."+domain+".dc-a"); err != nil {
+			t.Fatal(err)
+		}
 		nl, err := c2.Acquire(ctx, domain, "dc-a", "relay-2", ttl)
 		if err != nil {
 			t.Fatal(err)
@@ -266,7 +276,9 @@ func TestSessionDoneClosesWhenANewerEpochFencesIt(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		clk2.Advance(2 * ttl)
+		if err := kv.Delete(ctx, "lease."+domain+".dc-c"); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := c2.Acquire(ctx, domain, "dc-c", "relay-2", ttl); err != nil {
 			t.Fatal(err)
 		}
