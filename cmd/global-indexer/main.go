@@ -44,8 +44,6 @@ const (
 	serviceName = "global-indexer"
 	// natsName is the NATS connection (and embedded server) name.
 	natsName = "ckf-global-indexer"
-	// shutdownTimeout bounds the HTTP server's graceful shutdown.
-	shutdownTimeout = 10 * time.Second
 	// defaultMaxApplyLag is the binary's default for --max-apply-lag; see
 	// the flag help for why it differs from the library's.
 	defaultMaxApplyLag = 100 * time.Millisecond
