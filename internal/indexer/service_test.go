@@ -299,7 +299,10 @@ func TestMicroEndpointAnswersLikeHTTP(t *testing.T) {
 	r := e.relay(t, "dc-a")
 	w := newWorkload(8, 4, 6)
 	feed(r, w, func(i int) int { return 3 + i })
-	s := startService(t, e.nc, e.js, testConfig(t))
+	// A frozen clock: the two answers are given a moment apart and would
+	// otherwise differ in age_ms.
+	frozen := time.Now()
+	s := startService(t, e.nc, e.js, testConfig(t), func(s *Service) { s.now = func() time.Time { return frozen } })
 	testenv.Eventually(t, waitTotal, waitInterval, func() error { return checkDepths(s.Service, r, w) })
 
 	srv := httptest.NewServer(queryapi.Handler(s, s.APIMetrics(), s.Metrics()))
