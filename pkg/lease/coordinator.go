@@ -144,13 +144,14 @@ func enableKeyTTLs(ctx context.Context, js jetstream.JetStream, stream jetstream
 // are plain publishes (the KV API has no per-key TTL on Update), so they
 // must address the key exactly as kv.Put would.
 func writePrefix(o jetstream.JetStreamOptions) string {
-	switch {
-	case o.Domain != "":
+	if o.Domain != "" {
 		return "$JS." + o.Domain + ".API."
-	case o.APIPrefix != "":
-		if p := strings.TrimSuffix(o.APIPrefix, ".") + "."; p != jetstream.DefaultAPIPrefix {
-			return p
-		}
+	}
+	if o.APIPrefix == "" {
+		return ""
+	}
+	if p := strings.TrimSuffix(o.APIPrefix, ".") + "."; p != jetstream.DefaultAPIPrefix {
+		return p
 	}
 	return ""
 }
