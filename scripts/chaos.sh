@@ -6,7 +6,7 @@
 # under/over, unavailable queries. Fails (exit 1) unless every phase settles
 # with 0 under / 0 over.
 #
-#   scripts/chaos.sh [--faults LIST] [--no-build]
+#   scripts/chaos.sh [--faults LIST] [--no-build] [--file COMPOSE_FILE]...
 #
 # Faults (default: all, in this order):
 #   lanes-leader   kill -9 the node leading CKF_LANES, restart it after 10 s
@@ -16,7 +16,8 @@
 #   rolling        restart nats-hub-1, -2, -3 one after the other, each back
 #                  and every stream current again before the next
 #   wan-latency    dc-b's link at 150 ms RTT (75 ms ± 10 ms each way)
-#   wan-bandwidth  dc-b's link capped at 1 Mbit/s each way
+#   wan-bandwidth  dc-b's link capped at WAN_CAP_BPS bytes/s each way
+#                  (default 1250000: 10 Mbit/s)
 #   wan-reset      every connection of dc-b's link reset (RST), twice
 #   wan-stall      dc-b's link stalled (black hole) for 15 s, then healed
 #   wan-cut        dc-b's link cut (connections closed, refused) for 15 s
@@ -29,6 +30,11 @@
 # (false negative), none over it once settled.
 #
 # --no-build reuses ckfrelay:local and ckfrelay-nats:local as they are.
+# --file replaces the compose files (default docker-compose.yml and
+# docker-compose.cluster.yml), e.g. one written by scripts/gen-compose-dcs.sh:
+# the DCs are its nats-dc-<x> services, each with wan-dc-<x>, relay-<x>1
+# (and relay-<x>2), init-dc-<x>; dc-a needs a standby, dc-b is the WAN
+# faults' link.
 # Skips (one line, exit 0) when no Docker engine answers. Needs curl and
 # python3 (scripts/lib/jsz.py reads the monitoring endpoints). Uses the
 # host ports 4222, 8080, 8222-8224, 8474-8475 and 9091-9094. CHAOS_LIMIT
@@ -39,8 +45,10 @@ cd "$(dirname "$0")/.."
 ALL_FAULTS=lanes-leader,lease-leader,partition,rolling,wan-latency,wan-bandwidth,wan-reset,wan-stall,wan-cut
 FAULTS=$ALL_FAULTS
 BUILD=1
+FILES=()
 while [ $# -gt 0 ]; do
   case $1 in
+    --file) FILES+=(-f "${2:?--file needs a path}"); shift ;;
     --faults) FAULTS=${2:?--faults needs a list}; shift ;;
     --faults=*) FAULTS=${1#--faults=} ;;
     --no-build) BUILD=0 ;;
@@ -64,15 +72,33 @@ for tool in curl python3; do
   command -v $tool >/dev/null || { echo "chaos: needs $tool" >&2; exit 2; }
 done
 
+[ ${#FILES[@]} -gt 0 ] || FILES=(-f docker-compose.yml -f docker-compose.cluster.yml)
 PROJ=${CHAOS_PROJECT:-ckfchaos$$}
-DC=("${COMPOSE[@]}" -p "$PROJ" -f docker-compose.yml -f docker-compose.cluster.yml)
+DC=("${COMPOSE[@]}" -p "$PROJ" "${FILES[@]}")
 START=$(date +%s)
 LOGDIR=$(mktemp -d)
 JSZ=scripts/lib/jsz.py
 HUBS=(nats-hub-1 nats-hub-2 nats-hub-3)
-SERVICES=("${HUBS[@]}" wan-dc-a wan-dc-b nats-dc-a nats-dc-b indexer-1 indexer-2 relay-a1 relay-a2 relay-b1 relay-b2)
 ASSETS=(CKF_LANES KV_ckf-leases OBJ_ckf-snapshots)
-WAN_B=127.0.0.1:8475 # dc-b's proxy control API
+# The stack's long-running services, its DCs (letters) and one-shots.
+SERVICES=() DCS=() INITS=() RELAYS=()
+for s in $("${DC[@]}" config --services); do
+  case $s in
+    replayer | nats-hub | jaeger | prometheus | grafana) ;;
+    init-*) INITS+=("$s") ;;
+    *)
+      SERVICES+=("$s")
+      case $s in
+        nats-dc-*) DCS+=("${s#nats-dc-}") ;;
+        relay-*) RELAYS+=("$s") ;;
+      esac
+      ;;
+  esac
+done
+# wan_port X: the control API port of dc-X's proxy (8474 for dc-a, 8475 dc-b …).
+wan_port() { echo $((8474 + $(printf '%d' "'$1") - 97)); }
+WAN_B=127.0.0.1:$(wan_port b) # the WAN faults' link
+WAN_CAP_BPS=${WAN_CAP_BPS:-1250000}
 PARTITION_SECONDS=${PARTITION_SECONDS:-30}
 LOAD_REQUESTS=512    # the replayer verifies up to 512 requests: all of them
 TRACE_SECONDS=171    # trace time of the first 512 requests (speed 1)
@@ -81,7 +107,10 @@ SPACE=100            # hash spaces: one per phase, above compose-smoke's
 FAILED=0
 LOAD_PID=
 
-ports_free 4222 8080 8222 8223 8224 8474 8475 9091 9092 9093 9094
+ports=(4222 8080 8222 8223 8224)
+for x in "${DCS[@]}"; do ports+=("$(wan_port "$x")"); done
+for r in "${RELAYS[@]}"; do ports+=("$(relay_port "$r")"); done
+ports_free "${ports[@]}"
 
 CHAOS_LIMIT=${CHAOS_LIMIT:-1500}
 ( sleep "$CHAOS_LIMIT" && echo "chaos: over ${CHAOS_LIMIT}s, aborting" >&2 && kill -TERM $$ ) 2>/dev/null &
@@ -111,6 +140,7 @@ leader_not() { # STREAM NODE: a leader other than NODE answers for STREAM
   l=$(leader "$1") && [ -n "$l" ] && [ "$l" != "$2" ]
 }
 wan() { curl -sf -X POST "$WAN_B/v1/$1" -d "${2:-}" >/dev/null; }
+epoch_b() { relay_epoch "$(active_of b)" || echo "?"; }
 # sleep_until T: sleeps until the moment T (a now).
 sleep_until() {
   local d
@@ -197,7 +227,7 @@ fault_lanes_leader() {
 }
 
 fault_lease_leader() {
-  local victim relay standby epoch t_kill takeover elect t_back rejoin
+  local victim relay standby epoch t_kill takeover= elect= t_back rejoin deadline
   victim=$(leader KV_ckf-leases)
   relay=$(active_of a)
   standby=relay-a1
@@ -207,10 +237,17 @@ fault_lease_leader() {
   sleep 3
   t_kill=$(now)
   docker kill -s KILL "$(cid "$victim")" "$(cid "$relay")" >/dev/null
-  wait_for 90 "$standby takes over" relay_active "$standby"
-  takeover=$(since "$t_kill")
-  wait_for 60 "a new KV_ckf-leases leader" leader_not KV_ckf-leases "$victim"
-  elect=$(since "$t_kill")
+  # Both clocks at once: the standby's takeover and the bucket's election.
+  deadline=$(($(date +%s) + 90))
+  while [ -z "$takeover" ] || [ -z "$elect" ]; do
+    if [ -z "$takeover" ] && relay_active "$standby"; then takeover=$(since "$t_kill"); fi
+    if [ -z "$elect" ] && leader_not KV_ckf-leases "$victim"; then elect=$(since "$t_kill"); fi
+    if [ "$(date +%s)" -ge $deadline ]; then
+      echo "chaos: lease-leader: standby ${takeover:-not active}, KV leader ${elect:-not elected} within 90s" >&2
+      return 1
+    fi
+    sleep 0.25
+  done
   sleep_until "$(plus "$t_kill" 12)"
   docker start "$(cid "$victim")" "$(cid "$relay")" >/dev/null
   t_back=$(now)
@@ -218,7 +255,7 @@ fault_lease_leader() {
   rejoin=$(since "$t_back")
   load_wait
   row "kill -9 $victim (lease KV leader) + $relay (active)" lease-leader "$t_back" \
-    "$standby active after ${takeover}s, epoch $epoch→$(relay_epoch "$standby"); KV leader $(leader KV_ckf-leases) after ${elect}s; $victim current ${rejoin}s after its start"
+    "KV leader $(leader KV_ckf-leases) after ${elect}s; $standby active after ${takeover}s, epoch $epoch→$(relay_epoch "$standby"); $victim current ${rejoin}s after its start"
 }
 
 fault_partition() {
@@ -265,27 +302,27 @@ wan_note() { # the link's counters
 
 fault_wan_latency() {
   local e
-  e=$(relay_epoch "$(active_of b)")
+  e=$(epoch_b)
   wan latency '{"delay":"75ms","jitter":"10ms"}'
   load wan-latency 20
   load_wait
   wan clear
-  row "dc-b link: 150 ms RTT (75±10 ms each way)" wan-latency 0 "whole pass and its verification at 150 ms RTT; dc-b epoch $e→$(relay_epoch "$(active_of b)")"
+  row "dc-b link: 150 ms RTT (75±10 ms each way)" wan-latency 0 "whole pass and its verification at 150 ms RTT; dc-b epoch $e→$(epoch_b)"
 }
 
 fault_wan_bandwidth() {
   local e
-  e=$(relay_epoch "$(active_of b)")
-  wan bandwidth '{"bytes_per_second":125000}'
+  e=$(epoch_b)
+  wan bandwidth "{\"bytes_per_second\":$WAN_CAP_BPS}"
   load wan-bandwidth 20
   load_wait
   wan clear
-  row "dc-b link: capped at 1 Mbit/s each way" wan-bandwidth 0 "whole pass and its verification capped; dc-b epoch $e→$(relay_epoch "$(active_of b)")"
+  row "dc-b link: capped at $(awk -v b="$WAN_CAP_BPS" 'BEGIN { printf "%g", b * 8 / 1e6 }') Mbit/s each way" wan-bandwidth 0 "whole pass and its verification capped; dc-b epoch $e→$(epoch_b)"
 }
 
 fault_wan_reset() {
   local e t
-  e=$(relay_epoch "$(active_of b)")
+  e=$(epoch_b)
   load wan-reset 15
   sleep 3
   wan reset
@@ -293,12 +330,12 @@ fault_wan_reset() {
   wan reset
   t=$(now)
   load_wait
-  row "dc-b link: reset all connections (RST), twice" wan-reset "$t" "$(wan_note); dc-b epoch $e→$(relay_epoch "$(active_of b)")"
+  row "dc-b link: reset all connections (RST), twice" wan-reset "$t" "$(wan_note); dc-b epoch $e→$(epoch_b)"
 }
 
 fault_wan_timed() { # stall|cut
   local kind=$1 e t
-  e=$(relay_epoch "$(active_of b)")
+  e=$(epoch_b)
   load "wan-$kind" 22
   sleep 3
   wan "$kind"
@@ -308,8 +345,8 @@ fault_wan_timed() { # stall|cut
   wait_for 60 "a dc-b relay active after the $kind" active_of b
   load_wait
   case $kind in
-    stall) row "dc-b link: stalled 15s (black hole), healed" wan-stall "$t" "$(wan_note); dc-b epoch $e→$(relay_epoch "$(active_of b)")" ;;
-    cut) row "dc-b link: cut 15s (closed, refused), healed" wan-cut "$t" "$(wan_note); dc-b epoch $e→$(relay_epoch "$(active_of b)")" ;;
+    stall) row "dc-b link: stalled 15s (black hole), healed" wan-stall "$t" "$(wan_note); dc-b epoch $e→$(epoch_b)" ;;
+    cut) row "dc-b link: cut 15s (closed, refused), healed" wan-cut "$t" "$(wan_note); dc-b epoch $e→$(epoch_b)" ;;
   esac
 }
 
@@ -318,15 +355,16 @@ if [ "$BUILD" = 1 ]; then
   scripts/build-images.sh
 fi
 log "starting the clustered stack (project $PROJ)"
-"${DC[@]}" up -d --no-build "${SERVICES[@]}" init-dc-a init-dc-b >"$LOGDIR/up" 2>&1 \
+"${DC[@]}" up -d --no-build "${SERVICES[@]}" "${INITS[@]}" >"$LOGDIR/up" 2>&1 \
   || { cat "$LOGDIR/up" >&2; exit 1; }
 t=$(now)
-wait_for 180 "every service healthy" healthy "${SERVICES[@]}"
-wait_for 120 "both lanes active at the indexer" lanes_active 2
-wait_for 30 "dc-a active relay" active_of a
-wait_for 30 "dc-b active relay" active_of b
+wait_for 300 "every service healthy" healthy "${SERVICES[@]}"
+wait_for 180 "${#DCS[@]} lanes active at the indexer" lanes_active ${#DCS[@]}
+for x in "${DCS[@]}"; do
+  wait_for 60 "dc-$x active relay" active_of "$x"
+done
 wait_r3 "start"
-log "stack up, both lanes active, every stream R3 after $(since "$t")s:"
+log "stack up (${#DCS[@]} DCs, ${#RELAYS[@]} relays), every lane active, every stream R3 after $(since "$t")s:"
 "$JSZ" status "${ASSETS[@]}" | sed 's/^/          /'
 
 # Baseline: one pass as fast as the replayer goes.
@@ -362,4 +400,4 @@ if [ "$FAILED" != 0 ]; then
   echo "chaos: FAILED in $(($(date +%s) - START))s: a phase did not settle at 0 under / 0 over (see above)" >&2
   exit 1
 fi
-echo "chaos: OK in $(($(date +%s) - START))s (converge: from the later of the fault's end and the pass's last event until all $LOAD_REQUESTS requests' answers were at the exact depth; live: answers below / above the truth while the pass ran; settled: the same $LOAD_REQUESTS requests × 2 DCs once settled)"
+echo "chaos: OK in $(($(date +%s) - START))s (converge: from the later of the fault's end and the pass's last event until all $LOAD_REQUESTS requests' answers were at the exact depth; live: answers below / above the truth while the pass ran; settled: the same $LOAD_REQUESTS requests × ${#DCS[@]} DCs once settled)"

@@ -53,14 +53,19 @@ type Config struct {
 	// QueueBytes bounds the bytes read but not yet written, per direction
 	// of each connection (default 16 MiB): past it the proxy stops reading,
 	// so TCP's own flow control pushes back on the sender. It must hold a
-	// delayed window: rate × delay.
+	// delayed window: rate × delay. A capped direction holds less: what is
+	// in flight at its rate over its delay plus CapBuffer, as a router's
+	// queue would, so a sender faster than the cap is slowed by TCP rather
+	// than buffered here for seconds.
 	QueueBytes int
 	Log        zerolog.Logger
 }
 
 // Stats are a link's counters.
 type Stats struct {
-	OpenConns  int64 `json:"open_conns"`
+	OpenConns int64 `json:"open_conns"`
+	// Queued is the bytes read and not yet written, over all connections.
+	Queued     int64 `json:"queued_bytes"`
 	Accepted   int64 `json:"accepted"`
 	Refused    int64 `json:"refused"`
 	DialErrors int64 `json:"dial_errors"`
@@ -83,8 +88,8 @@ type Link struct {
 	pacers [2]pacer
 	wg     sync.WaitGroup
 
-	accepted, refused, dialErrors, resets atomic.Int64
-	bytes                                 [2]atomic.Int64
+	accepted, refused, dialErrors, resets, queued atomic.Int64
+	bytes                                         [2]atomic.Int64
 }
 
 // New listens on every route's address. Serve is not needed: connections
@@ -137,7 +142,7 @@ func (l *Link) Stats() Stats {
 	open := int64(len(l.conns))
 	l.mu.Unlock()
 	return Stats{
-		OpenConns: open, Accepted: l.accepted.Load(), Refused: l.refused.Load(),
+		OpenConns: open, Queued: l.queued.Load(), Accepted: l.accepted.Load(), Refused: l.refused.Load(),
 		DialErrors: l.dialErrors.Load(), Resets: l.resets.Load(),
 		BytesUp: l.bytes[Up].Load(), BytesDown: l.bytes[Down].Load(),
 	}
@@ -403,7 +408,7 @@ type chunk struct {
 // held while the link is stalled. At src's EOF, dst gets a FIN once the
 // queue is written (a half close, as TCP allows).
 func (l *Link) pipe(d Direction, p *pair, src, dst net.Conn) {
-	q := newQueue(l.cfg.QueueBytes)
+	q := newQueue(func() int { return l.queueLimit(d) }, &l.queued)
 	read := make(chan struct{})
 	defer func() { <-read }() // src is at its end or closed by teardown
 	go func() {
@@ -423,7 +428,9 @@ func (l *Link) pipe(d Direction, p *pair, src, dst net.Conn) {
 			}
 		}
 	}()
-	// Wake the queue when the pair is torn down.
+	// Wake the queue when the pair is torn down; at the end, drop what is
+	// left in it (and wake a reader waiting for room).
+	defer q.abort()
 	stop := make(chan struct{})
 	defer close(stop)
 	go func() {
@@ -511,33 +518,63 @@ func (l *Link) flowing(p *pair) bool {
 	}
 }
 
+// CapBuffer is how long a capped direction may queue beyond its bytes in
+// flight: a router's buffer at the bottleneck.
+const CapBuffer = 100 * time.Millisecond
+
+// minCapQueue keeps a slow cap's queue above one read.
+const minCapQueue = 64 << 10
+
+// queueLimit is the queue bound of direction d now (see QueueBytes).
+func (l *Link) queueLimit(d Direction) int {
+	l.mu.Lock()
+	t := *l.toxics.dir(d)
+	l.mu.Unlock()
+	if t.BytesPerSecond <= 0 {
+		return l.cfg.QueueBytes
+	}
+	hold := time.Duration(t.Delay+t.Jitter) + CapBuffer
+	n := int(float64(t.BytesPerSecond) * hold.Seconds())
+	return min(max(n, minCapQueue), l.cfg.QueueBytes)
+}
+
 // queue is a FIFO of chunks bounded by their bytes.
 type queue struct {
 	mu           sync.Mutex
 	cond         *sync.Cond
 	items        []chunk
-	bytes, max   int
+	bytes        int
+	limit        func() int
+	total        *atomic.Int64 // the link's queued bytes
 	eof, aborted bool
 }
 
-func newQueue(max int) *queue {
-	q := &queue{max: max}
+func newQueue(limit func() int, total *atomic.Int64) *queue {
+	q := &queue{limit: limit, total: total}
 	q.cond = sync.NewCond(&q.mu)
 	return q
 }
 
-// push waits for room and appends c; false once aborted.
+// push waits for room and appends c; false once aborted. A full queue is
+// re-checked every 50 ms too, so a lifted cap takes effect without a pop.
 func (q *queue) push(c chunk) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for q.bytes >= q.max && !q.aborted {
+	for q.bytes >= q.limit() && !q.aborted {
+		t := time.AfterFunc(50*time.Millisecond, func() {
+			q.mu.Lock()
+			q.cond.Broadcast()
+			q.mu.Unlock()
+		})
 		q.cond.Wait()
+		t.Stop()
 	}
 	if q.aborted {
 		return false
 	}
 	q.items = append(q.items, c)
 	q.bytes += len(c.b)
+	q.total.Add(int64(len(c.b)))
 	q.cond.Broadcast()
 	return true
 }
@@ -556,6 +593,7 @@ func (q *queue) pop() (chunk, bool) {
 	q.items[0] = chunk{}
 	q.items = q.items[1:]
 	q.bytes -= len(c.b)
+	q.total.Add(-int64(len(c.b)))
 	q.cond.Broadcast()
 	return c, true
 }
@@ -569,7 +607,14 @@ func (q *queue) finish() {
 
 func (q *queue) abort() {
 	q.mu.Lock()
+	if q.aborted {
+		q.mu.Unlock()
+		return
+	}
 	q.aborted = true
+	q.total.Add(-int64(q.bytes))
+	q.bytes = 0
+	q.items = nil
 	q.cond.Broadcast()
 	q.mu.Unlock()
 }

@@ -178,17 +178,33 @@ func TestLatencyIsAppliedPerDirection(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := dial(t, l)
-	const slack = 25 * time.Millisecond // scheduling on a busy CI machine
-	for range 10 {
+	var ups, downs []time.Duration
+	for range 15 {
 		sent, rtt := roundTrip(t, c)
 		oneWay := echo.lastArrival().Sub(sent)
-		if oneWay < up || oneWay > up+slack {
-			t.Errorf("up one-way %s, want %s..%s", oneWay, up, up+slack)
-		}
-		if back := rtt - oneWay; back < down || back > down+slack {
-			t.Errorf("down one-way %s, want %s..%s", back, down, down+slack)
-		}
+		ups, downs = append(ups, oneWay), append(downs, rtt-oneWay)
 	}
+	within(t, "up one-way", ups, up)
+	within(t, "down one-way", downs, down)
+}
+
+// within checks measured delays against the configured one: none below it
+// (a delay is never cut short) and the median within 10 ms above it. The
+// worst is only bounded loosely (+250 ms): on a loaded 2-core machine
+// under -race a goroutine may wait that long for a CPU.
+func within(t *testing.T, what string, got []time.Duration, want time.Duration) {
+	t.Helper()
+	med, worst := Quantile(got, 0.5), slices.Max(got)
+	if slices.Min(got) < want || med > want+10*time.Millisecond || worst > want+250*time.Millisecond {
+		t.Errorf("%s: min %s median %s max %s, want ≥ %s, median ≤ +10ms, max ≤ +250ms", what, slices.Min(got), med, worst, want)
+	}
+}
+
+// Quantile is the q-quantile (nearest rank) of d.
+func Quantile(d []time.Duration, q float64) time.Duration {
+	c := slices.Clone(d)
+	slices.Sort(c)
+	return c[min(max(int(q*float64(len(c))+0.5)-1, 0), len(c)-1)]
 }
 
 func TestJitterStaysWithinItsBounds(t *testing.T) {
@@ -199,18 +215,24 @@ func TestJitterStaysWithinItsBounds(t *testing.T) {
 		t.Fatal(err)
 	}
 	c := dial(t, l)
-	lo, hi := 40*time.Millisecond, 80*time.Millisecond+25*time.Millisecond
 	var rtts []time.Duration
-	for range 30 {
+	for range 40 {
 		_, rtt := roundTrip(t, c)
-		if rtt < lo || rtt > hi {
-			t.Errorf("round trip %s outside %s..%s", rtt, lo, hi)
-		}
 		rtts = append(rtts, rtt)
 	}
-	// 30 draws from 40..80 ms: a spread under 5 ms means no jitter.
-	if spread := slices.Max(rtts) - slices.Min(rtts); spread < 5*time.Millisecond {
-		t.Errorf("round trips spread over %s only: %v", spread, rtts)
+	// Each way 20..40 ms: a round trip 40..80 ms, its median near 60 ms.
+	if lo := slices.Min(rtts); lo < 40*time.Millisecond {
+		t.Errorf("round trip %s under the 40ms floor", lo)
+	}
+	if med := Quantile(rtts, 0.5); med < 50*time.Millisecond || med > 75*time.Millisecond {
+		t.Errorf("median round trip %s, want about 60ms", med)
+	}
+	if p90 := Quantile(rtts, 0.9); p90 > 80*time.Millisecond+10*time.Millisecond {
+		t.Errorf("90th percentile round trip %s above the 80ms ceiling", p90)
+	}
+	// 40 draws from 40..80 ms: a spread under 10 ms means no jitter.
+	if spread := Quantile(rtts, 0.9) - Quantile(rtts, 0.1); spread < 10*time.Millisecond {
+		t.Errorf("round trips' 10-90%% spread is %s only: %v", spread, rtts)
 	}
 }
 
@@ -477,5 +499,47 @@ func TestParseRoutes(t *testing.T) {
 	want := []Route{{"0.0.0.0:7422", "nats-hub-1:7422"}, {"0.0.0.0:7423", "nats-hub-2:7422"}}
 	if !slices.Equal(got, want) {
 		t.Fatalf("got %v", got)
+	}
+}
+
+func TestACappedDirectionQueuesLittleAndPushesBack(t *testing.T) {
+	sink, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sink.Close()
+	l := newLink(t, sink.Addr().String())
+	const rate = 64 << 10
+	if err := l.SetBandwidth(rate, Up); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, l)
+	go func() {
+		_ = c.SetWriteDeadline(time.Now().Add(3 * time.Second))
+		_, _ = c.Write(make([]byte, 32<<20)) // far beyond any socket buffer
+	}()
+	s, err := sink.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	go func() { _, _ = io.Copy(io.Discard, s) }()
+	time.Sleep(time.Second)
+	// The queue holds about CapBuffer at the rate (at least 64 KiB), plus
+	// the read in progress: the rest waits in the sender's socket.
+	if q := l.Stats().Queued; q <= 0 || q > minCapQueue+32<<10 {
+		t.Fatalf("queued %d bytes at a %d B/s cap", q, rate)
+	}
+	// Lifting the cap drains at once.
+	if err := l.SetBandwidth(0, Up); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for l.Stats().Queued != 0 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if q := l.Stats().Queued; q != 0 {
+		t.Fatalf("%d bytes still queued", q)
 	}
 }

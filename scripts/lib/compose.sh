@@ -77,7 +77,13 @@ healthy() {
   done
 }
 
-relay_port() { case $1 in relay-a1) echo 9091 ;; relay-a2) echo 9092 ;; relay-b1) echo 9093 ;; relay-b2) echo 9094 ;; esac; }
+# relay_port relay-<letter><n>: its host port, 9090 + 2 × the letter's
+# index + n (relay-a1 9091, relay-a2 9092, relay-b1 9093 … relay-p2 9122).
+relay_port() {
+  local s=${1#relay-} i
+  i=$(($(printf '%d' "'${s:0:1}") - 97))
+  echo $((9090 + 2 * i + ${s:1}))
+}
 relay_state() { curl -sf "localhost:$(relay_port "$1")/v1/status" | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p'; }
 relay_epoch() { curl -sf "localhost:$(relay_port "$1")/v1/status" | sed -n 's/.*"epoch":\([0-9]*\).*/\1/p'; }
 relay_active() { [ "$(relay_state "$1")" = active ]; }
