@@ -19,7 +19,8 @@
 # 8080 (indexer-1), 8474 + i (dc-<x>'s proxy control API, i = x's index),
 # 9090 + 2i + n (relay-<x><n>). The environment knobs of
 # docker-compose.cluster.yml (CKF_JS_REPLICAS, CKF_EXPECTED_BLOCKS,
-# CKF_LEASE_TTL, CKF_LEAF_PING_INTERVAL, CKF_LEAF_PING_MAX) apply.
+# CKF_LEASE_TTL, CKF_LEAF_PING_INTERVAL, CKF_LEAF_PING_MAX,
+# CKF_LEAF_WRITE_DEADLINE, CKF_LEAF_COMPRESSION) apply.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -157,6 +158,8 @@ EOF
       DC_NAME: dc-$x
       LEAF_PING_INTERVAL: \${CKF_LEAF_PING_INTERVAL:-2s}
       LEAF_PING_MAX: \${CKF_LEAF_PING_MAX:-3}
+      LEAF_WRITE_DEADLINE: \${CKF_LEAF_WRITE_DEADLINE:-10s}
+      LEAF_COMPRESSION: \${CKF_LEAF_COMPRESSION:-s2_auto}
       HUB_LEAF_URL_1: nats-leaf://wan-dc-$x:7422
       HUB_LEAF_URL_2: nats-leaf://wan-dc-$x:7423
       HUB_LEAF_URL_3: nats-leaf://wan-dc-$x:7424

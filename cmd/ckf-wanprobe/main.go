@@ -43,6 +43,7 @@ type options struct {
 	probes     int
 	gap        time.Duration
 	timeout    time.Duration
+	poll       time.Duration
 	load       wanprobe.LoadConfig
 	loadDelay  time.Duration
 }
@@ -61,6 +62,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.IntVar(&o.probes, "probes", 100, "number of probes")
 	fs.DurationVar(&o.gap, "probe-gap", 50*time.Millisecond, "time between two probes' starts")
 	fs.DurationVar(&o.timeout, "probe-timeout", 30*time.Second, "bound on one probe")
+	fs.DurationVar(&o.poll, "probe-poll", 2*time.Millisecond, "pause between a probe's queries (its resolution; each probe in flight costs the indexer 1/poll queries a second)")
 	fs.Float64Var(&o.load.Rate, "load-rate", 0, "offered load in events/s beside the probes (0: none)")
 	fs.DurationVar(&o.load.Duration, "load-duration", 20*time.Second, "how long the load is offered")
 	fs.IntVar(&o.load.Live, "load-live", 16384, "blocks the load keeps stored (each further Stored is followed by the oldest's Removed)")
@@ -73,8 +75,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	switch {
 	case o.dc == "":
 		return nil, errors.New("--dc is required")
-	case o.probes < 0 || o.gap <= 0 || o.timeout <= 0 || o.load.Rate < 0:
-		return nil, errors.New("--probes and --load-rate must be ≥ 0, --probe-gap and --probe-timeout > 0")
+	case o.probes < 0 || o.gap <= 0 || o.timeout <= 0 || o.poll <= 0 || o.load.Rate < 0:
+		return nil, errors.New("--probes and --load-rate must be ≥ 0, --probe-gap, --probe-timeout and --probe-poll > 0")
 	case o.load.Rate > 0 && o.load.Duration <= 0:
 		return nil, errors.New("--load-duration must be positive")
 	}
@@ -107,7 +109,7 @@ func measure(ctx context.Context, o *options, log zerolog.Logger, stdout io.Writ
 	if err != nil {
 		return err
 	}
-	p, err := wanprobe.New(wanprobe.Config{JS: js, Indexer: hc, Domain: o.domain, DC: o.dc, Worker: o.worker, Timeout: o.timeout})
+	p, err := wanprobe.New(wanprobe.Config{JS: js, Indexer: hc, Domain: o.domain, DC: o.dc, Worker: o.worker, Timeout: o.timeout, Poll: o.poll})
 	if err != nil {
 		return err
 	}
