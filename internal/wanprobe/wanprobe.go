@@ -230,7 +230,9 @@ type LoadConfig struct {
 	Live int
 	// Workers spreads the events over this many workers (default 4).
 	Workers int
-	// MaxPending bounds unacknowledged publishes (default 4096).
+	// MaxPending bounds unacknowledged publishes (default 1024); the
+	// JetStream context's own bound (jetstream.WithPublishAsyncMaxPending,
+	// 4000 by default) must be above it.
 	MaxPending int
 }
 
@@ -265,7 +267,7 @@ func (p *Prober) Load(ctx context.Context, cfg LoadConfig) (LoadResult, error) {
 		cfg.Workers = 4
 	}
 	if cfg.MaxPending <= 0 {
-		cfg.MaxPending = 4096
+		cfg.MaxPending = 1024
 	}
 	type block struct{ worker, local uint64 }
 	live := make([]block, 0, cfg.Live)
