@@ -30,18 +30,10 @@ for arg in "$@"; do
   esac
 done
 
-if ! docker info >/dev/null 2>&1; then
-  echo "compose-smoke: skipped (no Docker engine answers)"
-  exit 0
-fi
-if docker compose version >/dev/null 2>&1; then
-  COMPOSE=(docker compose)
-elif command -v docker-compose >/dev/null; then
-  COMPOSE=(docker-compose)
-else
-  echo "compose-smoke: skipped (Docker engine without Compose)"
-  exit 0
-fi
+# shellcheck source=scripts/lib/compose.sh
+. scripts/lib/compose.sh
+NAME=compose-smoke
+compose_detect "$NAME"
 
 PROJ=${CKF_SMOKE_PROJECT:-ckfsmoke$$}
 DC=("${COMPOSE[@]}" -p "$PROJ")
@@ -52,12 +44,7 @@ CUT_SECONDS=${CUT_SECONDS:-30}
 START=$(date +%s)
 LOGDIR=$(mktemp -d)
 
-for port in 4222 8080 8222 9091 9092 9093 9094; do
-  if (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null; then
-    echo "compose-smoke: host port $port is in use; the stack publishes it" >&2
-    exit 1
-  fi
-done
+ports_free 4222 8080 8222 9091 9092 9093 9094
 
 # Bounded: the whole run (image build included) must fit in SMOKE_LIMIT.
 SMOKE_LIMIT=${SMOKE_LIMIT:-480}
@@ -78,35 +65,6 @@ teardown() {
 trap teardown EXIT
 trap 'exit 130' INT TERM
 
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-log() { printf '[%5ss] %s\n' "$(( $(date +%s) - START ))" "$*"; }
-cid() { "${DC[@]}" ps -q "$1"; }
-
-# wait_for SECONDS WHAT CMD...: polls CMD every 0.5 s.
-wait_for() {
-  local limit=$1 what=$2 deadline=$(( $(date +%s) + $1 ))
-  shift 2
-  until "$@" >/dev/null 2>&1; do
-    if [ "$(date +%s)" -ge $deadline ]; then
-      echo "compose-smoke: $what not reached within ${limit}s" >&2
-      return 1
-    fi
-    sleep 0.5
-  done
-}
-
-relay_port() { case $1 in relay-a1) echo 9091 ;; relay-a2) echo 9092 ;; relay-b1) echo 9093 ;; relay-b2) echo 9094 ;; esac; }
-relay_state() { curl -sf "localhost:$(relay_port "$1")/v1/status" | sed -n 's/.*"state":"\([a-z]*\)".*/\1/p'; }
-relay_epoch() { curl -sf "localhost:$(relay_port "$1")/v1/status" | sed -n 's/.*"epoch":\([0-9]*\).*/\1/p'; }
-relay_active() { [ "$(relay_state "$1")" = active ]; }
-active_of() { # DC letter → the active relay's service name
-  for r in relay-$1"1" relay-$1"2"; do
-    if relay_active "$r"; then echo "$r"; return 0; fi
-  done
-  return 1
-}
-lanes_active() { [ "$(curl -sf localhost:8080/v1/lanes | grep -o '"state":"active"' | wc -l)" -eq 2 ]; }
 all_healthy() {
   local ids n
   ids=$("${DC[@]}" ps -q)
@@ -114,17 +72,6 @@ all_healthy() {
   [ "$n" -ge 9 ] && [ "$(docker inspect -f '{{.State.Health.Status}}' $ids | grep -c '^healthy$')" -eq "$n" ]
 }
 
-# replay NAME HASH_SPACE [flags...]: one replayer run (its own hash space,
-# so earlier phases' blocks never count); its output goes to $LOGDIR/NAME.
-replay() {
-  local name=$1 space=$2
-  shift 2
-  "${DC[@]}" run --rm -T --no-deps replayer --repeat=false --hash-space "$space" \
-    --status-interval 5s --verify-timeout 150s "$@" >"$LOGDIR/$name" 2>&1
-}
-# field NAME KEY: the last value of KEY=<n> in a run's status lines.
-field() { grep -o "$2=[0-9]*" "$LOGDIR/$1" | tail -1 | cut -d= -f2; }
-verified() { grep -q 'no false negative' "$LOGDIR/$1"; }
 ROWS=()
 row() { # fault, converge seconds, run name, note
   local under over unav
