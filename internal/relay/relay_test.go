@@ -35,7 +35,7 @@ func testConfig(dc string) relay.Config {
 	c.CKF = ckf.NewConfig(1 << 14)
 	c.PublishInterval = 2 * time.Millisecond
 	c.HeartbeatInterval = 20 * time.Millisecond
-	c.LeaseTTL = 600 * time.Millisecond
+	c.LeaseTTL = 2 * time.Second // the server keeps a lease key at least 1 s; a starved -race run must not miss a renewal
 	c.Streams = streams.Options{Memory: true}
 	return c
 }
