@@ -2,6 +2,8 @@ package producer
 
 import (
 	"bytes"
+	"encoding/binary"
+	"errors"
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -132,4 +134,62 @@ func TestCheckpointsOfMinimalSections(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestCheckpointOfAFullMemberPool: the pool keeps at most freeMemberCap
+// emptied tables of at most maxPooledMemberSlots slots, and a checkpoint of
+// a pool at both limits restores; the restored pool hands the big table
+// out first, as the original does.
+func TestCheckpointOfAFullMemberPool(t *testing.T) {
+	cfg := ckf.NewConfig(64) // canonical: omitted blocks stay tracked
+	s := mustState(t, cfg)
+	// A member table of exactly maxPooledMemberSlots slots: it grows to
+	// 2^16 slots at its 24577th entry.
+	const big = maxPooledMemberSlots*3/8 + 1
+	storeRange(s, 1000, 0, big)
+	if c := s.members[Member{WorkerID: 1000}].lineage.capacity(); c != maxPooledMemberSlots {
+		t.Fatalf("fixture table has %d slots", c)
+	}
+	for w := range uint64(freeMemberCap - 1) {
+		s.ApplyEvent(storedEv(w, 0, 1<<40+w))
+	}
+	for w := range uint64(freeMemberCap - 1) {
+		s.ApplyEvent(clearedEv(w, 0))
+	}
+	s.ApplyEvent(clearedEv(1000, 0))
+	s.Flush()
+	if len(s.freeMember) != freeMemberCap {
+		t.Fatalf("pool holds %d tables", len(s.freeMember))
+	}
+	got := roundTrip(t, s, cfg)
+	got.ApplyEvent(storedEv(5, 5, 77))
+	if c := got.members[Member{WorkerID: 5, DpRank: 5}].lineage.capacity(); c != maxPooledMemberSlots {
+		t.Fatalf("reused pooled table has %d slots", c)
+	}
+}
+
+// TestRestoreRefusesADuplicateMember: a member listed twice is refused even
+// when the edge counts of both copies match the refcounts (restoring it
+// would drop one copy's edges).
+func TestRestoreRefusesADuplicateMember(t *testing.T) {
+	cfg := verbatimConfig(64)
+	s := mustState(t, cfg)
+	s.ApplyEvent(storedEv(1, 0, 9))
+	s.ApplyEvent(storedEv(2, 0, 9))
+	s.Flush()
+	b := checkpointBytes(t, s)
+	le := binary.LittleEndian
+	// Verbatim member records after the owner table: worker u64 | rank u32
+	// | table (flags, capacity, count, one 8-byte entry).
+	const member = 8 + 4 + 1 + 8 + 8 + 8
+	second := len(b) - 8 - 8 - member
+	if le.Uint64(b[second:]) != 2 || le.Uint64(b[second-member:]) != 1 {
+		t.Fatalf("fixture layout: workers %d %d", le.Uint64(b[second-member:]), le.Uint64(b[second:]))
+	}
+	le.PutUint64(b[second:], 1)
+	_, err := RestoreState(bytes.NewReader(reseal(b)), cfg)
+	var ce *CheckpointError
+	if !errors.As(err, &ce) || ce.Kind != ErrCheckpointMalformed {
+		t.Fatalf("duplicate member: %v", err)
+	}
 }
