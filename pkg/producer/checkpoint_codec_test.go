@@ -193,3 +193,37 @@ func TestRestoreRefusesADuplicateMember(t *testing.T) {
 		t.Fatalf("duplicate member: %v", err)
 	}
 }
+
+// TestTheRestoreBudgetIsExactAtItsBoundary: a state whose owner table
+// uses the whole budget (131072 slots for 16382 entries: 2^16 base + 4 ×
+// 16382 + 8 credit) checkpoints and restores; one entry fewer and the
+// writer refuses it as over budget.
+func TestTheRestoreBudgetIsExactAtItsBoundary(t *testing.T) {
+	cfg := ckf.NewConfig(1024)
+	cfg.MaxKicks = 1 // the lane overflows; canonical mode keeps ownership
+	s := mustState(t, cfg)
+	if base := checkpointBaseSlots(s.Format().BucketCount); base != 1<<16 {
+		t.Fatalf("fixture base %d", base)
+	}
+	const kept = (1<<17 - 1<<16 - tableMinSlots) / budgetSlotsPerEntry // 16382
+	storeRange(s, 2, 0, kept)
+	storeRange(s, 1, 1<<20, 1<<16*3/4+1) // grows the owner table to 2^17 slots
+	s.ApplyEvent(clearedEv(1, 0))
+	s.Flush()
+	if c, n := s.owners.capacity(), s.owners.len(); c != 1<<17 || n != kept {
+		t.Fatalf("owner table %d entries in %d slots", n, c)
+	}
+	if err := s.CheckpointFits(); err != nil {
+		t.Fatalf("a state at the budget's limit: %v", err)
+	}
+	roundTrip(t, s, cfg)
+
+	removeRange(s, 2, kept-1, 1)
+	s.Flush()
+	if err := s.CheckpointFits(); !errors.Is(err, ErrCheckpointOverBudget) {
+		t.Fatalf("one slot over the budget: %v", err)
+	}
+	if err := s.Checkpoint(&bytes.Buffer{}); !errors.Is(err, ErrCheckpointOverBudget) {
+		t.Fatalf("Checkpoint one slot over the budget: %v", err)
+	}
+}
