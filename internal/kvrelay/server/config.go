@@ -43,6 +43,9 @@ type Config struct {
 
 	KeepaliveInterval time.Duration
 	KeepaliveTimeout  time.Duration
+	// ShutdownGrace bounds how long Shutdown lets handlers send their final
+	// status before it force-closes the connections.
+	ShutdownGrace time.Duration
 
 	// TLS, when set, serves TLS (mTLS when it requires client
 	// certificates, see LoadTLS); nil serves plaintext.
@@ -72,6 +75,7 @@ func DefaultConfig() Config {
 		Queue:                     QueueLimits{Frames: 16, Bytes: 16 << 20},
 		KeepaliveInterval:         20 * time.Second,
 		KeepaliveTimeout:          10 * time.Second,
+		ShutdownGrace:             time.Second,
 		Logger:                    zerolog.Nop(),
 	}
 }
@@ -90,7 +94,8 @@ func (c *Config) Validate() error {
 		name string
 		d    time.Duration
 	}{{"pool heartbeat", c.PoolHeartbeat}, {"catalog heartbeat", c.CatalogHeartbeat}, {"readiness heartbeat", c.ReadinessHeartbeat},
-		{"load window", c.LoadWindow}, {"keepalive interval", c.KeepaliveInterval}, {"keepalive timeout", c.KeepaliveTimeout}} {
+		{"load window", c.LoadWindow}, {"keepalive interval", c.KeepaliveInterval}, {"keepalive timeout", c.KeepaliveTimeout},
+		{"shutdown grace", c.ShutdownGrace}} {
 		if iv.d < time.Millisecond || iv.d > maxInterval {
 			return bad("%s %s must be within 1ms..1y", iv.name, iv.d)
 		}

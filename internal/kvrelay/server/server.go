@@ -124,9 +124,10 @@ func (s *Server) Serve(ln net.Listener) error {
 }
 
 // Shutdown marks the service NOT_SERVING, ends every stream with
-// UNAVAILABLE / PUBLICATION_UNAVAILABLE and stops the server, waiting for
-// handlers until ctx ends, then force-closing connections (even ones whose
-// client never reads).
+// UNAVAILABLE / PUBLICATION_UNAVAILABLE and stops the server: it waits for
+// the handlers to finish for at most ShutdownGrace (and until ctx ends),
+// then force-closes the connections, so a stream whose client never reads
+// (its handler blocked in Send) cannot hold it up.
 func (s *Server) Shutdown(ctx context.Context) {
 	s.stopOnce.Do(func() {
 		s.stopping.Store(true)
@@ -134,12 +135,16 @@ func (s *Server) Shutdown(ctx context.Context) {
 		close(s.done)
 		stopped := make(chan struct{})
 		go func() { s.gs.GracefulStop(); close(stopped) }()
+		grace := time.NewTimer(s.cfg.ShutdownGrace)
+		defer grace.Stop()
 		select {
 		case <-stopped:
+			return
 		case <-ctx.Done():
-			s.gs.Stop()
-			<-stopped
+		case <-grace.C:
 		}
+		s.gs.Stop()
+		<-stopped
 	})
 }
 
