@@ -32,6 +32,7 @@ type options struct {
 	mode          string
 	inputJSDomain string
 	cfg           relay.Config
+	kv            kvrelayOptions
 	getenv        func(string) string
 }
 
@@ -58,6 +59,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.StringVar(&o.inputJSDomain, "input-js-domain", "", "JetStream domain of the input stream KVEVENTS (the DC's own, so workers publish locally and a WAN cut loses nothing); empty: the same as --js-domain")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "health and metrics listen address (empty disables)")
 	o.http.Register(fs)
+	o.kv.register(fs)
 	if err := cli.Parse(fs, args, getenv); err != nil {
 		return nil, err
 	}
@@ -79,6 +81,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 		return nil, err
 	}
 	o.cfg.Streams.Replicas = o.common.JSReplicas
+	if err := o.kv.validate(&o.cfg); err != nil {
+		return nil, err
+	}
 	if err := o.cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -120,6 +125,13 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	r, err := relay.New(conn.NC, conn.JS, o.cfg)
 	if err != nil {
 		return err
+	}
+	if o.kv.listen != "" {
+		stopKv, kerr := o.kv.start(r, reg, log)
+		if kerr != nil {
+			return kerr
+		}
+		defer stopKv()
 	}
 	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).
 		Str("mode", o.cfg.CKF.Mode.String()).Str("js_domain", o.common.JSDomain).Str("input_js_domain", o.inputJSDomain).

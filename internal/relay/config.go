@@ -13,8 +13,10 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"go.opentelemetry.io/otel/trace/noop"
 
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -86,6 +88,9 @@ type Config struct {
 	// open the lease bucket, register the lane) while NATS or the hub's
 	// JetStream is not reachable yet. The zero value uses retry's defaults.
 	Setup retry.Policy
+	// KvRelay, when set, makes the relay a dynamo.kvrelay.v1 publication
+	// (Relay.Publication) of this pool, described by the spec.
+	KvRelay *server.PoolSpec
 
 	Logger zerolog.Logger
 	Tracer trace.TracerProvider
@@ -199,6 +204,14 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Streams.Validate(); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
+	}
+	if c.KvRelay != nil {
+		if err := c.KvRelay.Validate(); err != nil {
+			return fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		if c.MaxDeltaImages > cbi1.MaxDeltaImages {
+			return bad("max delta images %d exceeds a CBI1 frame (%d)", c.MaxDeltaImages, cbi1.MaxDeltaImages)
+		}
 	}
 	return nil
 }

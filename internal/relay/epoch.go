@@ -9,7 +9,10 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/producer"
@@ -60,6 +63,13 @@ type epochRun struct {
 	// overLimit: the last message had stored events refused by
 	// MaxTrackedBlocks (the tracked_blocks fault is set).
 	overLimit bool
+
+	// dynamo.kvrelay.v1 (kvrelay.go): the generation's key, its fanout
+	// (nil while not live or when the service is off) and a reusable
+	// image buffer.
+	kvKey    kvrelay.ProducerKey
+	fan      *server.Fanout
+	kvImages []cbi1.Image
 }
 
 // serve publishes under one lease epoch until the lease is lost, the
@@ -87,6 +97,10 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *str
 		return err
 	}
 	if err := e.goLive(res.Lanes, log); err != nil {
+		return err
+	}
+	defer e.kvEnd()
+	if err := e.kvBegin(); err != nil {
 		return err
 	}
 	return e.publishLoop(parent, in, snapReqs)
@@ -280,6 +294,10 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 			}
 		case <-hb.C:
 			if err := e.heartbeat(); err != nil {
+				return err
+			}
+		case req := <-e.kvRequests():
+			if err := e.kvSubscribe(req); err != nil {
 				return err
 			}
 		}

@@ -54,6 +54,7 @@ func (e *epochRun) Enqueue(d ckf.Delta) error {
 	}
 	e.r.m.deltas.Inc()
 	e.r.m.images.Add(float64(len(d.Images)))
+	e.kvFanout(d)
 	return nil
 }
 

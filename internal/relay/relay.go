@@ -37,6 +37,7 @@ type Relay struct {
 
 	pool ckf.PoolID
 	subj wire.LaneSubjects
+	kv   *kvPublication // nil unless Config.KvRelay is set
 
 	mu     sync.Mutex
 	status Status
@@ -78,6 +79,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Relay, error) {
 		status: Status{State: StateStarting, Domain: cfg.Domain, DC: cfg.DC, Instance: cfg.Instance, Lane: -1},
 	}
 	r.baseLog = r.log
+	if cfg.KvRelay != nil {
+		r.kv = newKvPublication(*cfg.KvRelay, r.pool.Dc)
+	}
 	r.setState(StateStarting)
 	return r, nil
 }

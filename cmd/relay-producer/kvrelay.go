@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// kvrelayOptions are the --kvrelay-* flags: serving the pool over Dynamo's
+// dynamo.kvrelay.v1 gRPC protocol (docs/kvrelay.md).
+type kvrelayOptions struct {
+	listen    string
+	model     string
+	aliases   listFlag
+	endpoint  string
+	blockSize uint
+	heartbeat time.Duration
+	tlsCert   string
+	tlsKey    string
+	clientCA  string
+
+	spec server.PoolSpec
+	cfg  server.Config
+}
+
+// listFlag is a repeatable flag; each value may also be a comma-separated
+// list (which is how the environment variable sets several).
+type listFlag []string
+
+func (l *listFlag) String() string { return strings.Join(*l, ",") }
+
+func (l *listFlag) Set(v string) error {
+	for _, s := range strings.Split(v, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			*l = append(*l, s)
+		}
+	}
+	return nil
+}
+
+func (k *kvrelayOptions) register(fs *flag.FlagSet) {
+	fs.StringVar(&k.listen, "kvrelay-listen", "", "serve Dynamo's dynamo.kvrelay.v1 gRPC relay protocol on HOST:PORT so a Dynamo Global Router can use this DC (empty: off)")
+	fs.StringVar(&k.model, "kvrelay-model", "", "canonical model id of the pool (also the card source path of its cache-semantics digest); required with --kvrelay-listen")
+	fs.Var(&k.aliases, "kvrelay-alias", "extra model name the router may look the pool up by (repeatable, or comma-separated)")
+	fs.StringVar(&k.endpoint, "kvrelay-endpoint", "", "serving endpoint NAMESPACE/COMPONENT/ENDPOINT of the pool's workers; required with --kvrelay-listen")
+	fs.UintVar(&k.blockSize, "kvrelay-block-size", 0, "KV block size in tokens of the pool's workers (kv_block_size); required with --kvrelay-listen")
+	fs.DurationVar(&k.heartbeat, "kvrelay-heartbeat", 10*time.Second, "pool, catalog and readiness heartbeat interval of dynamo.kvrelay.v1 streams")
+	fs.StringVar(&k.tlsCert, "kvrelay-tls-cert", "", "TLS certificate file of the dynamo.kvrelay.v1 listener (empty: plaintext)")
+	fs.StringVar(&k.tlsKey, "kvrelay-tls-key", "", "TLS key file of the dynamo.kvrelay.v1 listener")
+	fs.StringVar(&k.clientCA, "kvrelay-client-ca", "", "CA file clients of the dynamo.kvrelay.v1 listener must present a certificate of (mTLS; needs --kvrelay-tls-cert)")
+}
+
+// validate checks the flags and, when the service is on, sets cfg.KvRelay.
+func (k *kvrelayOptions) validate(cfg *relay.Config) error {
+	if k.listen == "" {
+		for name, v := range map[string]string{"--kvrelay-model": k.model, "--kvrelay-endpoint": k.endpoint, "--kvrelay-tls-cert": k.tlsCert} {
+			if v != "" {
+				return fmt.Errorf("%s needs --kvrelay-listen", name)
+			}
+		}
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(k.listen); err != nil {
+		return fmt.Errorf("--kvrelay-listen %q: want HOST:PORT: %w", k.listen, err)
+	}
+	if k.model == "" {
+		return errors.New("--kvrelay-model is required with --kvrelay-listen")
+	}
+	parts := strings.Split(k.endpoint, "/")
+	if len(parts) != 3 {
+		return fmt.Errorf("--kvrelay-endpoint %q: want NAMESPACE/COMPONENT/ENDPOINT", k.endpoint)
+	}
+	if k.blockSize == 0 || k.blockSize > 1<<31 {
+		return fmt.Errorf("--kvrelay-block-size %d: set the workers' KV block size (1..2^31)", k.blockSize)
+	}
+	k.spec = server.PoolSpec{Model: k.model, Aliases: k.aliases, Namespace: parts[0], Component: parts[1], Endpoint: parts[2], BlockSize: uint32(k.blockSize)}
+	if err := k.spec.Validate(); err != nil {
+		return fmt.Errorf("--kvrelay-model/--kvrelay-alias/--kvrelay-endpoint: %w", err)
+	}
+	k.cfg = server.DefaultConfig()
+	k.cfg.PoolHeartbeat, k.cfg.CatalogHeartbeat, k.cfg.ReadinessHeartbeat = k.heartbeat, k.heartbeat, k.heartbeat
+	switch {
+	case (k.tlsCert == "") != (k.tlsKey == ""):
+		return errors.New("--kvrelay-tls-cert and --kvrelay-tls-key go together")
+	case k.clientCA != "" && k.tlsCert == "":
+		return errors.New("--kvrelay-client-ca needs --kvrelay-tls-cert and --kvrelay-tls-key")
+	case k.tlsCert != "":
+		tc, err := server.LoadTLS(k.tlsCert, k.tlsKey, k.clientCA)
+		if err != nil {
+			return err
+		}
+		k.cfg.TLS = tc
+	}
+	if err := k.cfg.Validate(); err != nil {
+		return fmt.Errorf("--kvrelay-heartbeat: %w", err)
+	}
+	spec := k.spec
+	cfg.KvRelay = &spec
+	return nil
+}
+
+// start serves the relay's publication; the returned stop shuts it down.
+func (k *kvrelayOptions) start(r *relay.Relay, reg prometheus.Registerer, log zerolog.Logger) (stop func(), err error) {
+	k.cfg.Logger, k.cfg.Metrics = log, reg
+	srv, err := server.New(r.Publication(), k.cfg)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", k.listen)
+	if err != nil {
+		return nil, fmt.Errorf("--kvrelay-listen: %w", err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil {
+			log.Error().Err(err).Msg("dynamo.kvrelay.v1 server stopped")
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-done
+	}, nil
+}

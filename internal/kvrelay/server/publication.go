@@ -1,0 +1,132 @@
+package server
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+)
+
+// Publication is the one pool a Server serves. The relay implements it.
+// All methods are safe for concurrent use.
+type Publication interface {
+	// Generation returns the generation being published and true, or false
+	// while this relay does not publish the pool (standby, rebuilding,
+	// stopped): the pool is then not in the catalog.
+	Generation() (Generation, bool)
+	// Changed returns a channel that is closed at the next change of
+	// Generation. Take it before calling Generation so no change is missed.
+	Changed() <-chan struct{}
+	// Subscribe returns a Feed of generation key: a copy of the lane at a
+	// consistent sequence, then every delta after it. It fails with
+	// kvrelay.ErrPoolNotFound when the pool is not published,
+	// kvrelay.ErrProducerChanged when another generation is, or ctx's error.
+	// The feed ends with kvrelay.ErrPublicationUnavailable when the
+	// generation ends and with kvrelay.ErrSubscriberLagged when its queue
+	// overflows limits.
+	Subscribe(ctx context.Context, key kvrelay.ProducerKey, limits QueueLimits) (*Feed, error)
+	// Load returns the pool's KV occupancy for the load windows (§6.3);
+	// zero fields are unknown and sent as 0.
+	Load() PoolLoad
+}
+
+// Generation is one producer generation of the pool.
+type Generation struct {
+	// Descriptor is the catalog entry; shared, never modified.
+	Descriptor *kvrelayv1.KvPoolDescriptor
+	// Key is Descriptor.Producer's key.
+	Key kvrelay.ProducerKey
+}
+
+// PoolLoad is a pool's worker-authoritative KV occupancy (§6.3): UsedBlocks
+// only when every expected rank reported, TotalBlocks only when every
+// capacity is known; 0 otherwise.
+type PoolLoad struct {
+	UsedBlocks    uint64
+	TotalBlocks   uint64
+	ObservedRanks uint32
+	ExpectedRanks uint32
+}
+
+// PoolSpec is the descriptor metadata of the pool, which the relay does not
+// learn from its events: the model, the serving endpoint and the query
+// semantics.
+type PoolSpec struct {
+	// Model is the canonical model id; it is also the card source path of
+	// the default cache-semantics digest (§7.1).
+	Model string
+	// Aliases are extra lookup names (sorted, deduplicated, the model
+	// itself dropped).
+	Aliases []string
+	// Namespace, Component, Endpoint name the serving endpoint; they derive
+	// the routing-scope digest (§7.2).
+	Namespace, Component, Endpoint string
+	// BlockSize is the KV block size in tokens (kv_block_size).
+	BlockSize uint32
+	// HashFormat defaults to DYNAMO_STANDARD_V1.
+	HashFormat kvrelayv1.KvQueryHashFormat
+}
+
+// Generation builds the pool's generation for a producer identity: the
+// pool id from the spec (derived digests, dcID), the incarnation, layout
+// generation and CKF format as given.
+func (p PoolSpec) Generation(dcID, incarnation, layout uint64, format ckf.FormatIdentity) (Generation, error) {
+	hf := p.HashFormat
+	if hf == kvrelayv1.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_UNSPECIFIED {
+		hf = kvrelayv1.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1
+	}
+	cs, err := kvrelay.DefaultCacheSemantics(p.Model, p.BlockSize, hf)
+	if err != nil {
+		return Generation{}, err
+	}
+	aliases := slices.Clone(p.Aliases)
+	slices.Sort(aliases)
+	aliases = slices.Compact(aliases)
+	aliases = slices.DeleteFunc(aliases, func(a string) bool { return a == p.Model })
+	d := &kvrelayv1.KvPoolDescriptor{
+		Producer: &kvrelayv1.ProducerIdentity{
+			PoolId: &kvrelayv1.KvPoolId{
+				IdentityVersion: kvrelayv1.PoolIdentityVersion,
+				IndexerDomain: &kvrelayv1.IndexerDomainId{
+					CacheSemantics: cs,
+					RoutingScope:   kvrelay.DefaultRoutingScope(p.Namespace, p.Component, p.Endpoint),
+				},
+				DcId: dcID,
+			},
+			ProducerIncarnation: incarnation,
+			LayoutGeneration:    layout,
+			CkfFormat: &kvrelayv1.CkfFormat{
+				FormatVersion:   uint32(format.FormatVersion),
+				Seed:            format.Seed,
+				BucketCount:     format.BucketCount,
+				FingerprintBits: uint32(format.FingerprintBits),
+				SlotsPerBucket:  uint32(format.SlotsPerBucket),
+			},
+		},
+		ServingEndpoint: &kvrelayv1.DynamoEndpointId{Namespace: p.Namespace, Component: p.Component, Endpoint: p.Endpoint},
+		Registrations: []*kvrelayv1.ModelRegistration{{
+			CanonicalModelId: p.Model,
+			Target:           &kvrelayv1.ModelTarget{Target: &kvrelayv1.ModelTarget_Base{Base: &kvrelayv1.BaseModelTarget{BaseModel: p.Model}}},
+			Aliases:          aliases,
+		}},
+		QuerySemantics: &kvrelayv1.KvQuerySemantics{KvBlockSize: p.BlockSize, HashFormat: hf},
+		PoolRoles:      []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_LEGACY},
+	}
+	if err := kvrelay.ValidatePoolDescriptor(d); err != nil {
+		return Generation{}, fmt.Errorf("kvrelay pool: %w", err)
+	}
+	key, err := kvrelay.KeyOf(d.Producer)
+	if err != nil {
+		return Generation{}, fmt.Errorf("kvrelay pool: %w", err)
+	}
+	return Generation{Descriptor: d, Key: key}, nil
+}
+
+// Validate reports a spec that cannot make a valid descriptor.
+func (p PoolSpec) Validate() error {
+	_, err := p.Generation(1, 1, 1, ckf.NewFormatIdentity(ckf.DefaultSeed, 1024))
+	return err
+}
