@@ -21,6 +21,11 @@
 #   wan-reset      every connection of dc-b's link reset (RST), twice
 #   wan-stall      dc-b's link stalled (black hole) for 15 s, then healed
 #   wan-cut        dc-b's link cut (connections closed, refused) for 15 s
+#   stats          not a fault (and not in the default list): CPU and RSS of
+#                  every container (docker stats) idle, then during a
+#                  full-speed pass of STATS_REQUESTS (4096) requests, per
+#                  role (relay, leaf, indexer, hub, proxy); that pass's
+#                  verification samples 512 of its requests
 #
 # Each phase runs its own replayer pass: 512 requests of the Mooncake trace
 # (about 1,000 acknowledged events over both DCs) in a fresh hash space,
@@ -58,7 +63,7 @@ while [ $# -gt 0 ]; do
   shift
 done
 for f in ${FAULTS//,/ }; do
-  case ",$ALL_FAULTS," in
+  case ",$ALL_FAULTS,stats," in
     *",$f,"*) ;;
     *) echo "chaos: unknown fault $f (want some of $ALL_FAULTS)" >&2; exit 2 ;;
   esac
@@ -106,6 +111,7 @@ VERIFY_TIMEOUT=${VERIFY_TIMEOUT:-150s}
 SPACE=100            # hash spaces: one per phase, above compose-smoke's
 FAILED=0
 LOAD_PID=
+STATS_OUT=
 
 ports=(4222 8080 8222 8223 8224)
 for x in "${DCS[@]}"; do ports+=("$(wan_port "$x")"); done
@@ -350,6 +356,60 @@ fault_wan_timed() { # stall|cut
   esac
 }
 
+# stats_sample FILE: one docker stats line per container of the project
+# ("name cpu% rss") appended to FILE.
+stats_sample() {
+  docker stats --no-stream --format '{{.Name}} {{.CPUPerc}} {{.MemUsage}}' \
+    $(docker ps -q --filter "label=com.docker.compose.project=$PROJ" --filter "label=com.docker.compose.oneoff=False") |
+    sed 's| / .*||' >>"$1"
+}
+# stats_table FILE: per role, the mean and max CPU % and RSS of its samples.
+stats_table() {
+  python3 - "$1" <<'PY'
+import re, sys
+units = {"B": 1 / 2**20, "KiB": 1 / 1024, "MiB": 1, "GiB": 1024}
+roles = {}
+for line in open(sys.argv[1]):
+    name, cpu, mem = line.split()
+    svc = re.sub(r"^[^_]*_(.*)_\d+$", r"\1", name)
+    role = next((r for p, r in (("relay-", "relay"), ("nats-dc-", "leaf"), ("indexer-", "indexer"),
+                                ("nats-hub-", "hub node"), ("wan-dc-", "WAN proxy")) if svc.startswith(p)), svc)
+    m = re.match(r"([\d.]+)([KMG]?i?B)", mem)
+    roles.setdefault(role, []).append((float(cpu.rstrip("%")), float(m.group(1)) * units[m.group(2)], svc))
+for role, xs in sorted(roles.items()):
+    n = len({s for _, _, s in xs})
+    cpu = [c for c, _, _ in xs]
+    rss = [r for _, r, _ in xs]
+    print(f"  {role:10} ×{n:<3} CPU mean {sum(cpu) / len(cpu):5.1f}% max {max(cpu):5.1f}%   RSS mean {sum(rss) / len(rss):6.1f} MiB max {max(rss):6.1f} MiB")
+PY
+}
+
+fault_stats() {
+  local i n=${STATS_REQUESTS:-4096}
+  sleep 10 # settled after the baseline
+  for i in 1 2 3; do stats_sample "$LOGDIR/stats-idle"; done
+  SPACE=$((SPACE + 1))
+  (
+    set +e
+    "${DC[@]}" run --rm -T --no-deps replayer --repeat=false --hash-space "$SPACE" --status-interval 2s \
+      --verify-timeout "$VERIFY_TIMEOUT" --speed 0 --max-requests "$n" 2>&1 |
+      while IFS= read -r line; do printf '%s %s\n' "$(now)" "$line"; done >"$LOGDIR/stats"
+    echo "${PIPESTATUS[0]}" >"$LOGDIR/stats.rc"
+  ) &
+  LOAD_PID=$!
+  sleep 8
+  for i in 1 2 3; do
+    grep -q 'verify:' "$LOGDIR/stats" 2>/dev/null && break
+    stats_sample "$LOGDIR/stats-busy"
+  done
+  load_wait
+  row "none: $n requests at full speed (stats)" stats 0 "verification samples 512 of the $n requests"
+  STATS_OUT=$(printf 'idle (3 samples):\n%s\nduring the full-speed pass (%s):\n%s' \
+    "$(stats_table "$LOGDIR/stats-idle")" "$(grep -c . "$LOGDIR/stats-busy") container samples" "$(stats_table "$LOGDIR/stats-busy")")
+  log "docker stats:"
+  echo "$STATS_OUT"
+}
+
 if [ "$BUILD" = 1 ]; then
   log "building the offline images (static binaries, FROM scratch)"
   scripts/build-images.sh
@@ -384,6 +444,7 @@ for f in ${FAULTS//,/ }; do
     wan-reset) fault_wan_reset ;;
     wan-stall) fault_wan_timed stall ;;
     wan-cut) fault_wan_timed cut ;;
+    stats) fault_stats ;;
   esac
   # Every fault ends with the cluster whole again.
   wait_r3 "after $f"
@@ -396,6 +457,11 @@ printf '%-52s %8s %14s %14s %7s  %-4s %s\n' "fault" "converge" "live under" "set
 printf '%-52s %8s %14s %14s %7s  %-4s %s\n' "" "(s)" "/ over" "/ over" "queries" "" ""
 for r in "${ROWS[@]}"; do echo "$r"; done
 echo
+if [ -n "${STATS_OUT:-}" ]; then
+  echo "docker stats per role (${#DCS[@]} DCs):"
+  echo "$STATS_OUT"
+  echo
+fi
 if [ "$FAILED" != 0 ]; then
   echo "chaos: FAILED in $(($(date +%s) - START))s: a phase did not settle at 0 under / 0 over (see above)" >&2
   exit 1

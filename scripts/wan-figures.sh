@@ -202,8 +202,8 @@ if [ -z "$ONLY" ] || [ "$ONLY" = bootstrap ]; then
       if wait_for 120 "dc-b's lane active" lane_active dc-b 2>/dev/null; then
         note "bootstrap 32 MiB lane at 10 Mbit/s, compose defaults: lane active $(since "$t0")s after the relay started"
       else
-        fences=$(curl -sf localhost:9093/metrics | grep -E '^ckf_relay_fences_total' | awk '{s += $2} END {print s + 0}')
-        why=$("${DC[@]}" logs --no-color relay-b1 2>&1 | grep -o '"error":"[^"]*"' | sed 's/"error":"//; s/"$//; s/expires [^:]*:[0-9:.]*Z//' | sort | uniq -c | sort -rn | head -3 | tr '\n' ';')
+        fences=$(curl -sf localhost:9093/metrics | awk '/^ckf_relay_fences_total/ { s += $NF } END { print s + 0 }' || true)
+        why=$("${DC[@]}" logs --no-color relay-b1 2>&1 | { grep -o '"error":"[^"]*"' || true; } | sed 's/"error":"//; s/"$//; s/expires [^:]*:[0-9:.]*Z//' | sort | uniq -c | sort -rn | head -3 | tr '\n' ';')
         slow=$("${DC[@]}" logs --no-color nats-dc-b 2>&1 | grep -c 'Slow Consumer Detected\|Stale Connection' || true)
         note "bootstrap 32 MiB lane at 10 Mbit/s, compose defaults (lease TTL 3s, leaf ping 2s×3, write deadline 10s): NOT active within 120 s; relay fences ${fences}; leaf link slow-consumer/stale closes ${slow}; errors: ${why}"
       fi
