@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -225,5 +226,40 @@ func TestTheRestoreBudgetIsExactAtItsBoundary(t *testing.T) {
 	}
 	if err := s.Checkpoint(&bytes.Buffer{}); !errors.Is(err, ErrCheckpointOverBudget) {
 		t.Fatalf("Checkpoint one slot over the budget: %v", err)
+	}
+}
+
+// TestRestoreRefusesCountsTheBodyCannotHold: a section count larger than
+// the declared body could hold is refused as malformed on sight, before
+// any entry is read, so even an input that ends right after the count is
+// reported as malformed, not truncated.
+func TestRestoreRefusesCountsTheBodyCannotHold(t *testing.T) {
+	cfg := verbatimConfig(64)
+	s := mustState(t, cfg)
+	s.ApplyEvent(storedEv(1, 0, 3, 4, 5))
+	s.Flush()
+	b := checkpointBytes(t, s)
+	le := binary.LittleEndian
+	owners := checkpointHeaderSize + 8 + 8*telemetryCounters + 8*int(s.Format().BucketCount)
+	ownerCount := owners + 9
+	memberCount := owners + 17 + 16*3
+	lineageCount := memberCount + 8 + 12 + 1 + 8
+	if le.Uint64(b[ownerCount:]) != 3 || le.Uint64(b[memberCount:]) != 1 || le.Uint64(b[lineageCount:]) != 3 {
+		t.Fatal("fixture layout")
+	}
+	for name, at := range map[string]int{"owner count": ownerCount, "member count": memberCount, "lineage count": lineageCount} {
+		// 8 is just over what the rest of this small body could hold.
+		for _, count := range []uint64{8, 1 << 20, 1 << 62} {
+			c := slices.Clone(b[:at+8])
+			le.PutUint64(c[at:], count)
+			if name != "member count" {
+				le.PutUint64(c[at-8:], 1<<40) // a capacity that admits the count
+			}
+			_, err := RestoreState(bytes.NewReader(c), cfg)
+			var ce *CheckpointError
+			if !errors.As(err, &ce) || ce.Kind != ErrCheckpointMalformed {
+				t.Errorf("%s %d: %v", name, count, err)
+			}
+		}
 	}
 }
