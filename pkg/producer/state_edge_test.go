@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"math/rand/v2"
 	"slices"
 	"testing"
 
@@ -57,5 +58,69 @@ func TestRemovalsAfterTheLastOwnedBlockAreUnknown(t *testing.T) {
 				t.Fatalf("%s: removal by a stranger: %+v", cfg.Mode, out)
 			}
 		}
+	}
+}
+
+// TestOwnershipLookupsSurviveChurn: under FIFO churn at a constant size
+// near the tables' load limit (long probe runs that wrap around the end of
+// the slots), every block still owned is found by Ownership with its
+// refcount and by a removal, and every removed block is gone: deletion
+// must keep every remaining entry reachable from its home slot.
+func TestOwnershipLookupsSurviveChurn(t *testing.T) {
+	cfg := verbatimConfig(1 << 14)
+	s := mustState(t, cfg)
+	r := rand.New(rand.NewPCG(7, 8))
+	const live = 3000 // 3000 of 4096 member slots, and of the owner table's
+	var fifo []uint64
+	owned := map[uint64]uint32{}
+	check := func(step int) {
+		for h, n := range owned {
+			if o, ok := s.Ownership(h); !ok || o.Refcount != n {
+				t.Fatalf("step %d: hash %#x ownership %+v %v, want refcount %d", step, h, o, ok, n)
+			}
+		}
+		if s.UniqueBlocks() != len(owned) {
+			t.Fatalf("step %d: %d unique blocks, want %d", step, s.UniqueBlocks(), len(owned))
+		}
+	}
+	for step := range 20000 {
+		h := r.Uint64()
+		if _, dup := owned[h]; dup {
+			continue
+		}
+		// Member 1 owns every live block, member 2 every third one.
+		s.ApplyEvent(storedEv(1, 0, h))
+		owned[h] = 1
+		if step%3 == 0 {
+			s.ApplyEvent(storedEv(2, 0, h))
+			owned[h] = 2
+		}
+		fifo = append(fifo, h)
+		if len(fifo) > live {
+			old := fifo[0]
+			fifo = fifo[1:]
+			for _, w := range []uint64{1, 2} {
+				out := s.ApplyEvent(removedEv(w, 0, old))
+				if want := uint64(0); w == 2 && owned[old] == 1 {
+					want = 1
+					if out.UnknownRemovals != want {
+						t.Fatalf("step %d: removal of %#x by worker 2: %+v", step, old, out)
+					}
+				} else if out.UnknownRemovals != 0 || out.FirstError != nil {
+					t.Fatalf("step %d: removal of %#x by worker %d: %+v", step, old, w, out)
+				}
+			}
+			delete(owned, old)
+			if _, ok := s.Ownership(old); ok {
+				t.Fatalf("step %d: removed hash %#x still owned", step, old)
+			}
+		}
+		if step%500 == 0 {
+			check(step)
+		}
+	}
+	check(-1)
+	if err := checkInvariants(s); err != nil {
+		t.Fatal(err)
 	}
 }
