@@ -263,3 +263,26 @@ func TestRestoreRefusesCountsTheBodyCannotHold(t *testing.T) {
 		}
 	}
 }
+
+// TestTheOwnerTableIsSizedForTheExpectedBlocks: a new state's owner table
+// (whose capacity the checkpoint records) is the smallest power of two of
+// at least 8 slots that holds ExpectedBlocksPerDC blocks within the 3/4
+// load limit, and storing that many blocks does not grow it.
+func TestTheOwnerTableIsSizedForTheExpectedBlocks(t *testing.T) {
+	for _, tc := range []struct{ expected, slots uint64 }{{1, 8}, {6, 8}, {7, 16}, {12, 16}, {13, 32}, {96, 128}, {97, 256}} {
+		cfg := ckf.NewConfig(tc.expected)
+		s := mustState(t, cfg)
+		ownerCapacity := func() uint64 {
+			b := checkpointBytes(t, s)
+			at := checkpointHeaderSize + 8 + 8*telemetryCounters + 8*int(s.Format().BucketCount) + 1
+			return binary.LittleEndian.Uint64(b[at:])
+		}
+		if got := ownerCapacity(); got != tc.slots {
+			t.Fatalf("expected %d blocks: %d owner slots, want %d", tc.expected, got, tc.slots)
+		}
+		storeRange(s, 1, 0, tc.expected)
+		if got := ownerCapacity(); got != tc.slots || s.UniqueBlocks() != int(tc.expected) {
+			t.Fatalf("expected %d blocks: %d slots after storing %d", tc.expected, got, s.UniqueBlocks())
+		}
+	}
+}
