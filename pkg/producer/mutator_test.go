@@ -163,3 +163,26 @@ func TestTouchedListRecordsFirstOriginalAndRelocationFreeVariant(t *testing.T) {
 		t.Fatalf("relocation-free insert into a full lane: %v", err)
 	}
 }
+
+// TestNewMutatorAcceptsExactlyTheKickRange: 0 (relocation-free) through
+// ckf.MaxKicks are valid budgets; anything outside is ErrInvalidMaxKicks,
+// as is a lane of the wrong size ErrCapacityOverflow.
+func TestNewMutatorAcceptsExactlyTheKickRange(t *testing.T) {
+	addr, err := ckf.NewAddressing(4, ckf.DefaultSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []int{0, 1, ckf.MaxKicks} {
+		if _, err := NewMutator(make([]uint64, 4), addr, k, 1); err != nil {
+			t.Errorf("maxKicks %d: %v", k, err)
+		}
+	}
+	for _, k := range []int{-1, ckf.MaxKicks + 1} {
+		if _, err := NewMutator(make([]uint64, 4), addr, k, 1); !errors.Is(err, ckf.ErrInvalidMaxKicks) {
+			t.Errorf("maxKicks %d: %v", k, err)
+		}
+	}
+	if _, err := NewMutator(make([]uint64, 8), addr, 1, 1); !errors.Is(err, ckf.ErrCapacityOverflow) {
+		t.Errorf("lane of 8 words for 4 buckets: %v", err)
+	}
+}
