@@ -151,13 +151,16 @@ func TestCheckpointOfAFullMemberPool(t *testing.T) {
 	if c := s.members[Member{WorkerID: 1000}].lineage.capacity(); c != maxPooledMemberSlots {
 		t.Fatalf("fixture table has %d slots", c)
 	}
-	for w := range uint64(freeMemberCap - 1) {
+	// One small table more than the pool keeps: the last one emptied is
+	// dropped.
+	for w := range uint64(freeMemberCap) {
 		s.ApplyEvent(storedEv(w, 0, 1<<40+w))
 	}
 	for w := range uint64(freeMemberCap - 1) {
 		s.ApplyEvent(clearedEv(w, 0))
 	}
 	s.ApplyEvent(clearedEv(1000, 0))
+	s.ApplyEvent(clearedEv(freeMemberCap-1, 0))
 	s.Flush()
 	if len(s.freeMember) != freeMemberCap {
 		t.Fatalf("pool holds %d tables", len(s.freeMember))

@@ -124,3 +124,31 @@ func TestOwnershipLookupsSurviveChurn(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestACutWithoutChangesStillClosesTheWindow: a window holding only events
+// that changed no bucket publishes nothing when cut, and the cut still
+// resets the pending count, so the next window starts from zero events.
+func TestACutWithoutChangesStillClosesTheWindow(t *testing.T) {
+	cfg := verbatimConfig(64)
+	cfg.PublishEveryNEvents = 3
+	s := mustState(t, cfg)
+	s.ApplyEvent(removedEv(1, 0, 5)) // unknown: no bucket changes
+	if !s.HasPendingPublication() {
+		t.Fatal("an applied event left no pending publication")
+	}
+	if b := s.Flush(); !b.Empty() {
+		t.Fatalf("published %v", b.Images)
+	}
+	if s.HasPendingPublication() || s.Stats().PendingEvents != 0 {
+		t.Fatalf("the cut left the window open: %v", s.Stats())
+	}
+	// Two more events: below the cadence of three, so no boundary.
+	for i := range 2 {
+		if out := s.ApplyEvent(storedEv(1, 0, 7+uint64(i))); out.PublicationBoundary {
+			t.Fatalf("event %d after the cut reached the boundary", i+1)
+		}
+	}
+	if out := s.ApplyEvent(storedEv(1, 0, 9)); !out.PublicationBoundary || len(out.Publication.Images) == 0 {
+		t.Fatalf("third event after the cut: %+v", out)
+	}
+}
