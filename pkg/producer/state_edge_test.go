@@ -152,3 +152,22 @@ func TestACutWithoutChangesStillClosesTheWindow(t *testing.T) {
 		t.Fatalf("third event after the cut: %+v", out)
 	}
 }
+
+// TestBatchCloneOwnsItsImages: a clone keeps the published images after
+// the state reuses its buffer for the next window; an empty batch clones
+// to an empty one.
+func TestBatchCloneOwnsItsImages(t *testing.T) {
+	s := mustState(t, verbatimConfig(64))
+	s.ApplyEvent(storedEv(1, 0, 5, 6))
+	b := s.Flush()
+	want := slices.Clone(b.Images)
+	c := b.Clone()
+	s.ApplyEvent(removedEv(1, 0, 5, 6))
+	s.Flush()
+	if len(want) == 0 || !slices.Equal(c.Images, want) {
+		t.Fatalf("clone %v, published %v", c.Images, want)
+	}
+	if e := (Batch{}).Clone(); !e.Empty() {
+		t.Fatalf("clone of an empty batch: %v", e.Images)
+	}
+}
