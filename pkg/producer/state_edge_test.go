@@ -157,7 +157,9 @@ func TestACutWithoutChangesStillClosesTheWindow(t *testing.T) {
 // the state reuses its buffer for the next window; an empty batch clones
 // to an empty one.
 func TestBatchCloneOwnsItsImages(t *testing.T) {
-	s := mustState(t, verbatimConfig(64))
+	cfg := verbatimConfig(64)
+	cfg.PublishEveryNEvents = 10
+	s := mustState(t, cfg)
 	s.ApplyEvent(storedEv(1, 0, 5, 6))
 	b := s.Flush()
 	want := slices.Clone(b.Images)
