@@ -289,3 +289,52 @@ func TestTheOwnerTableIsSizedForTheExpectedBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestARemovalThatFindsNoFingerprintIsReportedAndTheEventGoesOn: a forged
+// checkpoint can pass every restore check with one fingerprint copy where
+// two colliding resident hashes need two (the spare slot holds another
+// fingerprint, so the counts agree). Removing both hashes then finds no
+// copy for the second: the removed event reports that invariant
+// violation as its first error, and still applies its later hashes.
+func TestARemovalThatFindsNoFingerprintIsReportedAndTheEventGoesOn(t *testing.T) {
+	cfg := verbatimConfig(1)
+	cfg.PublishEveryNEvents = 100
+	s := mustState(t, cfg)
+	h1, h2 := findCollision(t, s.addressing())
+	h3 := h2 + 1
+	for s.addressing().Prepare(h3) == s.addressing().Prepare(h1) {
+		h3++
+	}
+	s.ApplyEvent(storedEv(1, 0, h1, h2, h3))
+	s.Flush()
+	b := checkpointBytes(t, s)
+	fp := s.addressing().Prepare(h1).Fingerprint
+	le := binary.LittleEndian
+	words := checkpointHeaderSize + 8 + 8*telemetryCounters
+	forged := false
+	for i := range int(s.Format().BucketCount) {
+		w := le.Uint64(b[words+8*i:])
+		if first := ckf.FirstSlot(w, fp); first >= 0 {
+			for slot := first + 1; slot < 4 && !forged; slot++ {
+				if ckf.Slot(w, slot) == fp {
+					le.PutUint64(b[words+8*i:], ckf.WithSlot(w, slot, fp^0x8000))
+					forged = true
+				}
+			}
+		}
+	}
+	if !forged {
+		t.Fatal("fixture: no bucket holds both copies")
+	}
+	got, err := RestoreState(bytes.NewReader(reseal(b)), cfg)
+	if err != nil {
+		t.Fatalf("forged checkpoint refused: %v", err)
+	}
+	out := got.ApplyEvent(removedEv(1, 0, h1, h2, h3))
+	if !errors.Is(out.FirstError, ckf.ErrIndexerInvariantViolation) || out.UnknownRemovals != 0 {
+		t.Fatalf("outcome %+v", out)
+	}
+	if mustOwn(got, h1) || !mustOwn(got, h2) || mustOwn(got, h3) {
+		t.Fatal("the failed removal changed its own hash or stopped the later one")
+	}
+}
