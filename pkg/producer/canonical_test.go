@@ -230,3 +230,29 @@ func TestCanonicalLongEventUsesScratchMapsConsistently(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestCanonicalReofferOfResidentBlocksChangesNothing: re-storing a chain
+// whose blocks are all resident writes no bucket, keeps every refcount and
+// adds no fingerprint copy.
+func TestCanonicalReofferOfResidentBlocksChangesNothing(t *testing.T) {
+	s := mustState(t, ckf.NewConfig(256))
+	ev := storedEv(1, 0, 21, 22, 23)
+	s.ApplyEvent(ev)
+	s.Flush()
+	before, words := s.Stats(), slices.Clone(s.Words())
+	for range 2 {
+		if out := s.ApplyEvent(storedEv(1, 0, 21, 22, 23)); out.FirstError != nil {
+			t.Fatal(out.FirstError)
+		}
+	}
+	after := s.Stats()
+	if !slices.Equal(words, s.Words()) || after.PhysicalTouches != before.PhysicalTouches || after.DirtyBuckets != 0 ||
+		after.Contributions != 3 || after.OccupiedSlots != 3 {
+		t.Fatalf("re-offer changed the state:\n%v\n%v", before, after)
+	}
+	for h, o := range s.ExactBlocks() {
+		if o.Refcount != 1 || !o.Resident {
+			t.Fatalf("hash %#x: %+v", h, o)
+		}
+	}
+}

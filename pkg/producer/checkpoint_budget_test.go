@@ -222,3 +222,37 @@ func TestStoreRangeStoresEveryBlockOnce(t *testing.T) {
 		t.Fatalf("%d left", s.UniqueBlocks())
 	}
 }
+
+// TestATableTheAccountCoversIsNotBuffered: a table whose capacity the
+// account covers exactly when it starts (an owner table of 2^16 slots, the
+// whole base) is allocated up front and its entries go straight into it:
+// restoring allocates little beyond the two tables, with no buffer of the
+// entries.
+func TestATableTheAccountCoversIsNotBuffered(t *testing.T) {
+	cfg := ckf.NewConfig(1024)
+	cfg.MaxKicks = 1
+	s := mustState(t, cfg)
+	storeRange(s, 1, 0, 40000)
+	s.Flush()
+	if c := s.owners.capacity(); c != checkpointBaseSlots(s.Format().BucketCount) {
+		t.Fatalf("fixture owner table has %d slots", c)
+	}
+	b := checkpointBytes(t, s)
+	tables := 16 * (s.owners.capacity() + s.members[Member{WorkerID: 1}].lineage.capacity())
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	got, err := RestoreState(bytes.NewReader(b), cfg)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Beyond the tables: the lane, the 64 KiB read buffer and small state;
+	// buffering the 40000 owner entries would add over 640 KiB.
+	if alloc := after.TotalAlloc - before.TotalAlloc; alloc > tables+256<<10 {
+		t.Fatalf("restore allocated %d bytes for %d bytes of tables", alloc, tables)
+	}
+	if err := sameState(s, got); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -150,13 +151,16 @@ func TestCheckpointOfAFullMemberPool(t *testing.T) {
 	if c := s.members[Member{WorkerID: 1000}].lineage.capacity(); c != maxPooledMemberSlots {
 		t.Fatalf("fixture table has %d slots", c)
 	}
-	for w := range uint64(freeMemberCap - 1) {
+	// One small table more than the pool keeps: the last one emptied is
+	// dropped.
+	for w := range uint64(freeMemberCap) {
 		s.ApplyEvent(storedEv(w, 0, 1<<40+w))
 	}
 	for w := range uint64(freeMemberCap - 1) {
 		s.ApplyEvent(clearedEv(w, 0))
 	}
 	s.ApplyEvent(clearedEv(1000, 0))
+	s.ApplyEvent(clearedEv(freeMemberCap-1, 0))
 	s.Flush()
 	if len(s.freeMember) != freeMemberCap {
 		t.Fatalf("pool holds %d tables", len(s.freeMember))
@@ -225,5 +229,112 @@ func TestTheRestoreBudgetIsExactAtItsBoundary(t *testing.T) {
 	}
 	if err := s.Checkpoint(&bytes.Buffer{}); !errors.Is(err, ErrCheckpointOverBudget) {
 		t.Fatalf("Checkpoint one slot over the budget: %v", err)
+	}
+}
+
+// TestRestoreRefusesCountsTheBodyCannotHold: a section count larger than
+// the declared body could hold is refused as malformed on sight, before
+// any entry is read, so even an input that ends right after the count is
+// reported as malformed, not truncated.
+func TestRestoreRefusesCountsTheBodyCannotHold(t *testing.T) {
+	cfg := verbatimConfig(64)
+	s := mustState(t, cfg)
+	s.ApplyEvent(storedEv(1, 0, 3, 4, 5))
+	s.Flush()
+	b := checkpointBytes(t, s)
+	le := binary.LittleEndian
+	owners := checkpointHeaderSize + 8 + 8*telemetryCounters + 8*int(s.Format().BucketCount)
+	ownerCount := owners + 9
+	memberCount := owners + 17 + 16*3
+	lineageCount := memberCount + 8 + 12 + 1 + 8
+	if le.Uint64(b[ownerCount:]) != 3 || le.Uint64(b[memberCount:]) != 1 || le.Uint64(b[lineageCount:]) != 3 {
+		t.Fatal("fixture layout")
+	}
+	for name, at := range map[string]int{"owner count": ownerCount, "member count": memberCount, "lineage count": lineageCount} {
+		// 8 is just over what the rest of this small body could hold.
+		for _, count := range []uint64{8, 1 << 20, 1 << 62} {
+			c := slices.Clone(b[:at+8])
+			le.PutUint64(c[at:], count)
+			if name != "member count" {
+				le.PutUint64(c[at-8:], 1<<40) // a capacity that admits the count
+			}
+			_, err := RestoreState(bytes.NewReader(c), cfg)
+			var ce *CheckpointError
+			if !errors.As(err, &ce) || ce.Kind != ErrCheckpointMalformed {
+				t.Errorf("%s %d: %v", name, count, err)
+			}
+		}
+	}
+}
+
+// TestTheOwnerTableIsSizedForTheExpectedBlocks: a new state's owner table
+// (whose capacity the checkpoint records) is the smallest power of two of
+// at least 8 slots that holds ExpectedBlocksPerDC blocks within the 3/4
+// load limit, and storing that many blocks does not grow it.
+func TestTheOwnerTableIsSizedForTheExpectedBlocks(t *testing.T) {
+	for _, tc := range []struct{ expected, slots uint64 }{{1, 8}, {6, 8}, {7, 16}, {12, 16}, {13, 32}, {96, 128}, {97, 256}} {
+		cfg := ckf.NewConfig(tc.expected)
+		s := mustState(t, cfg)
+		ownerCapacity := func() uint64 {
+			b := checkpointBytes(t, s)
+			at := checkpointHeaderSize + 8 + 8*telemetryCounters + 8*int(s.Format().BucketCount) + 1
+			return binary.LittleEndian.Uint64(b[at:])
+		}
+		if got := ownerCapacity(); got != tc.slots {
+			t.Fatalf("expected %d blocks: %d owner slots, want %d", tc.expected, got, tc.slots)
+		}
+		storeRange(s, 1, 0, tc.expected)
+		if got := ownerCapacity(); got != tc.slots || s.UniqueBlocks() != int(tc.expected) {
+			t.Fatalf("expected %d blocks: %d slots after storing %d", tc.expected, got, s.UniqueBlocks())
+		}
+	}
+}
+
+// TestARemovalThatFindsNoFingerprintIsReportedAndTheEventGoesOn: a forged
+// checkpoint can pass every restore check with one fingerprint copy where
+// two colliding resident hashes need two (the spare slot holds another
+// fingerprint, so the counts agree). Removing both hashes then finds no
+// copy for the second: the removed event reports that invariant
+// violation as its first error, and still applies its later hashes.
+func TestARemovalThatFindsNoFingerprintIsReportedAndTheEventGoesOn(t *testing.T) {
+	cfg := verbatimConfig(1)
+	cfg.PublishEveryNEvents = 100
+	s := mustState(t, cfg)
+	h1, h2 := findCollision(t, s.addressing())
+	h3 := h2 + 1
+	for s.addressing().Prepare(h3) == s.addressing().Prepare(h1) {
+		h3++
+	}
+	s.ApplyEvent(storedEv(1, 0, h1, h2, h3))
+	s.Flush()
+	b := checkpointBytes(t, s)
+	fp := s.addressing().Prepare(h1).Fingerprint
+	le := binary.LittleEndian
+	words := checkpointHeaderSize + 8 + 8*telemetryCounters
+	forged := false
+	for i := range int(s.Format().BucketCount) {
+		w := le.Uint64(b[words+8*i:])
+		if first := ckf.FirstSlot(w, fp); first >= 0 {
+			for slot := first + 1; slot < 4 && !forged; slot++ {
+				if ckf.Slot(w, slot) == fp {
+					le.PutUint64(b[words+8*i:], ckf.WithSlot(w, slot, fp^0x8000))
+					forged = true
+				}
+			}
+		}
+	}
+	if !forged {
+		t.Fatal("fixture: no bucket holds both copies")
+	}
+	got, err := RestoreState(bytes.NewReader(reseal(b)), cfg)
+	if err != nil {
+		t.Fatalf("forged checkpoint refused: %v", err)
+	}
+	out := got.ApplyEvent(removedEv(1, 0, h1, h2, h3))
+	if !errors.Is(out.FirstError, ckf.ErrIndexerInvariantViolation) || out.UnknownRemovals != 0 {
+		t.Fatalf("outcome %+v", out)
+	}
+	if mustOwn(got, h1) || !mustOwn(got, h2) || mustOwn(got, h3) {
+		t.Fatal("the failed removal changed its own hash or stopped the later one")
 	}
 }

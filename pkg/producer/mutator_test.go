@@ -163,3 +163,85 @@ func TestTouchedListRecordsFirstOriginalAndRelocationFreeVariant(t *testing.T) {
 		t.Fatalf("relocation-free insert into a full lane: %v", err)
 	}
 }
+
+// TestNewMutatorAcceptsExactlyTheKickRange: 0 (relocation-free) through
+// ckf.MaxKicks are valid budgets; anything outside is ErrInvalidMaxKicks,
+// as is a lane of the wrong size ErrCapacityOverflow.
+func TestNewMutatorAcceptsExactlyTheKickRange(t *testing.T) {
+	addr, err := ckf.NewAddressing(4, ckf.DefaultSeed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []int{0, 1, ckf.MaxKicks} {
+		if _, err := NewMutator(make([]uint64, 4), addr, k, 1); err != nil {
+			t.Errorf("maxKicks %d: %v", k, err)
+		}
+	}
+	for _, k := range []int{-1, ckf.MaxKicks + 1} {
+		if _, err := NewMutator(make([]uint64, 4), addr, k, 1); !errors.Is(err, ckf.ErrInvalidMaxKicks) {
+			t.Errorf("maxKicks %d: %v", k, err)
+		}
+	}
+	if _, err := NewMutator(make([]uint64, 8), addr, 1, 1); !errors.Is(err, ckf.ErrCapacityOverflow) {
+		t.Errorf("lane of 8 words for 4 buckets: %v", err)
+	}
+}
+
+// specInsert is spec §5.1 written out step by step, as the reference the
+// Mutator's relocation path must match word for word.
+func specInsert(words []uint64, addr ckf.Addressing, maxKicks int, rng *uint64, h uint64) bool {
+	p := addr.Prepare(h)
+	for _, b := range []uint64{uint64(p.BucketA), uint64(p.BucketB)} {
+		if s := ckf.FirstEmpty(words[b]); s >= 0 {
+			words[b] = ckf.WithSlot(words[b], s, p.Fingerprint)
+			return true
+		}
+	}
+	orig := slices.Clone(words)
+	bucket := uint64(p.BucketA)
+	if ckf.NextRandom(rng)&1 != 0 { // step 3: bucket_a on an even draw
+		bucket = uint64(p.BucketB)
+	}
+	fp := p.Fingerprint
+	for range maxKicks {
+		s := int(ckf.NextRandom(rng) & 3)
+		evicted := ckf.Slot(words[bucket], s)
+		words[bucket] = ckf.WithSlot(words[bucket], s, fp)
+		fp = evicted
+		bucket = addr.Alternate(bucket, fp)
+		if e := ckf.FirstEmpty(words[bucket]); e >= 0 {
+			words[bucket] = ckf.WithSlot(words[bucket], e, fp)
+			return true
+		}
+	}
+	copy(words, orig)
+	return false
+}
+
+// TestRelocationFollowsTheSpecWordForWord: filling a 64-bucket lane to
+// its first failures, every insertion (including the relocating ones and
+// the rolled-back failures) leaves the words and the RNG state the spec's
+// procedure does.
+func TestRelocationFollowsTheSpecWordForWord(t *testing.T) {
+	const maxKicks = 50
+	m := newTestMutator(t, 64, maxKicks)
+	ref, rng := make([]uint64, 64), ckf.LaneRNGSeed(ckf.DefaultSeed, 0)
+	relocated, failed := 0, 0
+	for h := uint64(1); h <= 400 && failed < 5; h++ {
+		touched, err := m.Insert(h)
+		if ok := specInsert(ref, m.addr, maxKicks, &rng, h); ok != (err == nil) {
+			t.Fatalf("hash %d: mutator %v, spec success %v", h, err, ok)
+		}
+		if err != nil {
+			failed++
+		} else if len(touched) > 1 {
+			relocated++
+		}
+		if !slices.Equal(m.Words(), ref) || m.RNGState() != rng {
+			t.Fatalf("hash %d: words or RNG state differ from the spec's", h)
+		}
+	}
+	if relocated == 0 || failed == 0 {
+		t.Fatalf("weak fixture: %d relocations, %d failures", relocated, failed)
+	}
+}

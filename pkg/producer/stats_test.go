@@ -69,3 +69,38 @@ func TestStatsAgreeWithThePublicViews(t *testing.T) {
 		t.Fatalf("String:\n%s\nwant\n%s", got, wantLine)
 	}
 }
+
+// TestTelemetryCountsAKnownSequence: the §6.1 counters after a store, a
+// store and removal that cancel within one window, and a removal: each
+// physical write is a touch, each window's dirty buckets are distinct
+// touches, and those are either emitted or net-reverted; only a window
+// with an image is a publication.
+func TestTelemetryCountsAKnownSequence(t *testing.T) {
+	cfg := verbatimConfig(1024)
+	cfg.PublishEveryNEvents = 100
+	s := mustState(t, cfg)
+	s.ApplyEvent(storedEv(1, 0, 11, 12, 13))
+	first := s.Flush()
+	if len(first.Images) != 3 {
+		t.Fatalf("fixture: the three hashes share buckets: %v", first.Images)
+	}
+	s.ApplyEvent(storedEv(1, 0, 14))
+	s.ApplyEvent(removedEv(1, 0, 14, 99))
+	if b := s.Flush(); !b.Empty() {
+		t.Fatalf("a cancelled store published %v", b.Images)
+	}
+	s.ApplyEvent(removedEv(1, 0, 11))
+	if b := s.Flush(); len(b.Images) != 1 {
+		t.Fatalf("removal published %v", b.Images)
+	}
+	if b := s.Flush(); !b.Empty() {
+		t.Fatalf("an empty window published %v", b.Images)
+	}
+	st := s.Stats()
+	want := [7]uint64{1, 0, 6, 5, 4, 1, 2} // unknown, capacity, touches, distinct, emitted, reverted, publications
+	got := [7]uint64{st.UnknownRemovals, st.CapacityFailures, st.PhysicalTouches, st.DistinctTouchedBuckets,
+		st.EmittedImages, st.NetRevertedBuckets, st.Publications}
+	if got != want {
+		t.Fatalf("telemetry %v, want %v", got, want)
+	}
+}
