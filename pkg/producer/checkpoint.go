@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 
 	"github.com/zeebo/xxh3"
 
@@ -531,17 +532,26 @@ func (d *ckptDecoder) pool(s *State) error {
 }
 
 // verifyOwnership checks that every hash had exactly refcount edges (and
-// clears the count bits), that every resident hash's fingerprint is in one
-// of its buckets and that the lane holds one fingerprint per resident hash.
+// clears the count bits), that every resident hash has a fingerprint copy
+// of its own in one of its buckets and that the lane holds one fingerprint
+// per resident hash.
+//
+// Copies are claimed from a scratch copy of the lane, not looked up: two
+// resident hashes with the same fingerprint and bucket pair need two
+// copies, and a lane with one would lose the second hash at the first
+// removal. Claiming greedily is exact because the alternate bucket is an
+// involution: two hashes with one fingerprint have the same bucket pair or
+// disjoint ones, so any copy in the pair belongs to the pair's hashes.
 func (d *ckptDecoder) verifyOwnership(s *State) {
 	resident := 0
+	claim := Mutator{words: slices.Clone(s.mut.words), addr: s.mut.addr}
 	check := func(k uint64, v *uint64) {
 		if o := unpackOwnership(*v); (*v)>>edgeCountShift != uint64(o.Refcount) {
 			d.violation("hash %#x has refcount %d but %d edges", k, o.Refcount, (*v)>>edgeCountShift)
 		} else if o.Resident {
 			resident++
-			if !s.mut.Contains(k) {
-				d.violation("resident hash %#x is not in the lane", k)
+			if _, err := claim.Remove(k); err != nil {
+				d.violation("resident hash %#x has no fingerprint copy of its own in the lane", k)
 			}
 		}
 		*v &= 1<<edgeCountShift - 1

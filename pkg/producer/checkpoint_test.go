@@ -467,3 +467,51 @@ func FuzzRestoreState(f *testing.F) {
 		}
 	})
 }
+
+// TestRestoreCountsTheCopiesOfCollidingHashes: two resident hashes with the
+// same fingerprint and bucket pair need two copies in the lane. A forged
+// lane that keeps one copy for both and spends the other slot on a stray
+// fingerprint has the right slot count and answers both lookups, but the
+// first removal would leave the other hash unfindable: a false negative.
+func TestRestoreCountsTheCopiesOfCollidingHashes(t *testing.T) {
+	cfg := verbatimConfig(8)
+	s := mustState(t, cfg)
+	addr := s.mut.addr
+	first := addr.Prepare(1)
+	var twin uint64
+	for h := uint64(2); ; h++ {
+		if addr.Prepare(h) == first {
+			twin = h
+			break
+		}
+	}
+	s.ApplyEvent(storedEv(1, 0, 1))
+	s.ApplyEvent(storedEv(2, 0, twin))
+	b := checkpointBytes(t, s)
+	restore(t, b, cfg)
+
+	words := checkpointHeaderSize + 8 + 8*telemetryCounters
+	le := binary.LittleEndian
+	stray := first.Fingerprint ^ 1
+	if stray == 0 {
+		stray = 2
+	}
+	forged := slices.Clone(b)
+	edited := false
+	for _, bucket := range []uint32{first.BucketA, first.BucketB} {
+		at := words + 8*int(bucket)
+		w := le.Uint64(forged[at:])
+		if slot := ckf.FirstSlot(w, first.Fingerprint); slot >= 0 && !edited {
+			le.PutUint64(forged[at:], ckf.WithSlot(w, slot, stray))
+			edited = true
+		}
+	}
+	if !edited {
+		t.Fatal("fixture lane holds no copy of the colliding fingerprint")
+	}
+	_, err := RestoreState(bytes.NewReader(reseal(forged)), cfg)
+	var ce *CheckpointError
+	if !errors.As(err, &ce) || ce.Kind != ErrCheckpointMalformed {
+		t.Fatalf("a lane with one copy for two colliding hashes was restored: %v", err)
+	}
+}
