@@ -38,7 +38,7 @@
 # --file replaces the compose files (default docker-compose.yml and
 # docker-compose.cluster.yml), e.g. one written by scripts/gen-compose-dcs.sh:
 # the DCs are its nats-dc-<x> services, each with wan-dc-<x>, relay-<x>1
-# (and relay-<x>2), init-dc-<x>; dc-a needs a standby, dc-b is the WAN
+# (and relay-<x>2); dc-a needs a standby, dc-b is the WAN
 # faults' link.
 # Skips (one line, exit 0) when no Docker engine answers. Needs curl and
 # python3 (scripts/lib/jsz.py reads the monitoring endpoints). Uses the

@@ -2,9 +2,8 @@
 # Writes a standalone compose file with N DCs around the clustered hub:
 # three R3 hub nodes, two indexers and, per DC dc-<x> (x = a, b, … p): a
 # leaf nats-dc-<x> reachable only through its WAN link wan-dc-<x>
-# (ckf-wanproxy), a one-shot init-dc-<x> creating its KVEVENTS, an active
-# relay relay-<x>1 and, for the first STANDBYS DCs, a standby relay-<x>2;
-# plus a replayer whose workers span all N DCs. N = 16 fills every lane
+# (ckf-wanproxy), an active relay relay-<x>1 and, for the first STANDBYS
+# DCs, a standby relay-<x>2; plus a replayer whose workers span all N DCs. N = 16 fills every lane
 # of the index's table.
 #
 #   scripts/gen-compose-dcs.sh N [--standbys K] [--out FILE]
@@ -92,6 +91,7 @@ x-relay: &relay
 x-relay-env: &relay-env
   CKFRELAY_JS_DOMAIN: hub
   CKFRELAY_JS_REPLICAS: \${CKF_JS_REPLICAS:-3}
+  CKFRELAY_INPUT_JS_REPLICAS: 1
   CKFRELAY_DOMAIN: demo
   CKFRELAY_EXPECTED_BLOCKS: \${CKF_EXPECTED_BLOCKS:-65536}
   CKFRELAY_LEASE_TTL: \${CKF_LEASE_TTL:-3s}
@@ -165,13 +165,6 @@ EOF
       HUB_LEAF_URL_3: nats-leaf://wan-dc-$x:7424
     networks:
       dc-$x: { aliases: [nats.dc-$x.local] }
-  init-dc-$x:
-    image: \${CKF_IMAGE:-ckfrelay:local}
-    restart: on-failure
-    entrypoint: ["/trace-replayer", "--dcs", "dc-$x", "--domain", "demo", "--nats-url", "nats://nats.dc-$x.local:4222",
-                 "--max-requests", "1", "--hash-space", "1000000", "--indexer-url", "", "--verify=false", "--query-every", "0"]
-    networks: [dc-$x]
-    depends_on: [nats-dc-$x]
 EOF
     for n in 1 2; do
       if [ $n = 2 ] && [ "$i" -ge "$STANDBYS" ]; then

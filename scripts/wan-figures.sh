@@ -77,7 +77,7 @@ trap 'exit 130' INT TERM
 stack() {
   PROJ=ckfwan$1$$
   DC=("${COMPOSE[@]}" -p "$PROJ" -f docker-compose.yml -f docker-compose.cluster.yml ${2:+-f "$2"})
-  "${DC[@]}" up -d --no-build "${INFRA[@]}" init-dc-a init-dc-b >"$LOGDIR/up" 2>&1 || { cat "$LOGDIR/up" >&2; exit 1; }
+  "${DC[@]}" up -d --no-build "${INFRA[@]}" >"$LOGDIR/up" 2>&1 || { cat "$LOGDIR/up" >&2; exit 1; }
   wait_for 180 "the infrastructure healthy" healthy "${INFRA[@]}"
 }
 wan() { curl -sf -X POST "$WAN_B/v1/$1" -d "${2:-}" >/dev/null; }

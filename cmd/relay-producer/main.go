@@ -57,6 +57,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.DurationVar(&o.cfg.HeartbeatInterval, "heartbeat-interval", o.cfg.HeartbeatInterval, "period of drain markers / heartbeats")
 	fs.DurationVar(&o.cfg.LeaseTTL, "lease-ttl", o.cfg.LeaseTTL, "producer lease time-to-live")
 	fs.StringVar(&o.inputJSDomain, "input-js-domain", "", "JetStream domain of the input stream KVEVENTS (the DC's own, so workers publish locally and a WAN cut loses nothing); empty: the same as --js-domain")
+	fs.Int64Var(&o.cfg.UploadMinRate, "upload-min-rate", relay.DefaultUploadMinRate, "slowest rate in bytes/s a snapshot body may reach the object store at: its put times out after 30 s plus its size at this rate (size it below the WAN link's share for the relay)")
+	fs.IntVar(&o.cfg.Streams.EventReplicas, "input-js-replicas", 0, "replicas of the KVEVENTS input stream when this relay creates it (1..5; 0: the same as --js-replicas). A DC's single-node leaf needs 1 while the hub's cluster takes 3")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "health and metrics listen address (empty disables)")
 	o.http.Register(fs)
 	o.kv.register(fs)
@@ -81,6 +83,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 		return nil, err
 	}
 	o.cfg.Streams.Replicas = o.common.JSReplicas
+	if r := o.cfg.Streams.EventReplicas; r < 0 || r > 5 {
+		return nil, fmt.Errorf("invalid --input-js-replicas %d (want 0..5; 0: the same as --js-replicas)", r)
+	}
 	if err := o.kv.validate(&o.cfg); err != nil {
 		return nil, err
 	}
@@ -135,7 +140,7 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	}
 	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).
 		Str("mode", o.cfg.CKF.Mode.String()).Str("js_domain", o.common.JSDomain).Str("input_js_domain", o.inputJSDomain).
-		Int("js_replicas", o.common.JSReplicas).Msg("relay-producer starting")
+		Int("js_replicas", o.common.JSReplicas).Int("input_js_replicas", o.cfg.Streams.EventReplicas).Msg("relay-producer starting")
 	if o.httpAddr == "" {
 		return r.Run(ctx)
 	}

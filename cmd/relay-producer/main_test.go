@@ -26,8 +26,12 @@ func TestParseFlagsAndEnvironment(t *testing.T) {
 		t.Fatalf("%+v", o.cfg)
 	}
 	o, err = parse([]string{"--dc", "a", "--js-replicas", "3", "--input-js-domain", "dc-a"}, env(nil), &out)
-	if err != nil || o.cfg.Streams.Replicas != 3 || o.inputJSDomain != "dc-a" {
+	if err != nil || o.cfg.Streams.Replicas != 3 || o.inputJSDomain != "dc-a" || o.cfg.Streams.EventReplicas != 0 {
 		t.Fatalf("replicas / input domain: %v %+v", err, o)
+	}
+	o, err = parse([]string{"--dc", "a", "--js-replicas", "3"}, env(map[string]string{"CKFRELAY_INPUT_JS_REPLICAS": "1"}), &out)
+	if err != nil || o.cfg.Streams.Replicas != 3 || o.cfg.Streams.EventReplicas != 1 {
+		t.Fatalf("input replicas: %v %+v", err, o)
 	}
 	o, err = parse([]string{"--dc", "a", "--checkpoint-interval", "0"}, env(nil), &out)
 	if err != nil || o.cfg.CheckpointInterval != 0 {
@@ -65,6 +69,9 @@ func TestBadConfigExitsWithUsageError(t *testing.T) {
 		{[]string{"--dc", "a", "--max-tracked-blocks", "10"}, nil, "max tracked blocks"},
 		{[]string{"--dc", "a", "--js-replicas", "0"}, nil, "js-replicas"},
 		{[]string{"--dc", "a"}, map[string]string{"CKFRELAY_JS_REPLICAS": "7"}, "js-replicas"},
+		{[]string{"--dc", "a", "--input-js-replicas", "6"}, nil, "input-js-replicas"},
+		{[]string{"--dc", "a", "--input-js-replicas", "-1"}, nil, "input-js-replicas"},
+		{[]string{"--dc", "a", "--upload-min-rate", "-5"}, nil, "upload min rate"},
 	} {
 		var out bytes.Buffer
 		if code := run(context.Background(), c.args, env(c.env), &out); code != 2 {

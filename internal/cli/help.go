@@ -24,8 +24,8 @@ var groupOrder = []string{GroupConnection, GroupIdentity, GroupTuning, GroupObse
 var flagGroups = map[string]string{
 	"nats-url": GroupConnection, "js-domain": GroupConnection, "nats-port": GroupConnection,
 	"store-dir": GroupConnection, "indexer-url": GroupConnection, "input-js-domain": GroupConnection,
-	"js-replicas": GroupTuning,
-	"domain":      GroupIdentity, "dc": GroupIdentity, "dcs": GroupIdentity, "instance": GroupIdentity,
+	"js-replicas": GroupTuning, "input-js-replicas": GroupTuning, "upload-min-rate": GroupTuning,
+	"domain": GroupIdentity, "dc": GroupIdentity, "dcs": GroupIdentity, "instance": GroupIdentity,
 	"expected-blocks": GroupIdentity, "seed": GroupIdentity, "mode": GroupIdentity,
 	"http-addr": GroupObservability, "status-interval": GroupObservability, "pprof-addr": GroupObservability,
 	"version": GroupGeneral, "help": GroupGeneral,

@@ -73,6 +73,12 @@ type Config struct {
 	// epochs. Defaults 50ms and 10s.
 	RestartBackoffMin time.Duration
 	RestartBackoffMax time.Duration
+	// UploadMinRate is the slowest rate, in bytes per second, at which a
+	// snapshot body may still reach the object store: its put times out
+	// after uploadGrace plus its size at this rate. A fixed timeout capped
+	// the lane a slow WAN link could carry (32 MiB at 10 Mbit/s needs 27 s
+	// of the link to itself). 0 = DefaultUploadMinRate.
+	UploadMinRate int64
 	// MaxDeltaImages splits larger publications into consecutive deltas so
 	// each fits a NATS message.
 	MaxDeltaImages int
@@ -119,6 +125,23 @@ func DefaultConfig(domain, dc string) Config {
 		Streams:            streams.Options{EventMaxAge: DefaultInputMaxAge, EventMaxBytes: DefaultInputMaxBytes},
 		Logger:             zerolog.Nop(),
 	}
+}
+
+// DefaultUploadMinRate is 1 MiB/s (about 8.4 Mbit/s): a 32 MiB lane's
+// snapshot body gets 30 s + 32 s.
+const DefaultUploadMinRate = 1 << 20
+
+// uploadGrace is the part of an upload's timeout that does not depend on
+// its size: connection set-up, the object store's info and chunk acks.
+const uploadGrace = 30 * time.Second
+
+// uploadTimeout bounds the put of a body of size bytes.
+func (c *Config) uploadTimeout(size int) time.Duration {
+	rate := c.UploadMinRate
+	if rate <= 0 {
+		rate = DefaultUploadMinRate
+	}
+	return uploadGrace + time.Duration(float64(size)/float64(rate)*float64(time.Second))
 }
 
 // Input retention defaults (applied when the relay creates KVEVENTS): a
@@ -199,6 +222,8 @@ func (c *Config) Validate() error {
 		return bad("input retention must not be negative")
 	case c.Streams.EventMaxAge > 0 && c.CheckpointInterval > 0 && c.Streams.EventMaxAge < 2*c.CheckpointInterval:
 		return bad("input max age %s is less than twice the checkpoint interval %s: a restart could find events already dropped", c.Streams.EventMaxAge, c.CheckpointInterval)
+	case c.UploadMinRate < 0:
+		return bad("upload min rate must not be negative (0: %d bytes/s)", DefaultUploadMinRate)
 	case c.MaxDeltaImages <= 0 || c.MaxDeltaImages > wire.MaxDeltaImages:
 		return bad("max delta images must be within 1..%d", wire.MaxDeltaImages)
 	}

@@ -216,7 +216,7 @@ func (e *epochRun) snapshot(trigger string) error {
 	if err != nil {
 		return err
 	}
-	octx, cancel := context.WithTimeout(e.ctx, 30*time.Second)
+	octx, cancel := context.WithTimeout(e.ctx, e.r.cfg.uploadTimeout(len(body)))
 	defer cancel()
 	if !e.bodyStored(octx, name, len(body)) {
 		if _, err := e.snaps.Put(octx, jetstream.ObjectMeta{Name: name}, bytes.NewReader(body)); err != nil {

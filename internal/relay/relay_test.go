@@ -449,6 +449,7 @@ func TestConfigValidation(t *testing.T) {
 		func(c *relay.Config) { c.MaxDeltaImages = wire.MaxDeltaImages + 1 },
 		func(c *relay.Config) { c.LeaseTTL = 0 },
 		func(c *relay.Config) { c.CheckpointInterval = -time.Second },
+		func(c *relay.Config) { c.UploadMinRate = -1 },
 	} {
 		c := testConfig("a")
 		mut(&c)

@@ -43,6 +43,11 @@ type Options struct {
 	// process creates (0 = 1; production runs 3 on a clustered JetStream).
 	// Existing resources keep theirs.
 	Replicas int
+	// EventReplicas is the replica count of the input stream KVEVENTS
+	// (0 = Replicas). The input lives in a DC's own domain, often one
+	// leaf node, while the lanes live on the hub's cluster: one count for
+	// both would ask a single-node leaf for R3, which it refuses.
+	EventReplicas int
 }
 
 // ErrInvalidOptions is wrapped by every invalid Options error.
@@ -53,6 +58,9 @@ func (o Options) Validate() error {
 	if o.Replicas < 0 || o.Replicas > MaxReplicas {
 		return fmt.Errorf("%w: replicas %d, want 1..%d", ErrInvalidOptions, o.Replicas, MaxReplicas)
 	}
+	if o.EventReplicas < 0 || o.EventReplicas > MaxReplicas {
+		return fmt.Errorf("%w: input stream replicas %d, want 1..%d", ErrInvalidOptions, o.EventReplicas, MaxReplicas)
+	}
 	return nil
 }
 
@@ -60,6 +68,13 @@ func (o Options) Validate() error {
 const MaxReplicas = 5
 
 func (o Options) replicas() int { return max(o.Replicas, 1) }
+
+func (o Options) eventReplicas() int {
+	if o.EventReplicas > 0 {
+		return o.EventReplicas
+	}
+	return o.replicas()
+}
 
 func (o Options) storage() jetstream.StorageType {
 	if o.Memory {
@@ -101,7 +116,7 @@ func EnsureEvents(ctx context.Context, js jetstream.JetStream, o Options) (jetst
 		Description: "ckfrelay worker KV events (Dynamo RouterEvent JSON)",
 		Subjects:    []string{wire.WorkerEventsPrefix + ".>"},
 		Storage:     o.storage(),
-		Replicas:    o.replicas(),
+		Replicas:    o.eventReplicas(),
 		MaxAge:      o.EventMaxAge,
 		MaxBytes:    maxBytes(o.EventMaxBytes),
 		Discard:     jetstream.DiscardOld,

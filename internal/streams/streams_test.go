@@ -159,9 +159,21 @@ func TestEnsureSplitsTheInputSiteFromTheLaneSiteAndAppliesReplicas(t *testing.T)
 	if _, err := EnsureEvents(ctx, other, Options{Memory: true, Replicas: 3}); err == nil {
 		t.Fatal("R3 accepted by a single server: replicas were not requested")
 	}
+	// The input's own count wins over the hub's: a relay sizing its lanes
+	// at R3 still creates its DC's input on a single leaf.
+	ev, err = EnsureEvents(ctx, other, Options{Memory: true, Replicas: 3, EventReplicas: 1})
+	if err != nil {
+		t.Fatalf("R1 input with R3 lanes refused: %v", err)
+	}
+	if info, err := ev.Info(ctx); err != nil || info.Config.Replicas != 1 {
+		t.Fatalf("input stream replicas: %+v %v", info, err)
+	}
 	for _, n := range []int{-1, 6} {
 		if _, err := EnsureLanes(ctx, other, Options{Replicas: n}); !errors.Is(err, ErrInvalidOptions) {
 			t.Fatalf("replicas %d: %v", n, err)
+		}
+		if _, err := EnsureEvents(ctx, other, Options{EventReplicas: n}); !errors.Is(err, ErrInvalidOptions) {
+			t.Fatalf("input replicas %d: %v", n, err)
 		}
 	}
 }
