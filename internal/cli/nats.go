@@ -210,11 +210,13 @@ func (s *ConnStats) record(err error) string {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c.Add(1)
-	s.lastErr = err
+	// The series first: a reader that sees the atomic count move (they
+	// are read without the lock) then finds the series moved too.
 	if s.vec != nil {
 		s.vec.WithLabelValues(kind).Inc()
 	}
+	c.Add(1)
+	s.lastErr = err
 	return kind
 }
 
