@@ -254,6 +254,27 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 		}()
 	}
 	pending := 0
+	// slow says the last delta's publish outlasted PublishInterval: the
+	// lane is across a WAN. One delta is in flight at a time, so there a
+	// delta costs a round trip whatever its size, and cutting one each
+	// time the input is momentarily drained would spend a round trip on a
+	// handful of events (on a 150 ms link the relay applied 1,450
+	// events/s). A slow lane is cut by the interval and by FlushEvents
+	// only, so each round trip carries what arrived meanwhile.
+	slow := false
+	cut := func() error {
+		pending = 0
+		start, seq := time.Now(), e.pub.LastSequence()
+		err := e.flush()
+		if e.pub.LastSequence() != seq { // an empty window publishes nothing
+			slow = time.Since(start) > r.cfg.PublishInterval
+		}
+		// The window starts when the publish ended: a tick that fell
+		// during a long publish would otherwise cut the next delta after
+		// a message or two.
+		flush.Reset(r.cfg.PublishInterval)
+		return err
+	}
 	for {
 		select {
 		case <-ctx.Done():
@@ -269,15 +290,13 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 			// drained (lowest latency when idle; under load messages queue
 			// up while a publish is in flight, so batches grow by
 			// themselves), and at the latest after FlushEvents events.
-			if pending >= r.cfg.FlushEvents || (r.cfg.FlushWhenIdle && len(in.msgs) == 0) {
-				pending = 0
-				if err := e.flush(); err != nil {
+			if pending >= r.cfg.FlushEvents || (r.cfg.FlushWhenIdle && !slow && len(in.msgs) == 0) {
+				if err := cut(); err != nil {
 					return err
 				}
 			}
 		case <-flush.C:
-			pending = 0
-			if err := e.flush(); err != nil {
+			if err := cut(); err != nil {
 				return err
 			}
 		case <-snapTick.C:

@@ -41,14 +41,14 @@ func testConfig(dc string) relay.Config {
 }
 
 // startRelay runs a relay until the test ends.
-func startRelay(t *testing.T, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config) (*relay.Relay, context.CancelFunc) {
+func startRelay(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config) (*relay.Relay, context.CancelFunc) {
 	t.Helper()
 	return startRelayWith(t, nc, js, cfg, nil)
 }
 
 // startRelayWith is startRelay with prep run on the relay before Run
 // (test hooks).
-func startRelayWith(t *testing.T, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config, prep func(*relay.Relay)) (*relay.Relay, context.CancelFunc) {
+func startRelayWith(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config, prep func(*relay.Relay)) (*relay.Relay, context.CancelFunc) {
 	t.Helper()
 	r, err := relay.New(nc, js, cfg)
 	if err != nil {
