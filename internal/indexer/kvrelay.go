@@ -327,6 +327,8 @@ func (k *kvLane) Install(s client.Snapshot) error {
 		return laneError(ErrInstall, r.lane, err, "install sequence %d", s.Sequence)
 	}
 	k.identity, k.lease, k.localSeq, k.installed = id, ls, s.Sequence, true
+	// faultOutcome matches pool faults against the installed lease.
+	r.cur = current{identity: id, epoch: id.ProducerIncarnation, lease: ls}
 	r.drainFaults()
 	r.m.bootstrap("installed")
 	r.setInstalled(id.ProducerIncarnation, s.Sequence)

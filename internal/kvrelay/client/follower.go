@@ -254,6 +254,9 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 			stopped()
 			sel, retry = nil, nil
 			if next == nil {
+				if hadPool && flt.Reason == ReasonNoDescriptor {
+					flt.Reason = ReasonWithdrawn // §4.4: drop the replica of a pool gone from the catalog
+				}
 				f.fail(flt)
 				f.setStatus(func(s *Status) { s.Phase = PhaseRefused; s.Producer = "" })
 				continue
@@ -365,7 +368,11 @@ func (f *Follower) follow(ctx context.Context, rc kvrelayv1.KvEventRelayClient, 
 	var installed bool
 	var seq uint64
 	for {
+		// The timer runs while the stream is awaited, not while the sink
+		// works on a frame (a large install is not the relay's stall).
+		timer.Reset(f.cfg.FrameTimeout)
 		u, err := st.Recv()
+		timer.Stop()
 		if err != nil {
 			switch {
 			case ctx.Err() != nil:
@@ -375,7 +382,6 @@ func (f *Follower) follow(ctx context.Context, rc kvrelayv1.KvEventRelayClient, 
 			}
 			return rpcFault("pool stream", err, st.Trailer())
 		}
-		timer.Reset(f.cfg.FrameTimeout)
 		fr, err := kvrelay.CheckFilterUpdate(sel.Key, u)
 		if err != nil {
 			if errors.Is(err, kvrelay.ErrProducerMismatch) {

@@ -219,3 +219,21 @@ func TestFollowerSelection(t *testing.T) {
 		})
 	}
 }
+
+// §4.4: a pool absent from the catalog drops the replica; when it comes
+// back under a new producer it is followed again.
+func TestFollowerDropsAWithdrawnPool(t *testing.T) {
+	pub := newTestPub()
+	pub.setGen(t, testSpec, 11, 1024)
+	addr, _ := serveReal(t, pub, nil)
+	sink := newRecSink(t)
+	_, m, _ := startFollower(t, addr, sink, nil)
+	sink.waitFor(t, "installed", func(s *recSink) bool { return s.ready })
+	pub.withdraw()
+	sink.waitFor(t, "withdrawn", func(s *recSink) bool { return !s.ready && s.has("invalidate", client.ReasonWithdrawn) })
+	b := pub.setGen(t, testSpec, 12, 1024)
+	sink.waitFor(t, "back", func(s *recSink) bool { return s.ready && s.key == b.Key })
+	if m.Faults("dc-k", client.ReasonWithdrawn) != 1 {
+		t.Fatalf("withdrawals %v", m.Faults("dc-k", client.ReasonWithdrawn))
+	}
+}

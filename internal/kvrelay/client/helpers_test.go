@@ -308,3 +308,14 @@ func startFollower(t *testing.T, addr string, sink client.LaneSink, mut func(*cl
 	t.Cleanup(stop)
 	return f, m, stop
 }
+
+// withdraw stops publishing the pool: it leaves the catalog and its feeds
+// end PUBLICATION_UNAVAILABLE.
+func (p *testPub) withdraw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fan.Close(kvrelay.ErrPublicationUnavailable)
+	p.gen, p.ok = server.Generation{}, false
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
