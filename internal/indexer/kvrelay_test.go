@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
@@ -42,9 +43,11 @@ func kvRelayConfig(dc, instance string, expected uint64) relay.Config {
 	return c
 }
 
-// runningRelay is a relay and its kvrelay server.
+// runningRelay is a relay on its own NATS connection and its kvrelay
+// server.
 type runningRelay struct {
 	r      *relay.Relay
+	nc     *nats.Conn
 	cancel context.CancelFunc
 	done   chan error
 	srv    *server.Server
@@ -56,12 +59,17 @@ type runningRelay struct {
 // ("127.0.0.1:0": any port).
 func startKvRelay(t testing.TB, e *env, cfg relay.Config, addr string) *runningRelay {
 	t.Helper()
-	r, err := relay.New(e.nc, e.js, cfg)
+	nc := e.srv.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := relay.New(nc, js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	rr := &runningRelay{r: r, cancel: cancel, done: make(chan error, 1)}
+	rr := &runningRelay{r: r, nc: nc, cancel: cancel, done: make(chan error, 1)}
 	go func() { rr.done <- r.Run(ctx) }()
 	rr.serve(t, addr)
 	t.Cleanup(func() { rr.kill(t) })
@@ -85,10 +93,16 @@ func (rr *runningRelay) serve(t testing.TB, addr string) {
 	go func() { rr.served <- srv.Serve(ln) }()
 }
 
-// kill stops the relay and cuts its kvrelay server at once (no grace):
-// streams break mid-flight, as when the process dies. Idempotent.
+// kill is kill -9: the relay's NATS connection closes under it (it can
+// neither publish nor release its lease, which lapses after its TTL) and
+// its kvrelay server is cut without grace (streams break mid-flight); the
+// dead relay's goroutines are then stopped. Idempotent.
 func (rr *runningRelay) kill(t testing.TB) {
 	t.Helper()
+	if rr.nc != nil {
+		rr.nc.Close()
+		rr.nc = nil
+	}
 	if rr.srv != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
@@ -219,8 +233,8 @@ func TestKvRelayLaneRoundTripAndTakeover(t *testing.T) {
 		t.Fatalf("nats lane row %+v", nl)
 	}
 
-	// Kill the active relay; the standby takes the lease and serves on the
-	// same address (a VIP or a restarted pod keeps it).
+	// Kill the active relay; once its lease lapses the standby takes it
+	// and serves on the same address (a VIP keeps it).
 	addr := ra.addr
 	ra.kill(t)
 	testenv.WaitFor(t, waitTotal, "kvrelay lane invalidated", func() bool {
