@@ -3,14 +3,24 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
+	"net"
+	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
 func TestKvRelayFlags(t *testing.T) {
@@ -70,5 +80,73 @@ func TestBadKvRelayFlagsExit2(t *testing.T) {
 				t.Fatalf("exit %d, want %d (%s)", code, exitUsage, stderr.String())
 			}
 		})
+	}
+}
+
+// staticPub publishes one generation of an empty lane over kvrelay.
+type staticPub struct{ gen server.Generation }
+
+func (p staticPub) Generation() (server.Generation, bool) { return p.gen, true }
+func (p staticPub) Changed() <-chan struct{}              { return nil }
+func (p staticPub) Load() server.PoolLoad                 { return server.PoolLoad{} }
+func (p staticPub) Subscribe(_ context.Context, key kvrelay.ProducerKey, limits server.QueueLimits) (*server.Feed, error) {
+	if key != p.gen.Key {
+		return nil, kvrelay.ErrProducerChanged
+	}
+	return server.NewFanout().Add(make([]uint64, key.BucketCount), 0, limits), nil
+}
+
+// The binary follows a kvrelay source given on its command line: the lane
+// is installed and /v1/lanes names its source, address and producer.
+func TestRunFollowsAKvRelaySource(t *testing.T) {
+	f, err := ckf.NewConfig(4096).Format()
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := server.PoolSpec{Model: "llama", Namespace: "prod", Component: "backend", Endpoint: "generate", BlockSize: 16}
+	gen, err := spec.Generation(kvrelay.DcID("west"), 1, 1, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scfg := server.DefaultConfig()
+	scfg.PoolHeartbeat = 50 * time.Millisecond
+	srv, err := server.New(staticPub{gen: gen}, scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}()
+	out, stop := runInBackground(t, []string{"--nats-port", "-1", "--store-dir", t.TempDir(), "--http-addr", "127.0.0.1:0",
+		"--expected-blocks", "4096", "--kvrelay-source", "dyn-west=" + ln.Addr().String(), "--kvrelay-model", "llama", "--kvrelay-block-size", "16"})
+	addr := mustField(t, out, "addr")
+	var row api.LaneStatus
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
+		_, body := get(t, fmt.Sprintf("http://%s/v1/lanes", addr))
+		var lanes struct{ Lanes []api.LaneStatus }
+		if err := json.Unmarshal([]byte(body), &lanes); err != nil {
+			return err
+		}
+		if len(lanes.Lanes) != 1 || lanes.Lanes[0].State != indexer.PhaseActive {
+			return fmt.Errorf("lanes %s", body)
+		}
+		row = lanes.Lanes[0]
+		return nil
+	})
+	if row.DC != "dyn-west" || row.Source != indexer.SourceKvRelay || row.Address != ln.Addr().String() || row.Producer == "" || row.Lane != 15 {
+		t.Fatalf("row %+v", row)
+	}
+	if code, body := get(t, fmt.Sprintf("http://%s/readyz", addr)); code != http.StatusOK {
+		t.Fatalf("/readyz %d %s", code, body)
+	}
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit %d", code)
 	}
 }

@@ -469,12 +469,11 @@ func (k *kvLane) Invalidate(reason client.Reason, detail string) {
 		g.pool.Indexer().RetireLaneReadiness(r.lane)
 	}
 	k.installed = false
-	if reason == client.ReasonRefused {
-		return // Admit recorded why
-	}
 	r.m.fault("kvrelay_" + string(reason))
 	phase := PhaseBackoff
-	if reason == client.ReasonNoDescriptor || reason == client.ReasonAmbiguous {
+	switch reason {
+	case client.ReasonRefused, client.ReasonNoDescriptor, client.ReasonAmbiguous, client.ReasonWithdrawn:
+		// Nothing to follow until the catalog changes.
 		phase = PhaseRefused
 	}
 	r.setStatus(phase, detail)
