@@ -141,6 +141,18 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 	defer wg.Wait() // after cancel (deferred below, runs first)
 	defer cancel()
 	f.setStatus(func(s *Status) { s.Phase = PhaseConnecting })
+	// The relay's identity and protocol first (§2.1): a relay of another
+	// contract fails here, before any state; every stream of the epoch must
+	// then carry this identity.
+	info, err := rc.GetRelayInfo(ectx, &kvrelayv1.RelayInfoRequest{ContractMarker: kvrelayv1.ContractMarker})
+	if err != nil {
+		f.fail(rpcFault("relay info", err, nil))
+		return
+	}
+	if err := kvrelay.ValidateResponseEnvelope(info.GetProtocolVersion(), info.GetContractMarker(), info.GetRelay()); err != nil {
+		f.fail(fault(ReasonContract, err, "relay info"))
+		return
+	}
 	cat, err := rc.WatchKvPoolCatalog(ectx, &kvrelayv1.WatchKvPoolCatalogRequest{
 		SubscriberId: f.cfg.SubscriberBase + "/catalog", ContractMarker: kvrelayv1.ContractMarker})
 	if err != nil {
@@ -169,7 +181,7 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 	}()
 
 	var (
-		relay   *kvrelayv1.RelayIdentity
+		relay   = info.GetRelay()
 		rev     uint64
 		last    *kvrelayv1.KvPoolCatalogSnapshot
 		judged  string     // outcome of the last judged catalog (selection key or reason), so repeats are not recounted
@@ -292,11 +304,11 @@ func (f *Follower) judge(u *kvrelayv1.KvPoolCatalogUpdate, relay **kvrelayv1.Rel
 	if err != nil {
 		return nil, fault(ReasonCatalogInvalid, err, "revision %d", u.GetRevision())
 	}
+	first := *last == nil
 	switch {
-	case *relay == nil:
-		*relay = u.GetRelay()
 	case !proto.Equal(*relay, u.GetRelay()):
-		return nil, fault(ReasonRelayChanged, nil, "catalog relay identity changed within the stream")
+		return nil, fault(ReasonRelayChanged, nil, "catalog relay identity differs from the relay's (GetRelayInfo) or changed within the stream")
+	case first:
 	case u.GetRevision() < *rev:
 		return nil, fault(ReasonCatalogRegressed, nil, "revision %d after %d", u.GetRevision(), *rev)
 	case u.GetRevision() == *rev && !proto.Equal(u.GetSnapshot(), *last):

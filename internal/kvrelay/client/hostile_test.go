@@ -2,6 +2,7 @@ package client_test
 
 import (
 	"bytes"
+	"context"
 	"testing"
 	"time"
 
@@ -27,6 +28,15 @@ type hostile struct {
 	frames  []*kvrelayv1.FilterUpdate
 	// end ends a pool stream after its frames (nil: hold it open).
 	end func(ss grpc.ServerStream) error
+	// info answers GetRelayInfo (nil: version 1, hostileRelay).
+	info *kvrelayv1.RelayInfo
+}
+
+func (h *hostile) GetRelayInfo(context.Context, *kvrelayv1.RelayInfoRequest) (*kvrelayv1.RelayInfo, error) {
+	if h.info != nil {
+		return h.info, nil
+	}
+	return &kvrelayv1.RelayInfo{ProtocolVersion: 1, Relay: hostileRelay, ContractMarker: kvrelayv1.ContractMarker}, nil
 }
 
 func (h *hostile) WatchKvPoolCatalog(_ *kvrelayv1.WatchKvPoolCatalogRequest, ss kvrelayv1.KvEventRelay_WatchKvPoolCatalogServer) error {
@@ -159,8 +169,11 @@ func TestHostileRelayIsNeverAnsweredFrom(t *testing.T) {
 		{name: "producer changed", h: &hostile{end: withTrailer(codes.FailedPrecondition, kvrelayv1.RelayErrorReason_RELAY_ERROR_REASON_PRODUCER_CHANGED)}, want: client.ReasonProducerChanged},
 		{name: "duplicate descriptors", h: &hostile{catalog: []*kvrelayv1.KvPoolCatalogUpdate{catalogOf(1, g.Descriptor, dupDesc)}}, want: client.ReasonCatalogInvalid},
 		{name: "two pools for the model", h: &hostile{catalog: []*kvrelayv1.KvPoolCatalogUpdate{catalogOf(1, g.Descriptor, other.Descriptor)}}, want: client.ReasonAmbiguous},
-		{name: "catalog revision backwards", h: &hostile{catalog: []*kvrelayv1.KvPoolCatalogUpdate{catalogOf(2, g.Descriptor), catalogOf(1, g.Descriptor)}, frames: snap()}, want: client.ReasonCatalogRegressed},
-		{name: "catalog revision reused", h: &hostile{catalog: []*kvrelayv1.KvPoolCatalogUpdate{catalogOf(2, g.Descriptor), catalogOf(2, other.Descriptor)}, frames: snap()}, want: client.ReasonCatalogRegressed},
+		{name: "catalog revision backwards", h: &hostile{catalog: []*kvrelayv1.KvPoolCatalogUpdate{catalogOf(2, g.Descriptor), catalogOf(1, g.Descriptor)}}, want: client.ReasonCatalogRegressed},
+		{name: "catalog revision reused", h: &hostile{catalog: []*kvrelayv1.KvPoolCatalogUpdate{catalogOf(2, g.Descriptor), catalogOf(2, other.Descriptor)}}, want: client.ReasonCatalogRegressed},
+		{name: "relay info of another protocol version", h: &hostile{info: &kvrelayv1.RelayInfo{ProtocolVersion: 2, Relay: hostileRelay, ContractMarker: kvrelayv1.ContractMarker}}, want: client.ReasonContract},
+		{name: "relay info of another marker", h: &hostile{info: &kvrelayv1.RelayInfo{ProtocolVersion: 1, Relay: hostileRelay}}, want: client.ReasonContract},
+		{name: "catalog of another relay than the info's", h: &hostile{info: &kvrelayv1.RelayInfo{ProtocolVersion: 1, Relay: &kvrelayv1.RelayIdentity{DrtInstanceId: 5}, ContractMarker: kvrelayv1.ContractMarker}}, want: client.ReasonRelayChanged},
 		{name: "catalog of a bad marker", h: &hostile{catalog: []*kvrelayv1.KvPoolCatalogUpdate{{ProtocolVersion: 1, Relay: hostileRelay, Revision: 1}}}, want: client.ReasonCatalogInvalid},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
