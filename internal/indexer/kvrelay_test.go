@@ -294,7 +294,8 @@ func TestKvRelayFormatMismatchIsRefusedVisibly(t *testing.T) {
 				row = r
 			}
 		}
-		return row.State == PhaseRefused && strings.Contains(row.LastFault, "differs from the table's")
+		return row.State == PhaseRefused && strings.Contains(row.LastFault, "differs from the table's") &&
+			s.kvMetrics.Faults("a-kv", client.ReasonRefused) >= 1
 	})
 	if row.Source != SourceKvRelay || row.Address != ra.addr {
 		t.Fatalf("row %+v", row)
@@ -302,8 +303,8 @@ func TestKvRelayFormatMismatchIsRefusedVisibly(t *testing.T) {
 	if p := s.currentPool(); p != nil && p.Indexer().ReadyLanes()&(1<<row.Lane) != 0 {
 		t.Fatal("refused lane ready")
 	}
-	if v := s.kvMetrics.Faults("a-kv", client.ReasonRefused); v < 1 {
-		t.Fatalf("refusal not counted")
+	if v, ok, _ := promtest.Value(s.Metrics(), MetricFaults+`{dc="a-kv",kind="wrong_format"}`); !ok || v < 1 {
+		t.Fatalf("wrong_format not counted")
 	}
 }
 
