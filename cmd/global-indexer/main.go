@@ -68,6 +68,7 @@ type options struct {
 	fetchTimeout   time.Duration
 	http           httpserve.Config
 	maxMatches     int
+	kv             kvrelayOptions
 }
 
 // errUsage marks a bad command line or environment (exit code 2).
@@ -97,6 +98,7 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	fs.DurationVar(&o.fetchTimeout, "snapshot-fetch-timeout", indexer.DefaultSnapshotFetchTimeout,
 		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", indexer.SnapshotFetchBytesPerSecond>>20, indexer.DefaultSnapshotFetchAttempts-1))
 
+	o.kv.register(fs)
 	o.http.Register(fs)
 	fs.IntVar(&o.maxMatches, "http-max-matches", queryapi.DefaultMaxConcurrentMatches, "HTTP match requests in progress at most; more are answered 429 with Retry-After")
 	if err := cli.Parse(fs, args, env); err != nil {
@@ -195,6 +197,14 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 		LaneStaleAfter:       o.staleAfter,
 		StaleLanes:           o.staleLanes,
 	}
+	// The indexer learns its NATS lanes from the lane map at run time, so
+	// a collision with one is refused there (logged, counted); here the
+	// sources' own names are checked (indexer.Config.Validate).
+	kv, err := o.kv.config()
+	if err != nil {
+		return indexer.Config{}, err
+	}
+	cfg.KvRelay = kv
 	cfg.Streams.Replicas = o.common.JSReplicas
 	cfg.LeaseOptions = append(cfg.LeaseOptions, lease.WithReplicas(o.common.JSReplicas))
 	if o.expectedBlocks > 0 {

@@ -23,6 +23,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -44,6 +45,7 @@ func defaultOptions() options {
 		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
 		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport,
 		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
+		kv: kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
 	}
 }
 

@@ -123,6 +123,9 @@ type Config struct {
 	// an in-process mirror (pkg/client.Mirror) answers its own process
 	// only and must not join the indexers' queue group.
 	NoMatchEndpoint bool
+	// KvRelay adds lanes followed over Dynamo's dynamo.kvrelay.v1 gRPC
+	// protocol (kvrelay.go) to the table of the NATS lanes.
+	KvRelay KvRelayConfig
 	// Setup paces the retries of the start-up steps (ensure the lane
 	// stream and snapshot store, open the lease bucket) while NATS or the
 	// hub's JetStream is unreachable. The zero value uses retry's defaults.
@@ -169,6 +172,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StaleLanes == "" {
 		c.StaleLanes = StaleReport
+	}
+	if c.KvRelay.StaleAfter == 0 {
+		c.KvRelay.StaleAfter = DefaultKvRelayStaleAfter
 	}
 	return c
 }
@@ -224,7 +230,7 @@ func (c Config) Validate() error {
 			return err
 		}
 	}
-	return nil
+	return c.KvRelay.validate()
 }
 
 // validateFormat accepts the 1.4.0 format the wire carries.

@@ -32,6 +32,9 @@ type laneRunner struct {
 	m    *laneMetrics
 	// faults receives the pool faults of this lane (dispatcher → runner).
 	faults chan genFault
+	// kv is set for a dynamo.kvrelay.v1 lane (kvrelay.go): its follower's
+	// goroutine is then the run goroutine. Set before the runner starts.
+	kv *kvLane
 
 	// Run goroutine only.
 	localEpoch uint64
@@ -120,7 +123,7 @@ func (r *laneRunner) Status() api.LaneStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	age, stale := r.svc.laneAge(r.lane, r.svc.now())
-	return api.LaneStatus{
+	st := api.LaneStatus{
 		AgeMs:             age,
 		Stale:             stale,
 		Lane:              r.lane,
@@ -132,6 +135,8 @@ func (r *laneRunner) Status() api.LaneStatus {
 		StreamLag:         r.st.lag,
 		LastFault:         r.st.lastFault,
 	}
+	r.sourceStatus(&st)
+	return st
 }
 
 // setStatus sets the phase and, when fault is non-empty, the last fault.

@@ -22,6 +22,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
@@ -79,6 +80,11 @@ type Service struct {
 	// lane's installed epoch (unix nanos; 0: none since the lane was
 	// configured). Runners write it, queries read it without locking.
 	heard [ckf.LaneCount]atomic.Int64
+	// staleAfter is, per lane, its stale threshold in nanoseconds when it
+	// is not Config.LaneStaleAfter (kvrelay lanes); 0: the config's.
+	staleAfter [ckf.LaneCount]atomic.Int64
+	// kvMetrics are the kvrelay followers' series.
+	kvMetrics *client.Metrics
 
 	mu      sync.Mutex // guards the fields below
 	runners [ckf.LaneCount]*laneRunner
@@ -90,6 +96,9 @@ type Service struct {
 	stopFault chan struct{}
 	// limiter spaces pool rebuilds.
 	limiter rebuildLimiter
+	// kvRefused holds the lane map entries already refused for colliding
+	// with a kvrelay lane ("lane/dc"), so each is logged once.
+	kvRefused map[string]bool
 
 	scratch sync.Pool // *consumer.QueryScratch
 
@@ -135,6 +144,10 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
+	kvm, err := client.NewMetrics(reg)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
+	}
 	tp := cfg.Tracer
 	if tp == nil {
 		tp = noop.NewTracerProvider()
@@ -154,6 +167,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		stopFault:  make(chan struct{}),
 		limiter:    rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
 		readObject: readSnapshotObject,
+		kvMetrics:  kvm,
+		kvRefused:  map[string]bool{},
 		now:        time.Now,
 	}
 	s.labels.Store(&[ckf.LaneCount]laneLabel{})
@@ -227,6 +242,7 @@ func (s *Service) Run(ctx context.Context) error {
 	defer s.shutdown(cancel, svc)
 
 	s.log.Info().Msg("indexer started")
+	s.startKvLanes()
 	if info, err := res.Lanes.Info(rctx); err == nil {
 		s.runnersWG.Add(1)
 		go func() {
@@ -359,7 +375,7 @@ func (s *Service) applyLaneMap(m lease.LaneMap) {
 		return
 	}
 	for lane, e := range m.Lanes {
-		if e == nil {
+		if e == nil || s.kvRefusesLocked(lane, e) {
 			continue
 		}
 		if r := s.runners[lane]; r != nil {
@@ -582,7 +598,7 @@ func (s *Service) laneAge(lane int, now time.Time) (ageMs int64, stale bool) {
 		return -1, true
 	}
 	age := max(now.UnixNano()-h, 0)
-	return age / int64(time.Millisecond), age > int64(s.cfg.LaneStaleAfter)
+	return age / int64(time.Millisecond), age > int64(s.staleFor(lane))
 }
 
 // laneLabel is how a lane is named in query answers.

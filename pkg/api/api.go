@@ -140,6 +140,15 @@ type LaneStatus struct {
 	AgeMs     int64  `json:"age_ms"`
 	Stale     bool   `json:"stale"`
 	LastFault string `json:"last_fault,omitempty"`
+	// Source is where the lane comes from: "nats" (a relay's lane on the
+	// hub) or "kvrelay" (a dynamo.kvrelay.v1 relay).
+	Source string `json:"source,omitempty"`
+	// Address, Producer and LastFrameAgeMs describe a kvrelay lane: the
+	// relay's HOST:PORT, the followed producer key, and how long ago its
+	// last frame arrived (absent before the first).
+	Address        string `json:"address,omitempty"`
+	Producer       string `json:"producer,omitempty"`
+	LastFrameAgeMs *int64 `json:"last_frame_age_ms,omitempty"`
 }
 
 // ErrorBody is the JSON shape of every error answer.

@@ -68,6 +68,10 @@ type PoolSpec struct {
 	BlockSize uint32
 	// HashFormat defaults to DYNAMO_STANDARD_V1.
 	HashFormat kvrelayv1.KvQueryHashFormat
+	// Roles are the pool_roles declared (nil: [LEGACY], a role-less card).
+	// Dynamo's Global Router follows only pools that declare AGGREGATED, so
+	// a relay meant for it declares [AGGREGATED].
+	Roles []kvrelayv1.WorkerRole
 }
 
 // Generation builds the pool's generation for a producer identity: the
@@ -81,6 +85,10 @@ func (p PoolSpec) Generation(dcID, incarnation, layout uint64, format ckf.Format
 	cs, err := kvrelay.DefaultCacheSemantics(p.Model, p.BlockSize, hf)
 	if err != nil {
 		return Generation{}, err
+	}
+	roles := slices.Clone(p.Roles)
+	if len(roles) == 0 {
+		roles = []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_LEGACY}
 	}
 	aliases := slices.Clone(p.Aliases)
 	slices.Sort(aliases)
@@ -113,7 +121,7 @@ func (p PoolSpec) Generation(dcID, incarnation, layout uint64, format ckf.Format
 			Aliases:          aliases,
 		}},
 		QuerySemantics: &kvrelayv1.KvQuerySemantics{KvBlockSize: p.BlockSize, HashFormat: hf},
-		PoolRoles:      []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_LEGACY},
+		PoolRoles:      roles,
 	}
 	if err := kvrelay.ValidatePoolDescriptor(d); err != nil {
 		return Generation{}, fmt.Errorf("kvrelay pool: %w", err)

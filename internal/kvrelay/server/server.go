@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -241,15 +242,21 @@ func (s *Server) current() (view, <-chan struct{}) {
 }
 
 // readinessEntry is the pool's serving topology while it is published: one
-// legacy member, READY under legacy fallback (§6.2).
+// member, READY (§6.2); a legacy (role-less) member is READY under legacy
+// fallback, with no present roles listed.
 func readinessEntry(d *kvrelayv1.KvPoolDescriptor) *kvrelayv1.TopologyEntry {
+	legacy := slices.Contains(d.PoolRoles, kvrelayv1.WorkerRole_WORKER_ROLE_LEGACY)
+	present := []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_LEGACY}
+	if !legacy {
+		present = slices.Clone(d.PoolRoles)
+	}
 	return &kvrelayv1.TopologyEntry{
 		Namespace:            d.ServingEndpoint.Namespace,
 		CanonicalModelId:     d.Registrations[0].CanonicalModelId,
 		State:                kvrelayv1.ServingReadinessState_SERVING_READINESS_STATE_READY,
-		PresentRoles:         []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_LEGACY},
+		PresentRoles:         present,
 		Members:              []*kvrelayv1.TopologyMember{{Endpoint: d.ServingEndpoint, Roles: d.PoolRoles, PoolId: d.Producer.PoolId}},
-		LegacyFallbackActive: true,
+		LegacyFallbackActive: legacy,
 	}
 }
 

@@ -1,0 +1,321 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+
+	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const waitTotal = 20 * time.Second
+
+// testSpec is §8.2's consumer fixture shape: model llama, block 4.
+var testSpec = server.PoolSpec{Model: "llama", Aliases: []string{"chat"}, Namespace: "prod", Component: "backend", Endpoint: "generate", BlockSize: 4,
+	Roles: []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_AGGREGATED}}
+
+// testPub is a server.Publication of one in-memory lane: the test sets
+// generations and publishes deltas. Safe for concurrent use.
+type testPub struct {
+	mu      sync.Mutex
+	gen     server.Generation
+	ok      bool
+	changed chan struct{}
+	fan     *server.Fanout
+	words   []uint64
+	seq     uint64
+}
+
+func newTestPub() *testPub { return &testPub{changed: make(chan struct{})} }
+
+// setGen publishes a new generation of buckets buckets at sequence 0 with
+// an empty lane; the previous one's feeds end PUBLICATION_UNAVAILABLE.
+func (p *testPub) setGen(t testing.TB, spec server.PoolSpec, incarnation uint64, buckets uint64) server.Generation {
+	t.Helper()
+	g, err := spec.Generation(7, incarnation, 13, ckf.NewFormatIdentity(42, buckets))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.fan != nil {
+		p.fan.Close(fmt.Errorf("replaced: %w", kvrelay.ErrPublicationUnavailable))
+	}
+	p.gen, p.ok, p.fan, p.words, p.seq = g, true, server.NewFanout(), make([]uint64, buckets), 0
+	close(p.changed)
+	p.changed = make(chan struct{})
+	return g
+}
+
+// publish applies images to the lane as one delta.
+func (p *testPub) publish(images ...cbi1.Image) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, im := range images {
+		p.words[im.Bucket] = im.Word
+	}
+	p.seq++
+	p.fan.Publish(p.seq-1, p.seq, slices.Clone(images))
+}
+
+func (p *testPub) lane() ([]uint64, uint64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return slices.Clone(p.words), p.seq
+}
+
+func (p *testPub) Generation() (server.Generation, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.gen, p.ok
+}
+
+func (p *testPub) Changed() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.changed
+}
+
+func (p *testPub) Subscribe(_ context.Context, key kvrelay.ProducerKey, limits server.QueueLimits) (*server.Feed, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case !p.ok:
+		return nil, kvrelay.ErrPoolNotFound
+	case key != p.gen.Key:
+		return nil, kvrelay.ErrProducerChanged
+	}
+	return p.fan.Add(slices.Clone(p.words), p.seq, limits), nil
+}
+
+func (p *testPub) Load() server.PoolLoad { return server.PoolLoad{} }
+
+// serve serves srv (a *server.Server or any registration) on loopback
+// until the test ends and returns the address.
+func serveReal(t *testing.T, pub server.Publication, mut func(*server.Config)) (string, *server.Server) {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.PoolHeartbeat, cfg.CatalogHeartbeat, cfg.ReadinessHeartbeat = 20*time.Millisecond, 20*time.Millisecond, 20*time.Millisecond
+	if mut != nil {
+		mut(&cfg)
+	}
+	srv, err := server.New(pub, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-done
+	})
+	return ln.Addr().String(), srv
+}
+
+// serveFake serves a hand-written KvEventRelayServer.
+func serveFake(t *testing.T, impl kvrelayv1.KvEventRelayServer) string {
+	t.Helper()
+	gs := grpc.NewServer(grpc.MaxSendMsgSize(64 << 20))
+	kvrelayv1.RegisterKvEventRelayServer(gs, impl)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(ln) }()
+	t.Cleanup(gs.Stop)
+	return ln.Addr().String()
+}
+
+// event is one sink call.
+type event struct {
+	op     string // admit, install, apply, heartbeat, invalidate
+	reason client.Reason
+	seq    uint64
+	key    kvrelay.ProducerKey
+}
+
+// recSink mirrors the lane and records every call. It fails the test when
+// the Follower breaks the sink contract (an apply on an invalidated lane).
+type recSink struct {
+	t        *testing.T
+	mu       sync.Mutex
+	ready    bool
+	words    []uint64
+	seq      uint64
+	key      kvrelay.ProducerKey
+	admitErr error
+	events   []event
+	signal   chan struct{}
+	busy     bool
+}
+
+func newRecSink(t *testing.T) *recSink { return &recSink{t: t, signal: make(chan struct{}, 1)} }
+
+func (s *recSink) enter() {
+	s.mu.Lock()
+	if s.busy {
+		s.t.Errorf("concurrent sink calls")
+	}
+	s.busy = true
+}
+
+func (s *recSink) leave(e event) {
+	s.events = append(s.events, e)
+	s.busy = false
+	s.mu.Unlock()
+	select {
+	case s.signal <- struct{}{}:
+	default:
+	}
+}
+
+func (s *recSink) Admit(sel client.Selection) error {
+	s.enter()
+	err := s.admitErr
+	s.leave(event{op: "admit", key: sel.Key})
+	return err
+}
+
+func (s *recSink) Install(snap client.Snapshot) error {
+	s.enter()
+	s.words, s.seq, s.ready, s.key = snap.Words, snap.Sequence, true, snap.Selection.Key
+	s.leave(event{op: "install", seq: snap.Sequence, key: snap.Selection.Key})
+	return nil
+}
+
+func (s *recSink) Apply(d client.Delta) error {
+	s.enter()
+	if !s.ready || d.BaseSequence != s.seq {
+		s.t.Errorf("apply %d→%d on a lane ready=%t at %d", d.BaseSequence, d.Sequence, s.ready, s.seq)
+	}
+	if err := d.Images.ApplyTo(s.words); err != nil {
+		s.t.Errorf("apply: %v", err)
+	}
+	s.seq = d.Sequence
+	s.leave(event{op: "apply", seq: d.Sequence, key: d.Selection.Key})
+	return nil
+}
+
+func (s *recSink) Heartbeat(seq uint64) error {
+	s.enter()
+	if !s.ready || seq != s.seq {
+		s.t.Errorf("heartbeat %d on a lane ready=%t at %d", seq, s.ready, s.seq)
+	}
+	s.leave(event{op: "heartbeat", seq: seq})
+	return nil
+}
+
+func (s *recSink) Invalidate(r client.Reason, _ string) {
+	s.enter()
+	s.ready = false
+	s.leave(event{op: "invalidate", reason: r})
+}
+
+// waitFor waits until cond holds on the sink (under its lock).
+func (s *recSink) waitFor(t *testing.T, what string, cond func(s *recSink) bool) {
+	t.Helper()
+	deadline := time.After(waitTotal)
+	for {
+		s.mu.Lock()
+		ok := cond(s)
+		s.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-s.signal:
+		case <-time.After(10 * time.Millisecond):
+		case <-deadline:
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			t.Fatalf("timed out waiting for %s; events %+v", what, s.events)
+		}
+	}
+}
+
+func (s *recSink) has(op string, reason client.Reason) bool {
+	for _, e := range s.events {
+		if e.op == op && (reason == "" || e.reason == reason) {
+			return true
+		}
+	}
+	return false
+}
+
+func (s *recSink) count(op string) int {
+	n := 0
+	for _, e := range s.events {
+		if e.op == op {
+			n++
+		}
+	}
+	return n
+}
+
+// startFollower runs a follower of addr into sink until the test ends.
+func startFollower(t *testing.T, addr string, sink client.LaneSink, mut func(*client.Config)) (*client.Follower, *client.Metrics, func()) {
+	t.Helper()
+	m, err := client.NewMetrics(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := client.Config{Name: "dc-k", Addr: addr, Model: "llama", Sink: sink, Metrics: m,
+		BackoffMin: 5 * time.Millisecond, BackoffMax: 50 * time.Millisecond, FrameTimeout: 5 * time.Second}
+	if mut != nil {
+		mut(&cfg)
+	}
+	f, err := client.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("run: %v", err)
+				}
+			case <-time.After(waitTotal):
+				t.Errorf("follower did not stop")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return f, m, stop
+}
+
+// withdraw stops publishing the pool: it leaves the catalog and its feeds
+// end PUBLICATION_UNAVAILABLE.
+func (p *testPub) withdraw() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.fan.Close(kvrelay.ErrPublicationUnavailable)
+	p.gen, p.ok = server.Generation{}, false
+	close(p.changed)
+	p.changed = make(chan struct{})
+}
