@@ -67,6 +67,7 @@ func relayOverWAN(b *testing.B, rtt time.Duration, events int) (rate, perDelta f
 		b.Fatal(err)
 	}
 	cfg := testConfig("a")
+	cfg.PublishInterval = relay.DefaultConfig(domain, "a").PublishInterval // production cadence
 	cfg.LeaseTTL = 10 * time.Second
 	cfg.HeartbeatInterval = time.Second
 	cfg.InputJS = inputJS
