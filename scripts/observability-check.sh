@@ -25,7 +25,10 @@
 # + 4222 NATS, + 8222 NATS monitoring, + 8080 indexer-1, + 9091..9094
 # relays, + 6686 Jaeger query, + 4318 OTLP, + 9099 Prometheus, + 4223 the
 # dc-a leaf's client port (for the malformed event). CKF_TRACE_SAMPLE_RATIO
-# (default 0.2) is the share of input messages the relays trace.
+# (default 0.2) is the share of input messages the relays trace. The images
+# are tagged ckfrelay-obs:local and ckfrelay-nats-obs:local (CKF_OBS_IMAGE,
+# CKF_OBS_NATS_IMAGE) beside ckfrelay-jaeger:local and
+# ckfrelay-prometheus:local.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -51,6 +54,9 @@ export CKF_NATS_PORT=$((B + 4222)) CKF_NATS_MONITOR_PORT=$((B + 8222)) CKF_HTTP_
 export CKF_RELAY_A1_PORT=$((B + 9091)) CKF_RELAY_A2_PORT=$((B + 9092)) CKF_RELAY_B1_PORT=$((B + 9093)) CKF_RELAY_B2_PORT=$((B + 9094))
 export CKF_JAEGER_PORT=$((B + 6686)) CKF_OTLP_PORT=$((B + 4318)) CKF_PROMETHEUS_PORT=$((B + 9099))
 export CKF_OTLP_ENDPOINT=jaeger:4318 CKF_TRACE_SAMPLE_RATIO=${CKF_TRACE_SAMPLE_RATIO:-0.2}
+# Tags of their own, so a smoke test rebuilding ckfrelay:local beside this
+# run does not swap the image under it.
+export CKF_IMAGE=${CKF_OBS_IMAGE:-ckfrelay-obs:local} CKF_NATS_IMAGE=${CKF_OBS_NATS_IMAGE:-ckfrelay-nats-obs:local}
 LEAF_PORT=$((B + 4223))
 INDEXER=http://127.0.0.1:$CKF_HTTP_PORT
 JAEGER=http://127.0.0.1:$CKF_JAEGER_PORT
