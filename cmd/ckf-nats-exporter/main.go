@@ -1,8 +1,8 @@
 // Command ckf-nats-exporter serves the NATS servers' own monitoring as
 // Prometheus metrics. NATS monitoring is JSON (/varz, /jsz); on every
 // scrape of /metrics this reads each named server's endpoints and turns
-// them into ckf_nats_* series labelled by server (the name given on the
-// command line). A server that does not answer reports ckf_nats_up 0 and
+// them into ckf_nats_server_* series labelled by server (the name given on the
+// command line). A server that does not answer reports ckf_nats_server_up 0 and
 // nothing else, so one down server never hides the others.
 //
 //	ckf-nats-exporter --listen :7777 hub=http://nats-hub:8222 dc-a=http://nats-dc-a:8222
@@ -175,29 +175,29 @@ func newCollector(targets []target, client *http.Client) *collector {
 	return &collector{
 		targets:         targets,
 		client:          client,
-		up:              newDesc("ckf_nats_up", "1 when the server's monitoring endpoint answered this scrape.", g),
-		connections:     newDesc("ckf_nats_connections", "Client connections (varz connections).", g),
-		subscriptions:   newDesc("ckf_nats_subscriptions", "Active subscriptions (varz subscriptions).", g),
-		leafnodes:       newDesc("ckf_nats_leafnodes", "Connected leaf node links (varz leafnodes).", g),
-		mem:             newDesc("ckf_nats_memory_bytes", "Resident memory of the server (varz mem).", g),
-		cpu:             newDesc("ckf_nats_cpu_percent", "CPU use of the server (varz cpu).", g),
-		slow:            newDesc("ckf_nats_slow_consumers_total", "Clients disconnected as slow consumers since start.", c),
-		inMsgs:          newDesc("ckf_nats_in_msgs_total", "Messages received (clients, routes, gateways, leaves).", c),
-		outMsgs:         newDesc("ckf_nats_out_msgs_total", "Messages sent (clients, routes, gateways, leaves).", c),
-		inBytes:         newDesc("ckf_nats_in_bytes_total", "Bytes received.", c),
-		outBytes:        newDesc("ckf_nats_out_bytes_total", "Bytes sent.", c),
-		jsEnabled:       newDesc("ckf_nats_jetstream_enabled", "1 when JetStream is enabled on the server; domain is its JetStream domain.", g, "domain"),
-		jsStreams:       newDesc("ckf_nats_jetstream_streams", "Streams held (jsz streams).", g),
-		jsConsumers:     newDesc("ckf_nats_jetstream_consumers", "Consumers held (jsz consumers).", g),
-		jsMsgs:          newDesc("ckf_nats_jetstream_messages", "Messages stored over all streams (jsz messages).", g),
-		jsBytes:         newDesc("ckf_nats_jetstream_bytes", "Bytes stored over all streams (jsz bytes).", g),
-		jsMemory:        newDesc("ckf_nats_jetstream_memory_bytes", "Memory used by JetStream (jsz memory).", g),
-		jsStorage:       newDesc("ckf_nats_jetstream_storage_bytes", "Storage used by JetStream (jsz storage).", g),
-		jsAPI:           newDesc("ckf_nats_jetstream_api_requests_total", "JetStream API requests served.", c),
-		jsAPIErrors:     newDesc("ckf_nats_jetstream_api_errors_total", "JetStream API requests that failed.", c),
-		streamMsgs:      newDesc("ckf_nats_stream_messages", "Messages in one stream.", g, "account", "stream"),
-		streamBytes:     newDesc("ckf_nats_stream_bytes", "Bytes in one stream.", g, "account", "stream"),
-		streamConsumers: newDesc("ckf_nats_stream_consumers", "Consumers of one stream.", g, "account", "stream"),
+		up:              newDesc("ckf_nats_server_up", "1 when the server's monitoring endpoint answered this scrape.", g),
+		connections:     newDesc("ckf_nats_server_connections", "Client connections (varz connections).", g),
+		subscriptions:   newDesc("ckf_nats_server_subscriptions", "Active subscriptions (varz subscriptions).", g),
+		leafnodes:       newDesc("ckf_nats_server_leafnodes", "Connected leaf node links (varz leafnodes).", g),
+		mem:             newDesc("ckf_nats_server_memory_bytes", "Resident memory of the server (varz mem).", g),
+		cpu:             newDesc("ckf_nats_server_cpu_percent", "CPU use of the server (varz cpu).", g),
+		slow:            newDesc("ckf_nats_server_slow_consumers_total", "Clients disconnected as slow consumers since start.", c),
+		inMsgs:          newDesc("ckf_nats_server_in_msgs_total", "Messages received (clients, routes, gateways, leaves).", c),
+		outMsgs:         newDesc("ckf_nats_server_out_msgs_total", "Messages sent (clients, routes, gateways, leaves).", c),
+		inBytes:         newDesc("ckf_nats_server_in_bytes_total", "Bytes received.", c),
+		outBytes:        newDesc("ckf_nats_server_out_bytes_total", "Bytes sent.", c),
+		jsEnabled:       newDesc("ckf_nats_server_jetstream_enabled", "1 when JetStream is enabled on the server; domain is its JetStream domain.", g, "domain"),
+		jsStreams:       newDesc("ckf_nats_server_jetstream_streams", "Streams held (jsz streams).", g),
+		jsConsumers:     newDesc("ckf_nats_server_jetstream_consumers", "Consumers held (jsz consumers).", g),
+		jsMsgs:          newDesc("ckf_nats_server_jetstream_messages", "Messages stored over all streams (jsz messages).", g),
+		jsBytes:         newDesc("ckf_nats_server_jetstream_bytes", "Bytes stored over all streams (jsz bytes).", g),
+		jsMemory:        newDesc("ckf_nats_server_jetstream_memory_bytes", "Memory used by JetStream (jsz memory).", g),
+		jsStorage:       newDesc("ckf_nats_server_jetstream_storage_bytes", "Storage used by JetStream (jsz storage).", g),
+		jsAPI:           newDesc("ckf_nats_server_jetstream_api_requests_total", "JetStream API requests served.", c),
+		jsAPIErrors:     newDesc("ckf_nats_server_jetstream_api_errors_total", "JetStream API requests that failed.", c),
+		streamMsgs:      newDesc("ckf_nats_server_stream_messages", "Messages in one stream.", g, "account", "stream"),
+		streamBytes:     newDesc("ckf_nats_server_stream_bytes", "Bytes in one stream.", g, "account", "stream"),
+		streamConsumers: newDesc("ckf_nats_server_stream_consumers", "Consumers of one stream.", g, "account", "stream"),
 	}
 }
 

@@ -80,24 +80,24 @@ func TestCollectsARealServerAndMarksADownOneDown(t *testing.T) {
 		}
 	}
 	for series, want := range map[string]float64{
-		"ckf_nats_up{server=gone}": 0,
-		"ckf_nats_up{server=hub}":  1,
-		"ckf_nats_stream_messages{account=$G,server=hub,stream=KVEVENTS}": 3,
-		"ckf_nats_jetstream_enabled{domain=dc-x,server=hub}":              1,
-		"ckf_nats_jetstream_streams{server=hub}":                          1,
-		"ckf_nats_connections{server=hub}":                                1,
+		"ckf_nats_server_up{server=gone}": 0,
+		"ckf_nats_server_up{server=hub}":  1,
+		"ckf_nats_server_stream_messages{account=$G,server=hub,stream=KVEVENTS}": 3,
+		"ckf_nats_server_jetstream_enabled{domain=dc-x,server=hub}":              1,
+		"ckf_nats_server_jetstream_streams{server=hub}":                          1,
+		"ckf_nats_server_connections{server=hub}":                                1,
 	} {
 		if v, ok := got[series]; !ok || v != want {
 			t.Errorf("%s = %v (present %v), want %v", series, v, ok, want)
 		}
 	}
-	if got["ckf_nats_in_msgs_total{server=hub}"] < 3 {
-		t.Errorf("in_msgs %v after 3 publishes", got["ckf_nats_in_msgs_total{server=hub}"])
+	if got["ckf_nats_server_in_msgs_total{server=hub}"] < 3 {
+		t.Errorf("in_msgs %v after 3 publishes", got["ckf_nats_server_in_msgs_total{server=hub}"])
 	}
 	for _, mf := range mfs {
 		for _, m := range mf.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == "server" && l.GetValue() == "gone" && mf.GetName() != "ckf_nats_up" {
+				if l.GetName() == "server" && l.GetValue() == "gone" && mf.GetName() != "ckf_nats_server_up" {
 					t.Errorf("down server reported %s", mf.GetName())
 				}
 			}
