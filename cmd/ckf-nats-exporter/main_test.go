@@ -80,8 +80,8 @@ func TestCollectsARealServerAndMarksADownOneDown(t *testing.T) {
 		}
 	}
 	for series, want := range map[string]float64{
-		"ckf_nats_server_up{server=gone}": 0,
-		"ckf_nats_server_up{server=hub}":  1,
+		"ckf_nats_server_up{server=gone}":                                        0,
+		"ckf_nats_server_up{server=hub}":                                         1,
 		"ckf_nats_server_stream_messages{account=$G,server=hub,stream=KVEVENTS}": 3,
 		"ckf_nats_server_jetstream_enabled{domain=dc-x,server=hub}":              1,
 		"ckf_nats_server_jetstream_streams{server=hub}":                          1,
