@@ -12,8 +12,9 @@
 #       returns data from the running Prometheus (obscheck.py promql).
 #
 # Between the two it causes the faults the dashboard's fault panel counts
-# (one malformed worker event in dc-a, a hub NATS restart), so no panel is
-# empty because nothing went wrong. Exits non-zero when a check fails;
+# (one malformed worker event in dc-a, a hub NATS restart, the hub replaced
+# by an empty one), so no panel is empty because nothing went wrong, and
+# the load after them is verified against the exact ground truth again. Exits non-zero when a check fails;
 # skips (one line, exit 0) when no Docker engine answers. The stack is torn
 # down on any exit; a watchdog bounds the run after the image build.
 #
@@ -154,8 +155,9 @@ fi
 sed 's/^/  /' "$LOGDIR/trace.log"
 log "trace check passed"
 
-# Faults the fault panel counts: a malformed event, a hub restart (lane
-# consumers fail at the indexers, the relays lose their leases).
+# Faults the fault panel counts: a malformed event (relay bad events), a
+# hub restart (relay fences and set-up retries), the hub's JetStream state
+# lost (indexer faults).
 publish_malformed
 wait_for 30 "the malformed event counted" sh -c "curl -sf 127.0.0.1:$CKF_RELAY_A1_PORT/metrics 127.0.0.1:$CKF_RELAY_A2_PORT/metrics | grep -q '^ckf_relay_bad_events_total{.*reason=\"malformed\"'"
 log "fault: one malformed event counted by dc-a's active relay"
@@ -164,6 +166,15 @@ docker restart -t 5 "$(cid nats-hub)" >/dev/null
 wait_for 90 "both lanes active again" lanes_active_here
 wait_for 60 "dc-a relay active again" active_a
 log "fault: hub NATS restarted, lanes active again after $(since "$t")s"
+# The hub replaced by an empty one (its JetStream state lost): the relays
+# recreate the streams, the indexers count lane_stream_replaced and
+# bootstrap again.
+t=$(now)
+"${DC[@]}" rm -sf nats-hub >/dev/null 2>&1
+"${DC[@]}" up -d --no-build nats-hub >"$LOGDIR/up-hub" 2>&1 || { cat "$LOGDIR/up-hub" >&2; exit 1; }
+wait_for 90 "both lanes active on the new hub" lanes_active_here
+wait_for 60 "dc-a relay active on the new hub" active_a
+log "fault: hub NATS replaced with an empty one, lanes active again after $(since "$t")s"
 # Fresh load, so every rate and quantile over [1m] has observations; two
 # more scrapes after it.
 replay_verified after 1 --speed 0 --max-requests 1000
