@@ -64,7 +64,12 @@ def chains(trace):
         yield app, pub, lane, service
 
 
-def trim(span, service):
+def instance(trace, span):
+    proc = trace["processes"].get(span["processID"], {})
+    return tags(proc).get("service.instance.id", "")
+
+
+def trim(trace, span, service):
     keep = {"ckf.dc", "ckf.lane", "ckf.worker_id", "ckf.events", "ckf.input_sequence", "ckf.epoch", "ckf.sequence",
             "ckf.images", "ckf.coalesced_messages", "dc", "lane", "sequence", "images",
             "messaging.destination.name", "messaging.operation.type", "span.kind"}
@@ -73,6 +78,7 @@ def trim(span, service):
         "parentSpanID": parent(span),
         "operationName": span["operationName"],
         "service": service[span["processID"]],
+        "instance": instance(trace, span),
         "startTime": span["startTime"],
         "duration_us": span["duration"],
         "tags": {k: v for k, v in sorted(tags(span).items()) if k in keep},
@@ -92,7 +98,7 @@ def check_trace(base, out):
     print(f"jaeger traces with an indexer lane apply: {len(traces)}")
     for tr in traces:
         for app, pub, lane, service in chains(tr):
-            spans = [trim(s, service) for s in (app, pub, lane)]
+            spans = [trim(tr, s, service) for s in (app, pub, lane)]
             # Every indexer replica applying the same delta is a child too.
             replicas = sum(1 for s in tr["spans"] if s["operationName"] == LANE_APPLY and parent(s) == pub["spanID"])
             doc = {"traceID": tr["traceID"], "spans_in_trace": len(tr["spans"]),
@@ -102,7 +108,7 @@ def check_trace(base, out):
                 f.write("\n")
             print(f"trace {tr['traceID']}: {len(tr['spans'])} spans, services {', '.join(doc['services'])}")
             for s in spans:
-                print(f"  {s['service']:15} {s['operationName']:24} span {s['spanID']} parent {s['parentSpanID']} {json.dumps(s['tags'], sort_keys=True)}")
+                print(f"  {s['service']:15} {s['instance'][:20]:20} {s['operationName']:24} span {s['spanID']} parent {s['parentSpanID']} {json.dumps(s['tags'], sort_keys=True)}")
             return 0
     print("FAIL: no trace links a relay's apply and publish spans to an indexer's lane apply of the same delta", file=sys.stderr)
     return 1
