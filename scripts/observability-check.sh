@@ -14,15 +14,16 @@
 # Between the two it causes the faults the dashboard's fault panel counts
 # (one malformed worker event in dc-a, a hub NATS restart, the lane stream
 # deleted at the hub), so no panel is empty because nothing went wrong, and
-# the load after them is verified against the exact ground truth again. Exits non-zero when a check fails;
-# skips (one line, exit 0) when no Docker engine answers. The stack is torn
+# the load after them is verified against the exact ground truth again.
+# Exits non-zero when a check fails; skips (one line, exit 0) when no
+# Docker engine answers. The stack is torn
 # down on any exit; a watchdog bounds the run after the image build.
 #
 #   scripts/observability-check.sh [--no-build] [--out DIR]
 #
-# --out DIR keeps the API output (trace.json, promql.txt, the script's log
-# lines) in DIR. Host ports (all on loopback, away from the defaults so a
-# running demo or smoke stack does not collide): CKF_OBS_PORT_BASE (20000)
+# --out DIR keeps the API output (trace.json, promql.txt) in DIR. Host
+# ports, away from the defaults so a running demo or smoke stack does not
+# collide (the dc-a leaf's on loopback only): CKF_OBS_PORT_BASE (20000)
 # + 4222 NATS, + 8222 NATS monitoring, + 8080 indexer-1, + 9091..9094
 # relays, + 6686 Jaeger query, + 4318 OTLP, + 9099 Prometheus, + 4223 the
 # dc-a leaf's client port (for the malformed event). CKF_TRACE_SAMPLE_RATIO
