@@ -1,6 +1,6 @@
 # Online build (docker compose up --build): compile every binary with the
 # public golang image, then two FROM scratch images:
-#   --target ckfrelay  relay-producer, global-indexer, trace-replayer, ckf-health, ckf-wanproxy, ckf-wanprobe
+#   --target ckfrelay  relay-producer, global-indexer, trace-replayer, ckf-health, ckf-wanproxy, ckf-wanprobe, ckf-nats-exporter
 #   --target nats      nats-server (from the nats-server/v2 module in go.mod), ckf-health
 # scripts/build-images.sh builds the same two images with no registry.
 FROM golang:1.26 AS build
@@ -8,7 +8,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/relay-producer ./cmd/global-indexer ./cmd/trace-replayer ./cmd/ckf-health ./cmd/ckf-wanproxy ./cmd/ckf-wanprobe ./cmd/nats-server
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/relay-producer ./cmd/global-indexer ./cmd/trace-replayer ./cmd/ckf-health ./cmd/ckf-wanproxy ./cmd/ckf-wanprobe ./cmd/ckf-nats-exporter ./cmd/nats-server
 
 FROM scratch AS nats
 COPY --from=build /out/nats-server /out/ckf-health /
@@ -16,6 +16,6 @@ EXPOSE 4222 7422 8222
 ENTRYPOINT ["/nats-server"]
 
 FROM scratch AS ckfrelay
-COPY --from=build /out/relay-producer /out/global-indexer /out/trace-replayer /out/ckf-health /out/ckf-wanproxy /out/ckf-wanprobe /
+COPY --from=build /out/relay-producer /out/global-indexer /out/trace-replayer /out/ckf-health /out/ckf-wanproxy /out/ckf-wanprobe /out/ckf-nats-exporter /
 EXPOSE 8080 9090
 ENTRYPOINT ["/global-indexer"]

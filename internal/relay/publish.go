@@ -66,16 +66,23 @@ const maxSpanLinks = 128
 // startPublishSpan starts the producer span of one delta. Its parent is
 // the first sampled apply span of the batch (the first one when none is
 // sampled), so a traced input message's trace continues to the indexer;
-// every coalesced input message's apply span is linked.
+// every other coalesced input message's apply span is linked. The parent
+// is not linked again: Jaeger takes a link to the parent for the parent
+// reference's type (FOLLOWS_FROM), and the span would no longer show as
+// the apply span's child.
 func (e *epochRun) startPublishSpan(bodySize int, msgID string, attrs ...attribute.KeyValue) (context.Context, trace.Span) {
 	ctx := e.ctx
 	var parent trace.SpanContext
-	links := make([]trace.Link, 0, len(e.applySpans))
 	for _, sc := range e.applySpans {
 		if !parent.IsValid() || (!parent.IsSampled() && sc.IsSampled()) {
 			parent = sc
 		}
-		links = append(links, trace.Link{SpanContext: sc})
+	}
+	links := make([]trace.Link, 0, len(e.applySpans))
+	for _, sc := range e.applySpans {
+		if !sc.Equal(parent) {
+			links = append(links, trace.Link{SpanContext: sc})
+		}
 	}
 	if parent.IsValid() {
 		ctx = trace.ContextWithSpanContext(ctx, parent)
