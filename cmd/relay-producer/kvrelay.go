@@ -6,11 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
+	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,6 +24,7 @@ type kvrelayOptions struct {
 	listen    string
 	model     string
 	aliases   listFlag
+	roles     listFlag
 	endpoint  string
 	blockSize uint
 	heartbeat time.Duration
@@ -52,6 +55,7 @@ func (k *kvrelayOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.listen, "kvrelay-listen", "", "serve Dynamo's dynamo.kvrelay.v1 gRPC relay protocol on HOST:PORT so a Dynamo Global Router can use this DC (empty: off)")
 	fs.StringVar(&k.model, "kvrelay-model", "", "canonical model id of the pool (also the card source path of its cache-semantics digest); required with --kvrelay-listen")
 	fs.Var(&k.aliases, "kvrelay-alias", "extra model name the router may look the pool up by (repeatable, or comma-separated)")
+	fs.Var(&k.roles, "kvrelay-roles", "pool roles the pool's card declares: AGGREGATED (the default, the role Dynamo's Global Router follows), PREFILL, DECODE, ENCODE, or LEGACY alone for a role-less card (repeatable, or comma-separated)")
 	fs.StringVar(&k.endpoint, "kvrelay-endpoint", "", "serving endpoint NAMESPACE/COMPONENT/ENDPOINT of the pool's workers; required with --kvrelay-listen")
 	fs.UintVar(&k.blockSize, "kvrelay-block-size", 0, "KV block size in tokens of the pool's workers (kv_block_size); required with --kvrelay-listen")
 	fs.DurationVar(&k.heartbeat, "kvrelay-heartbeat", 10*time.Second, "pool, catalog and readiness heartbeat interval of dynamo.kvrelay.v1 streams")
@@ -63,7 +67,7 @@ func (k *kvrelayOptions) register(fs *flag.FlagSet) {
 // validate checks the flags and, when the service is on, sets cfg.KvRelay.
 func (k *kvrelayOptions) validate(cfg *relay.Config) error {
 	if k.listen == "" {
-		for name, v := range map[string]string{"--kvrelay-model": k.model, "--kvrelay-endpoint": k.endpoint, "--kvrelay-tls-cert": k.tlsCert} {
+		for name, v := range map[string]string{"--kvrelay-model": k.model, "--kvrelay-endpoint": k.endpoint, "--kvrelay-tls-cert": k.tlsCert, "--kvrelay-roles": k.roles.String()} {
 			if v != "" {
 				return fmt.Errorf("%s needs --kvrelay-listen", name)
 			}
@@ -83,7 +87,12 @@ func (k *kvrelayOptions) validate(cfg *relay.Config) error {
 	if k.blockSize == 0 || k.blockSize > 1<<31 {
 		return fmt.Errorf("--kvrelay-block-size %d: set the workers' KV block size (1..2^31)", k.blockSize)
 	}
-	k.spec = server.PoolSpec{Model: k.model, Aliases: k.aliases, Namespace: parts[0], Component: parts[1], Endpoint: parts[2], BlockSize: uint32(k.blockSize)}
+	roles, err := parseRoles(k.roles)
+	if err != nil {
+		return err
+	}
+	k.spec = server.PoolSpec{Model: k.model, Aliases: k.aliases, Namespace: parts[0], Component: parts[1], Endpoint: parts[2],
+		BlockSize: uint32(k.blockSize), Roles: roles}
 	if err := k.spec.Validate(); err != nil {
 		return fmt.Errorf("--kvrelay-model/--kvrelay-alias/--kvrelay-endpoint: %w", err)
 	}
@@ -133,4 +142,34 @@ func (k *kvrelayOptions) start(r *relay.Relay, reg prometheus.Registerer, log ze
 		srv.Shutdown(ctx)
 		<-done
 	}, nil
+}
+
+// parseRoles maps --kvrelay-roles to WorkerRoles: AGGREGATED when none is
+// given, since Dynamo's Global Router subscribes only to pools declaring
+// it. Names are case-insensitive, with or without the WORKER_ROLE_
+// prefix; LEGACY (a card without a role) cannot be combined.
+func parseRoles(names []string) ([]kvrelayv1.WorkerRole, error) {
+	if len(names) == 0 {
+		return []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_AGGREGATED}, nil
+	}
+	var roles []kvrelayv1.WorkerRole
+	for _, n := range names {
+		key := strings.ToUpper(n)
+		if !strings.HasPrefix(key, "WORKER_ROLE_") {
+			key = "WORKER_ROLE_" + key
+		}
+		v, ok := kvrelayv1.WorkerRole_value[key]
+		r := kvrelayv1.WorkerRole(v)
+		switch {
+		case !ok || r == kvrelayv1.WorkerRole_WORKER_ROLE_UNSPECIFIED:
+			return nil, fmt.Errorf("--kvrelay-roles: unknown role %q (want AGGREGATED, PREFILL, DECODE, ENCODE or LEGACY)", n)
+		case slices.Contains(roles, r):
+			return nil, fmt.Errorf("--kvrelay-roles: %s given twice", n)
+		}
+		roles = append(roles, r)
+	}
+	if len(roles) > 1 && slices.Contains(roles, kvrelayv1.WorkerRole_WORKER_ROLE_LEGACY) {
+		return nil, errors.New("--kvrelay-roles: LEGACY stands for a card without a role and cannot be combined with others")
+	}
+	return roles, nil
 }

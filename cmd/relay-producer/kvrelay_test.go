@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
 	"slices"
 	"strings"
 	"testing"
@@ -32,6 +33,17 @@ func TestKvRelayFlags(t *testing.T) {
 	if gen, err := spec.Generation(kvrelay.DcID("a"), 1, 1, f); err != nil || gen.Key.DcID != kvrelay.DcID("a") {
 		t.Fatalf("generation: %v", err)
 	}
+	if !slices.Equal(spec.Roles, []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_AGGREGATED}) {
+		t.Fatalf("default roles %v, want [AGGREGATED] (the role Dynamo's Global Router follows)", spec.Roles)
+	}
+	o, err = parse(append(slices.Clone(kvArgs), "--kvrelay-roles", "prefill,WORKER_ROLE_DECODE"), env(nil), &out)
+	if err != nil || !slices.Equal(o.cfg.KvRelay.Roles, []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_PREFILL, kvrelayv1.WorkerRole_WORKER_ROLE_DECODE}) {
+		t.Fatalf("roles: %v %+v", err, o)
+	}
+	o, err = parse(kvArgs, env(map[string]string{"CKFRELAY_KVRELAY_ROLES": "legacy"}), &out)
+	if err != nil || !slices.Equal(o.cfg.KvRelay.Roles, []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_LEGACY}) {
+		t.Fatalf("legacy role: %v %+v", err, o)
+	}
 	o, err = parse(append(slices.Clone(kvArgs), "--kvrelay-heartbeat", "2s"), env(nil), &out)
 	if err != nil || o.kv.cfg.CatalogHeartbeat != 2*time.Second {
 		t.Fatalf("heartbeat: %v", err)
@@ -54,6 +66,11 @@ func TestBadKvRelayFlagsExit2(t *testing.T) {
 		{with("--kvrelay-endpoint", "prod/generate"), "NAMESPACE/COMPONENT/ENDPOINT"},
 		{with("--kvrelay-endpoint", "prod/ backend/generate"), "--kvrelay-endpoint"},
 		{with("--kvrelay-block-size", "0"), "--kvrelay-block-size"},
+		{with("--kvrelay-roles", "router"), "unknown role"},
+		{with("--kvrelay-roles", "unspecified"), "unknown role"},
+		{with("--kvrelay-roles", "decode,DECODE"), "given twice"},
+		{with("--kvrelay-roles", "legacy,aggregated"), "cannot be combined"},
+		{[]string{"--dc", "a", "--kvrelay-roles", "aggregated"}, "needs --kvrelay-listen"},
 		{with("--kvrelay-heartbeat", "0s"), "--kvrelay-heartbeat"},
 		{with("--kvrelay-heartbeat", "soon"), "kvrelay-heartbeat"},
 		{with("--kvrelay-tls-cert", "c.pem"), "go together"},
