@@ -89,7 +89,7 @@ ASSETS=(CKF_LANES KV_ckf-leases OBJ_ckf-snapshots)
 SERVICES=() DCS=() INITS=() RELAYS=()
 for s in $("${DC[@]}" config --services); do
   case $s in
-    replayer | nats-hub | jaeger | prometheus | grafana) ;;
+    replayer | nats-hub | jaeger | prometheus | grafana | nats-exporter) ;;
     init-*) INITS+=("$s") ;;
     *)
       SERVICES+=("$s")

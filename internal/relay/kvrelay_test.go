@@ -650,3 +650,41 @@ func TestKvRelayDropsALaggingSubscriber(t *testing.T) {
 }
 
 var _ = nats.ErrTimeout
+
+// §4.3: a subscriber that stops reading during its bootstrap is ended with
+// RESOURCE_EXHAUSTED / SNAPSHOT_PROGRESS_TIMEOUT once the transport has not
+// taken a snapshot chunk for the progress timeout, and its pool-stream slot
+// is free again for the next subscriber.
+func TestKvRelayEndsAStalledBootstrap(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	cfg := kvConfig("a")
+	cfg.CKF = ckf.NewConfig(1 << 22) // 2 chunks of 524,288 buckets, 4 MiB each
+	r, _ := startRelay(t, nc, js, cfg)
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
+	scfg := kvServerConfig()
+	scfg.SnapshotProgress = 300 * time.Millisecond
+	scfg.MaxPoolStreams = 1
+	reg := prometheus.NewRegistry()
+	scfg.Metrics = reg
+	// A fixed 64 KiB window: an unread stream stalls the first chunk.
+	c, _, _ := serveKv(t, r, scfg, grpc.WithInitialWindowSize(1<<16), grpc.WithInitialConnWindowSize(1<<16))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	desc := firstCatalog(t, ctx, c, 1).Snapshot.Pools[0]
+	key, _ := kvrelay.KeyOf(desc.Producer)
+	stalled := subscribe(t, ctx, c, "t/stalled", desc.Producer)
+	if _, err := stalled.Header(); err != nil {
+		t.Fatal(err)
+	}
+	want := `ckf_kvrelay_refusals_total{reason="RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT",rpc="SubscribeKvPool"} 1`
+	testenv.WaitFor(t, 10*time.Second, "the stalled bootstrap ended", func() bool { _, ok := metricsContain(reg, want); return ok })
+	err := streamEnd(t, nil, stalled)
+	wantStatus(t, "stalled bootstrap", err, stalled.Trailer(), codes.ResourceExhausted, kvrelayv1.RelayErrorReason_RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT)
+
+	// The only pool-stream slot is free again: a reading subscriber gets
+	// the whole lane.
+	m := newMirror(t, key)
+	st := subscribe(t, ctx, c, "t/reader", desc.Producer)
+	m.follow(t, st, "a full bootstrap after the stalled one", func() bool { return m.installed })
+}

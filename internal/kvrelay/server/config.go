@@ -40,6 +40,11 @@ type Config struct {
 
 	// Queue bounds each pool subscriber's queue of unsent deltas.
 	Queue QueueLimits
+	// SnapshotProgress bounds how long the transport may take one snapshot
+	// chunk (snapshot_progress_timeout_ms): a client that stops reading
+	// during its bootstrap gets RESOURCE_EXHAUSTED /
+	// SNAPSHOT_PROGRESS_TIMEOUT and frees its pool-stream slot.
+	SnapshotProgress time.Duration
 
 	KeepaliveInterval time.Duration
 	KeepaliveTimeout  time.Duration
@@ -73,6 +78,7 @@ func DefaultConfig() Config {
 		MaxLoadSubscribers:        64,
 		MaxServingLoadSubscribers: 64,
 		Queue:                     QueueLimits{Frames: 16, Bytes: 16 << 20},
+		SnapshotProgress:          60 * time.Second,
 		KeepaliveInterval:         20 * time.Second,
 		KeepaliveTimeout:          10 * time.Second,
 		ShutdownGrace:             time.Second,
@@ -95,7 +101,7 @@ func (c *Config) Validate() error {
 		d    time.Duration
 	}{{"pool heartbeat", c.PoolHeartbeat}, {"catalog heartbeat", c.CatalogHeartbeat}, {"readiness heartbeat", c.ReadinessHeartbeat},
 		{"load window", c.LoadWindow}, {"keepalive interval", c.KeepaliveInterval}, {"keepalive timeout", c.KeepaliveTimeout},
-		{"shutdown grace", c.ShutdownGrace}} {
+		{"shutdown grace", c.ShutdownGrace}, {"snapshot progress timeout", c.SnapshotProgress}} {
 		if iv.d < time.Millisecond || iv.d > maxInterval {
 			return bad("%s %s must be within 1ms..1y", iv.name, iv.d)
 		}

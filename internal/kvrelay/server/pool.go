@@ -93,7 +93,7 @@ func (s *Server) streamPool(ss kvrelayv1.KvEventRelay_SubscribeKvPoolServer, gen
 		if err != nil {
 			return fmt.Errorf("snapshot chunk %d: %w: %w", i, err, kvrelay.ErrInternal)
 		}
-		if err := ss.Send(frame(kvrelayv1.FilterUpdateKind_FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, last, last, payload)); err != nil {
+		if err := s.sendChunk(ss, frame(kvrelayv1.FilterUpdateKind_FILTER_UPDATE_KIND_SNAPSHOT_CHUNK, last, last, payload)); err != nil {
 			return err
 		}
 	}
@@ -143,5 +143,24 @@ func (s *Server) streamPool(ss kvrelayv1.KvEventRelay_SubscribeKvPoolServer, gen
 				reset()
 			}
 		}
+	}
+}
+
+// sendChunk sends one snapshot chunk, giving up after SnapshotProgress
+// (§4.3): a client that stopped reading its bootstrap must not hold a
+// pool-stream slot and the snapshot's memory until it disconnects. The
+// Send runs on its own goroutine, the only one sending on ss while it
+// runs; on a timeout the handler returns, which ends the stream, and that
+// Send then fails and the goroutine exits.
+func (s *Server) sendChunk(ss kvrelayv1.KvEventRelay_SubscribeKvPoolServer, u *kvrelayv1.FilterUpdate) error {
+	sent := make(chan error, 1)
+	go func() { sent <- ss.Send(u) }()
+	t := time.NewTimer(s.cfg.SnapshotProgress)
+	defer t.Stop()
+	select {
+	case err := <-sent:
+		return err
+	case <-t.C:
+		return fmt.Errorf("no snapshot chunk taken for %s: %w", s.cfg.SnapshotProgress, kvrelay.ErrSnapshotProgressTimeout)
 	}
 }
