@@ -163,9 +163,24 @@ func (r *Relay) openInput(ctx context.Context, events jetstream.Stream, epoch, s
 		return nil, err
 	}
 	prefix := fmt.Sprintf("relay_%s_%s_", r.cfg.Domain, r.cfg.DC)
+	own := prefix + strconv.FormatUint(epoch, 10)
 	names := events.ConsumerNames(ctx)
 	for n := range names.Name() {
-		if len(n) > len(prefix) && n[:len(prefix)] == prefix && n != prefix+strconv.FormatUint(epoch, 10) {
+		if n == own {
+			// Each epoch number is granted once, so a consumer of this
+			// name is left from an earlier grant of the same number: the
+			// lease bucket's epoch counter started over (a hub that lost
+			// its JetStream state). Reusing it would resume where that
+			// epoch stopped and the rebuild would wait forever for input
+			// it already consumed; it is replaced.
+			r.log.Warn().Str("consumer", n).Uint64("epoch", epoch).
+				Msg("an input consumer of this epoch number exists already: the epoch counter was reset (a hub that lost its state?); replacing it")
+			if err := events.DeleteConsumer(ctx, n); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
+				return nil, fmt.Errorf("relay: replace stale input consumer %s: %w", n, err)
+			}
+			continue
+		}
+		if len(n) > len(prefix) && n[:len(prefix)] == prefix {
 			// Only tidying (an idle consumer expires after its inactive
 			// threshold): a failure is logged, and one already gone is fine.
 			if err := events.DeleteConsumer(ctx, n); err != nil && !errors.Is(err, jetstream.ErrConsumerNotFound) {
@@ -174,7 +189,7 @@ func (r *Relay) openInput(ctx context.Context, events jetstream.Stream, epoch, s
 		}
 	}
 	cc := jetstream.ConsumerConfig{
-		Durable:           prefix + strconv.FormatUint(epoch, 10),
+		Durable:           own,
 		Description:       "ckfrelay relay input (rebuild + live)",
 		FilterSubject:     filter,
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
