@@ -458,7 +458,9 @@ func (d *ckptDecoder) members(s *State, budget *slotBudget) error {
 	if err != nil {
 		return err
 	}
-	const minMember = 12 + 1 + 8 + 8 // ids and a table header
+	// The smallest member: its ids (8 + 4 bytes) and a table header
+	// (flags 1, capacity 8, count 8).
+	const minMember = 29
 	if count > d.left/minMember {
 		return checkpointErr(ErrCheckpointMalformed, "%d members cannot fit in %d bytes", count, d.left)
 	}

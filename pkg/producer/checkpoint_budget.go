@@ -3,6 +3,7 @@ package producer
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"slices"
 )
 
@@ -54,15 +55,13 @@ func newSlotBudget(bucketCount uint64) slotBudget {
 // credit adds what a table listing entries pays for (saturating: entries
 // is bounded by bytes already read, so saturation means no limit is near).
 func (b *slotBudget) credit(entries uint64) {
-	add := uint64(math.MaxUint64)
-	if entries <= (math.MaxUint64-tableMinSlots)/budgetSlotsPerEntry {
-		add = budgetSlotsPerEntry*entries + tableMinSlots
+	hi, add := bits.Mul64(entries, budgetSlotsPerEntry)
+	add, carry := bits.Add64(add, tableMinSlots, 0)
+	left, carry2 := bits.Add64(b.left, add, 0)
+	if hi|carry|carry2 != 0 {
+		left = math.MaxUint64
 	}
-	if b.left > math.MaxUint64-add {
-		b.left = math.MaxUint64
-		return
-	}
-	b.left += add
+	b.left = left
 }
 
 // charge takes a table's slots from the account; false: over budget.

@@ -202,11 +202,28 @@ func TestTheRestoreBudgetFollowsTheBytesReceived(t *testing.T) {
 	if acct.account(&u64Table{n: 1, mask: 1<<16 - 1}) {
 		t.Fatal("an emptied table was paid for by nothing")
 	}
-	// Saturation instead of overflow.
+	// Saturation instead of overflow, from each of the three sums.
 	acct = slotBudget{left: 1<<64 - 1}
 	acct.credit(1 << 62)
 	if acct.left != 1<<64-1 || !acct.charge(1<<63) {
 		t.Fatalf("saturating credit: %d", acct.left)
+	}
+	for _, tc := range []struct {
+		name          string
+		left, entries uint64
+		want          uint64
+	}{
+		{"plain", 5, 3, 5 + budgetSlotsPerEntry*3 + tableMinSlots},
+		{"entries × slots overflows", 0, 1 << 62, 1<<64 - 1},
+		{"the minimum table overflows", 0, (1<<64 - 4) / budgetSlotsPerEntry, 1<<64 - 1},
+		{"the account overflows", 1<<64 - tableMinSlots + 1, 0, 1<<64 - 1},
+		{"the account just fits", 1<<64 - 1 - tableMinSlots, 0, 1<<64 - 1},
+	} {
+		acct := slotBudget{left: tc.left}
+		acct.credit(tc.entries)
+		if acct.left != tc.want {
+			t.Errorf("%s: left %d, want %d", tc.name, acct.left, tc.want)
+		}
 	}
 }
 
