@@ -43,7 +43,7 @@ type target struct {
 
 func parseTargets(args []string) ([]target, error) {
 	if len(args) == 0 {
-		return nil, errors.New("no server: want NAME=http://host:8222 ...")
+		return nil, errors.New("no server: want one or more NAME=http://host:8222")
 	}
 	seen := map[string]bool{}
 	out := make([]target, 0, len(args))
