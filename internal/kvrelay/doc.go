@@ -1,5 +1,5 @@
 // Package kvrelay is the transport-free core of speaking dynamo.kvrelay.v1
-// (KVRELAY-V1.md): identity derivation (§7), the receiver validation rules
+// (docs/kvrelay-v1.md): identity derivation (§7), the receiver validation rules
 // (§3.4), the frozen producer key (§3.2), the stateless per-frame checks of a
 // SubscribeKvPool stream (§4.4) and the mapping of every error to a gRPC
 // status code and kv-relay-error-reason trailer (§2.2).

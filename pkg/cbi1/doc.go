@@ -1,6 +1,6 @@
 // Package cbi1 is the codec of CBI1 ("Cuckoo Bucket Images v1"), the payload
 // of dynamo.kvrelay.v1 FilterUpdate frames of kind SNAPSHOT_CHUNK and DELTA
-// (KVRELAY-V1.md §5). It is a wire contract shared with Dynamo: every byte
+// (docs/kvrelay-v1.md §5). It is a wire contract shared with Dynamo: every byte
 // offset, limit, checksum and check order here is fixed by that document, and
 // the byte vectors V1–V5 of §8.3 pin it.
 //

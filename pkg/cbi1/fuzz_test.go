@@ -8,7 +8,7 @@ import (
 	"testing"
 )
 
-// Seed corpus: the byte vectors V1–V5 of KVRELAY-V1 §8.3 (V4 shortened to a
+// Seed corpus: the byte vectors V1–V5 of docs/kvrelay-v1.md §8.3 (V4 shortened to a
 // 2-bucket lane keeps the corpus small; it is otherwise the same shape).
 var fuzzVectors = []string{
 	"434249310100020010040100ed5e0000000000000004000000000000070000000000000005000000000000004ef6466104000000000000000200000003000000ddddccccbbbbaaaae80300002a00000000000000",

@@ -2,7 +2,7 @@
 // relay protocol, protobuf package dynamo.kvrelay.v1 (service KvEventRelay).
 //
 // The contract is the wire: relay.proto is a transcription of
-// /work/shared/spec/KVRELAY-V1.md §3, and its field numbers, types, enum values
+// docs/kvrelay-v1.md §3, and its field numbers, types, enum values
 // and method names must stay byte-compatible with Dynamo 1.6–1.7. Edit
 // relay.proto only additively (§2.1) and regenerate with scripts/gen-proto.sh;
 // never edit the .pb.go files by hand.

@@ -1,5 +1,5 @@
 // Schema of Dynamo's multi-DC KV relay protocol, dynamo.kvrelay.v1, written
-// from /work/shared/spec/KVRELAY-V1.md §3 (field numbers, types and enum
+// from docs/kvrelay-v1.md §3 (field numbers, types and enum
 // values are wire facts and must match Dynamo byte for byte).
 //
 // Compatibility rules (§2.1): the package, contract marker 0x4B565231 and

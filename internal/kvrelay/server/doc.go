@@ -1,4 +1,4 @@
-// Package server serves dynamo.kvrelay.v1.KvEventRelay (KVRELAY-V1.md) for
+// Package server serves dynamo.kvrelay.v1.KvEventRelay (docs/kvrelay-v1.md) for
 // ONE pool: the six RPCs, the standard gRPC health service and reflection.
 //
 // The pool comes from a Publication, which the relay implements: the current
