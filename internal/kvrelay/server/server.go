@@ -186,6 +186,24 @@ func (s *Server) streamFail(rpc string, ss grpc.ServerStream, subscriber string,
 }
 
 // admit takes a permit of l or fails with RESOURCE_LIMIT.
+// openStream is the prologue of the catalog, readiness and load streams:
+// the request's validation error, then an admission permit from l, each
+// ending the stream with its status (the returned err, to return as is).
+// Otherwise fail ends the stream with a status later, and done releases the
+// permit and the stream gauge.
+func (s *Server) openStream(rpc string, ss grpc.ServerStream, subscriber string, invalid error, l *limiter, what string) (fail func(error) error, done func(), err error) {
+	fail = func(err error) error { return s.streamFail(rpc, ss, subscriber, err) }
+	if invalid != nil {
+		return nil, nil, fail(invalid)
+	}
+	release, err := admit(l, what)
+	if err != nil {
+		return nil, nil, fail(err)
+	}
+	closeGauge := s.m.stream(rpc)
+	return fail, func() { closeGauge(); release() }, nil
+}
+
 func admit(l *limiter, what string) (func(), error) {
 	if !l.acquire() {
 		return nil, fmt.Errorf("Relay total %s limit %d reached: %w", what, l.max, kvrelay.ErrResourceLimit)
@@ -264,42 +282,34 @@ func readinessEntry(d *kvrelayv1.KvPoolDescriptor) *kvrelayv1.TopologyEntry {
 // every change, and the same revision again every catalog heartbeat (§6.1).
 func (s *Server) WatchKvPoolCatalog(req *kvrelayv1.WatchKvPoolCatalogRequest, ss kvrelayv1.KvEventRelay_WatchKvPoolCatalogServer) error {
 	const rpc = "WatchKvPoolCatalog"
-	if err := kvrelay.ValidateWatchKvPoolCatalogRequest(req); err != nil {
-		return s.streamFail(rpc, ss, req.GetSubscriberId(), err)
-	}
-	release, err := admit(&s.catalogSubs, "catalog subscriber")
+	fail, done, err := s.openStream(rpc, ss, req.GetSubscriberId(), kvrelay.ValidateWatchKvPoolCatalogRequest(req), &s.catalogSubs, "catalog subscriber")
 	if err != nil {
-		return s.streamFail(rpc, ss, req.SubscriberId, err)
+		return err
 	}
-	defer release()
-	defer s.m.stream(rpc)()
+	defer done()
 	return s.revisioned(ss.Context(), s.cfg.CatalogHeartbeat, func(v view) uint64 { return v.catalogRev }, func(v view) error {
 		return ss.Send(&kvrelayv1.KvPoolCatalogUpdate{
 			ProtocolVersion: kvrelayv1.ProtocolVersion, Relay: s.relay, Revision: v.catalogRev,
 			Snapshot: v.catalog, ContractMarker: kvrelayv1.ContractMarker,
 		})
-	}, func(err error) error { return s.streamFail(rpc, ss, req.SubscriberId, err) })
+	}, fail)
 }
 
 // SubscribeServingReadiness streams the serving topology: READY with legacy
 // fallback while the pool is published, no entry otherwise (§6.2).
 func (s *Server) SubscribeServingReadiness(req *kvrelayv1.SubscribeServingReadinessRequest, ss kvrelayv1.KvEventRelay_SubscribeServingReadinessServer) error {
 	const rpc = "SubscribeServingReadiness"
-	if err := kvrelay.ValidateSubscribeServingReadinessRequest(req); err != nil {
-		return s.streamFail(rpc, ss, req.GetSubscriberId(), err)
-	}
-	release, err := admit(&s.readinessSubs, "readiness subscriber")
+	fail, done, err := s.openStream(rpc, ss, req.GetSubscriberId(), kvrelay.ValidateSubscribeServingReadinessRequest(req), &s.readinessSubs, "readiness subscriber")
 	if err != nil {
-		return s.streamFail(rpc, ss, req.SubscriberId, err)
+		return err
 	}
-	defer release()
-	defer s.m.stream(rpc)()
+	defer done()
 	return s.revisioned(ss.Context(), s.cfg.ReadinessHeartbeat, func(v view) uint64 { return v.readinessRev }, func(v view) error {
 		return ss.Send(&kvrelayv1.ServingReadinessUpdate{
 			ProtocolVersion: kvrelayv1.ProtocolVersion, Relay: s.relay, Revision: v.readinessRev,
 			Entries: v.entries, ContractMarker: kvrelayv1.ContractMarker,
 		})
-	}, func(err error) error { return s.streamFail(rpc, ss, req.SubscriberId, err) })
+	}, fail)
 }
 
 // revisioned runs a complete-snapshot stream: send the current view, again
@@ -386,15 +396,11 @@ func ms(t time.Time) uint64 { return uint64(t.UnixMilli()) }
 // relay does not know is 0.
 func (s *Server) SubscribeKvPoolLoad(req *kvrelayv1.SubscribeKvPoolLoadRequest, ss kvrelayv1.KvEventRelay_SubscribeKvPoolLoadServer) error {
 	const rpc = "SubscribeKvPoolLoad"
-	if err := kvrelay.ValidateSubscribeKvPoolLoadRequest(req); err != nil {
-		return s.streamFail(rpc, ss, req.GetSubscriberId(), err)
-	}
-	release, err := admit(&s.loadSubs, "load subscriber")
+	fail, done, err := s.openStream(rpc, ss, req.GetSubscriberId(), kvrelay.ValidateSubscribeKvPoolLoadRequest(req), &s.loadSubs, "load subscriber")
 	if err != nil {
-		return s.streamFail(rpc, ss, req.SubscriberId, err)
+		return err
 	}
-	defer release()
-	defer s.m.stream(rpc)()
+	defer done()
 	return s.windowed(ss.Context(), &s.load, func(w window) error {
 		u := &kvrelayv1.KvPoolLoadUpdate{
 			ProtocolVersion: kvrelayv1.ProtocolVersion, Relay: s.relay, WindowSequence: w.seq,
@@ -407,22 +413,18 @@ func (s *Server) SubscribeKvPoolLoad(req *kvrelayv1.SubscribeKvPoolLoadRequest, 
 			}}
 		}
 		return ss.Send(u)
-	}, func(err error) error { return s.streamFail(rpc, ss, req.SubscriberId, err) })
+	}, fail)
 }
 
 // SubscribeServingLoad streams serving-load windows (§6.4). The relay has no
 // scheduler or frontend load, so every entry is DATA_STATUS_UNAVAILABLE.
 func (s *Server) SubscribeServingLoad(req *kvrelayv1.SubscribeServingLoadRequest, ss kvrelayv1.KvEventRelay_SubscribeServingLoadServer) error {
 	const rpc = "SubscribeServingLoad"
-	if err := kvrelay.ValidateSubscribeServingLoadRequest(req); err != nil {
-		return s.streamFail(rpc, ss, req.GetSubscriberId(), err)
-	}
-	release, err := admit(&s.servingLoadSubs, "serving load subscriber")
+	fail, done, err := s.openStream(rpc, ss, req.GetSubscriberId(), kvrelay.ValidateSubscribeServingLoadRequest(req), &s.servingLoadSubs, "serving load subscriber")
 	if err != nil {
-		return s.streamFail(rpc, ss, req.SubscriberId, err)
+		return err
 	}
-	defer release()
-	defer s.m.stream(rpc)()
+	defer done()
 	return s.windowed(ss.Context(), &s.servingLoad, func(w window) error {
 		u := &kvrelayv1.ServingLoadUpdate{
 			ProtocolVersion: kvrelayv1.ProtocolVersion, Relay: s.relay, WindowSequence: w.seq,
@@ -447,7 +449,7 @@ func (s *Server) SubscribeServingLoad(req *kvrelayv1.SubscribeServingLoadRequest
 			}}
 		}
 		return ss.Send(u)
-	}, func(err error) error { return s.streamFail(rpc, ss, req.SubscriberId, err) })
+	}, fail)
 }
 
 type metrics struct {
