@@ -663,7 +663,9 @@ func TestKvRelayEndsAStalledBootstrap(t *testing.T) {
 	r, _ := startRelay(t, nc, js, cfg)
 	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	scfg := kvServerConfig()
-	scfg.SnapshotProgress = 300 * time.Millisecond
+	// Long enough for the reader below to take a 4 MiB chunk through the
+	// 64 KiB window on a loaded -race run, short enough to wait out.
+	scfg.SnapshotProgress = 3 * time.Second
 	scfg.MaxPoolStreams = 1
 	reg := prometheus.NewRegistry()
 	scfg.Metrics = reg
@@ -678,7 +680,7 @@ func TestKvRelayEndsAStalledBootstrap(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := `ckf_kvrelay_refusals_total{reason="RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT",rpc="SubscribeKvPool"} 1`
-	testenv.WaitFor(t, 10*time.Second, "the stalled bootstrap ended", func() bool { _, ok := metricsContain(reg, want); return ok })
+	testenv.WaitFor(t, 30*time.Second, "the stalled bootstrap ended", func() bool { _, ok := metricsContain(reg, want); return ok })
 	err := streamEnd(t, nil, stalled)
 	wantStatus(t, "stalled bootstrap", err, stalled.Trailer(), codes.ResourceExhausted, kvrelayv1.RelayErrorReason_RELAY_ERROR_REASON_SNAPSHOT_PROGRESS_TIMEOUT)
 
