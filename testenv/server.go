@@ -93,6 +93,9 @@ func FreePort(t testing.TB) int {
 // the underlying server changes on Restart.
 type Server struct {
 	opts natsembed.EmbeddedOptions
+	// route is set for a node of a Cluster: its cluster listener and
+	// routes, applied on every start.
+	route *routeOpts
 
 	mu  sync.Mutex // guards srv
 	srv *server.Server
@@ -101,6 +104,12 @@ type Server struct {
 // StartServer starts a JetStream server and registers its shutdown with
 // t.Cleanup. It fails the test if the server does not become ready.
 func StartServer(t testing.TB, opts ...Option) *Server {
+	t.Helper()
+	return startServer(t, nil, opts...)
+}
+
+// startServer is StartServer, as a cluster node when route is set.
+func startServer(t testing.TB, route *routeOpts, opts ...Option) *Server {
 	t.Helper()
 	o := natsembed.EmbeddedOptions{
 		Host:         "127.0.0.1",
@@ -122,7 +131,7 @@ func StartServer(t testing.TB, opts ...Option) *Server {
 	default:
 		t.Fatalf("testenv: %s=%q, want info, debug or trace", LoggingEnv, lvl)
 	}
-	srv, err := natsembed.RunEmbedded(o)
+	srv, err := run(o, route)
 	if err != nil {
 		t.Fatalf("testenv: start server: %v", err)
 	}
@@ -133,9 +142,22 @@ func StartServer(t testing.TB, opts ...Option) *Server {
 			o.LeafNodePort = port
 		}
 	}
-	s := &Server{opts: o, srv: srv}
+	s := &Server{opts: o, route: route, srv: srv}
 	t.Cleanup(s.Shutdown)
 	return s
+}
+
+// run starts a server from o, as a cluster node when route is set.
+func run(o natsembed.EmbeddedOptions, route *routeOpts) (*server.Server, error) {
+	if route == nil {
+		return natsembed.RunEmbedded(o)
+	}
+	opts, err := o.ServerOptions()
+	if err != nil {
+		return nil, err
+	}
+	route.apply(opts)
+	return natsembed.RunOptions(opts, o.LogWriter, o.ReadyTimeout)
 }
 
 // NATS returns the current underlying server.
@@ -212,7 +234,7 @@ func (s *Server) Restart(t testing.TB) {
 	o := s.opts
 	s.srv.Shutdown()
 	s.srv.WaitForShutdown()
-	srv, err := natsembed.RunEmbedded(o)
+	srv, err := run(o, s.route)
 	if err != nil {
 		t.Fatalf("testenv: restart server: %v", err)
 	}

@@ -170,6 +170,12 @@ func (r *laneRunner) countMalformed(err error) {
 func (r *laneRunner) handle(ctx context.Context, m jetstream.Msg) (out outcome, done bool) {
 	r.msgStored = time.Time{}
 	if meta, err := m.Metadata(); err == nil {
+		if meta.Sequence.Stream < r.resume {
+			// Already handled: a replaced consumer delivers again what the
+			// lane had queued but not handled, never less.
+			return outcome{}, false
+		}
+		r.resume = meta.Sequence.Stream + 1
 		r.msgStored = meta.Timestamp
 		r.m.lag.Set(float64(meta.NumPending))
 		r.mu.Lock()

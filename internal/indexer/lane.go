@@ -75,6 +75,9 @@ type laneRunner struct {
 	// the lane does not bootstrap from a marker of it again, or the latest
 	// marker would put it straight back, until another epoch is installed.
 	distrusted uint64
+	// resume is the stream sequence the lane's consumer starts at: just
+	// after the installed marker, then just after each handled message.
+	resume uint64
 	// msgStored is when JetStream stored the message being handled (zero
 	// when its metadata was unreadable); the gate records it as the lane's
 	// last word from its relay.
@@ -356,41 +359,28 @@ func (r *laneRunner) requestSnapshot(ctx context.Context) {
 // consume follows the lane from just after the installed marker until the
 // lane must bootstrap again or ctx ends.
 func (r *laneRunner) consume(ctx context.Context) outcome {
-	cons, err := r.svc.js.OrderedConsumer(ctx, streams.LaneStream, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{r.subj.Filter},
-		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
-		OptStartSeq:    r.cur.streamSeq + 1,
-	})
+	r.resume = r.cur.streamSeq + 1
+	lc, err := r.openConsumer(ctx)
 	if err != nil {
 		return outcome{fault: ErrConsumer.String(), detail: err.Error()}
 	}
-	cctx, cancel := context.WithCancel(ctx)
-	msgs := make(chan jetstream.Msg, 64)
-	cc, err := cons.Consume(func(m jetstream.Msg) {
-		select {
-		case msgs <- m:
-		case <-cctx.Done():
-		}
-	})
-	if err != nil {
-		cancel()
-		return outcome{fault: ErrConsumer.String(), detail: err.Error()}
-	}
-	// Unblock the callback before stopping, so the subscription's delivery
-	// goroutine never hangs on msgs.
-	defer cc.Stop()
-	defer cancel()
+	defer func() { lc.stop() }()
 
 	g := r.gen
 	streamGen := r.svc.laneStreamGen.Load()
 	poll := time.NewTicker(r.svc.cfg.StatePollInterval)
 	defer poll.Stop()
 	var healthy bool
+	// The consumer's silence watchdog (see restartSilent): when the lane's
+	// consumer last delivered a message (or was opened), and how long it
+	// may stay silent before it is replaced.
+	delivered, silence := r.svc.now(), r.svc.cfg.LaneStaleAfter
 	for {
 		select {
 		case <-ctx.Done():
 			return outcome{}
-		case m := <-msgs:
+		case m := <-lc.msgs:
+			delivered, silence = r.svc.now(), r.svc.cfg.LaneStaleAfter
 			out, done := r.handle(ctx, m)
 			healthy = healthy || out.healthy
 			if done {
@@ -425,8 +415,93 @@ func (r *laneRunner) consume(ctx context.Context) outcome {
 				}
 				return outcome{fault: "retired", detail: "admission state " + st.State.String(), requestSnapshot: true, healthy: healthy}
 			}
+			if now := r.svc.now(); now.Sub(delivered) >= silence {
+				lc = r.restartSilent(ctx, lc, now.Sub(delivered))
+				delivered, silence = r.svc.now(), min(2*silence, maxConsumerSilence)
+			}
 		}
 	}
+}
+
+// maxConsumerSilence caps the silence a lane consumer is allowed before it
+// is replaced, as it doubles while a lane stays silent (a stopped relay).
+const maxConsumerSilence = time.Minute
+
+// consumerOpenTimeout bounds the creation of a lane consumer. A creation
+// assigned to a server that died before the cluster noticed never gets an
+// answer.
+const consumerOpenTimeout = 5 * time.Second
+
+// laneConsumer is one ordered consumer of the lane and the channel its
+// messages reach the run goroutine on.
+type laneConsumer struct {
+	cc     jetstream.ConsumeContext
+	cancel context.CancelFunc
+	// msgs is nil for a consumer that could not be opened: the lane then
+	// receives nothing until the watchdog opens another.
+	msgs chan jetstream.Msg
+}
+
+func (c *laneConsumer) stop() {
+	// Unblock the callback before stopping, so the subscription's delivery
+	// goroutine never hangs on msgs.
+	c.cancel()
+	if c.cc != nil {
+		c.cc.Stop()
+	}
+}
+
+// openConsumer reads the lane from stream sequence r.resume on, with a new
+// ordered consumer: one of its own name, placed afresh by the cluster.
+func (r *laneRunner) openConsumer(ctx context.Context) (*laneConsumer, error) {
+	octx, ocancel := context.WithTimeout(ctx, consumerOpenTimeout)
+	defer ocancel()
+	cons, err := r.svc.js.OrderedConsumer(octx, streams.LaneStream, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{r.subj.Filter},
+		DeliverPolicy:  jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:    r.resume,
+	})
+	if err != nil {
+		return nil, err
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	msgs := make(chan jetstream.Msg, 64)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		select {
+		case msgs <- m:
+		case <-cctx.Done():
+		}
+	})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return &laneConsumer{cc: cc, cancel: cancel, msgs: msgs}, nil
+}
+
+// restartSilent replaces the lane's consumer after it delivered nothing for
+// silent. A relay publishes on its lane at least every heartbeat interval,
+// far below LaneStaleAfter, so such silence means the relay stopped or the
+// consumer did. The library's ordered consumer recovers from a lost server
+// by recreating itself under the same name, and when that name was placed
+// on a server that died before the cluster noticed, every attempt goes to
+// the dead server: the lane would stay ready, frozen at its last message,
+// for as long as the server stays down. A new consumer has a new name and
+// a new placement; it resumes after the last message the lane handled, so
+// nothing is skipped (messages queued but not handled are read again).
+// Opening it may fail (then the next silence bound tries again).
+func (r *laneRunner) restartSilent(ctx context.Context, old *laneConsumer, silent time.Duration) *laneConsumer {
+	old.stop()
+	r.m.consumerRestarted()
+	lc, err := r.openConsumer(ctx)
+	if err != nil {
+		r.log.Warn().Err(err).Dur("silent_ms", silent).Uint64("resume_stream_seq", r.resume).
+			Msg("lane consumer silent; opening a new one failed, trying again later")
+		return &laneConsumer{cancel: func() {}}
+	}
+	r.log.Warn().Dur("silent_ms", silent).Uint64("resume_stream_seq", r.resume).
+		Msg("lane consumer silent; replaced it with a new one from the message after the last handled")
+	return lc
 }
 
 // faultOutcome turns a pool fault into the lane's outcome; ok is false

@@ -48,6 +48,9 @@ const (
 	// MetricSnapshotFetchRetries counts snapshot body reads retried after a
 	// timeout {lane, dc}.
 	MetricSnapshotFetchRetries = "ckf_indexer_snapshot_fetch_retries_total"
+	// MetricConsumerRestarts counts lane consumers replaced after they
+	// delivered nothing for the lane's silence bound (lane.go, consume).
+	MetricConsumerRestarts = "ckf_indexer_lane_consumer_restarts_total"
 	// MetricDeltas counts deltas admitted to the pool {lane, dc}.
 	MetricDeltas = "ckf_indexer_deltas_total"
 	// MetricImages counts bucket images admitted to the pool {lane, dc}.
@@ -145,6 +148,7 @@ type serviceMetrics struct {
 	bootstraps       *prometheus.CounterVec
 	snapshotRequests *prometheus.CounterVec
 	fetchRetries     *prometheus.CounterVec
+	consumerRestarts *prometheus.CounterVec
 	deltas           *prometheus.CounterVec
 	images           *prometheus.CounterVec
 	latency          *prometheus.HistogramVec
@@ -165,7 +169,7 @@ func (m *serviceMetrics) perLane() []interface {
 	return []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{m.laneState, m.laneReady, m.installed, m.lag, m.age, m.faults, m.malformed, m.superseded, m.bootstraps,
-		m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.ungranted, m.withoutMarker}
+		m.snapshotRequests, m.fetchRetries, m.consumerRestarts, m.deltas, m.images, m.latency, m.ungranted, m.withoutMarker}
 }
 
 func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
@@ -187,6 +191,7 @@ func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
 		bootstraps:       counters(MetricBootstraps, "Lane bootstrap attempts by outcome.", "outcome"),
 		snapshotRequests: counters(MetricSnapshotRequests, "Snapshot requests sent to the producer."),
 		fetchRetries:     counters(MetricSnapshotFetchRetries, "Snapshot body reads retried after a timeout."),
+		consumerRestarts: counters(MetricConsumerRestarts, "Lane consumers replaced after delivering nothing for the lane's silence bound."),
 		deltas:           counters(MetricDeltas, "Deltas admitted to the ingestion pool."),
 		images:           counters(MetricImages, "Bucket images admitted to the ingestion pool."),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: MetricEventToQueryable,
@@ -205,7 +210,7 @@ func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
 			Help: "Lane stream incarnations replaced: recreated by another process, or created by this indexer after it went missing."}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.laneState, m.laneReady, m.installed, m.lag, m.age, m.faults, m.malformed, m.superseded,
-		m.bootstraps, m.snapshotRequests, m.fetchRetries, m.deltas, m.images, m.latency, m.workerFailures, m.poolRebuilds,
+		m.bootstraps, m.snapshotRequests, m.fetchRetries, m.consumerRestarts, m.deltas, m.images, m.latency, m.workerFailures, m.poolRebuilds,
 		m.setupRetries, m.ungranted, m.withoutMarker, m.laneMapRejected, m.streamRecreated} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
@@ -278,6 +283,9 @@ func (lm *laneMetrics) snapshotRequested() {
 	lm.m.snapshotRequests.WithLabelValues(lm.lane, lm.dc).Inc()
 }
 func (lm *laneMetrics) fetchRetried() { lm.m.fetchRetries.WithLabelValues(lm.lane, lm.dc).Inc() }
+func (lm *laneMetrics) consumerRestarted() {
+	lm.m.consumerRestarts.WithLabelValues(lm.lane, lm.dc).Inc()
+}
 
 // observeLatency records one event-to-queryable latency, with the trace
 // of the lane apply as exemplar when it is sampled.

@@ -226,6 +226,9 @@ func (e *epochRun) snapshot(trigger string) error {
 	octx, cancel := context.WithTimeout(e.ctx, e.r.cfg.uploadTimeout(len(body)))
 	defer cancel()
 	if !e.bodyStored(octx, name, len(body)) {
+		if err := e.awaitSnapshotStore(octx); err != nil {
+			return fmt.Errorf("relay: snapshot store: %w", err)
+		}
 		if _, err := e.snaps.Put(octx, jetstream.ObjectMeta{Name: name}, bytes.NewReader(body)); err != nil {
 			return fmt.Errorf("relay: put snapshot object: %w", err)
 		}
@@ -269,6 +272,31 @@ func (e *epochRun) snapshot(trigger string) error {
 		e.objects = e.objects[1:]
 	}
 	return nil
+}
+
+// storeProbeTimeout bounds one probe of the snapshot store's stream.
+const storeProbeTimeout = 2 * time.Second
+
+// awaitSnapshotStore waits until the snapshot store's stream answers (it
+// has a leader), probing again until ctx ends. An epoch that just replaced
+// one fenced by a lost hub node usually starts while that stream still
+// elects its leader; chunks published meanwhile are never acknowledged,
+// and the object store then waits for them until the whole upload timeout
+// has passed, holding the lease of a relay that publishes nothing.
+func (e *epochRun) awaitSnapshotStore(ctx context.Context) error {
+	for {
+		pctx, cancel := context.WithTimeout(ctx, storeProbeTimeout)
+		_, err := e.snaps.Status(pctx)
+		cancel()
+		if err == nil || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 // bodyStored reports whether this epoch already stored the body of name
