@@ -149,6 +149,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 1
 	}
 	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "trace-replayer: stopped before the end of the replay (%s)\n", cli.StopReason(ctx))
 		return 130 // interrupted: the replay did not finish
 	}
 	return 0
