@@ -22,6 +22,7 @@ func decodeFast(b []byte) (Query, bool) {
 		tokens               []uint32
 		haveTokens, haveBS   bool
 		haveLocals, haveSeqs bool
+		haveModel            bool
 		blockSize            uint64
 	)
 	for first := true; ; first = false {
@@ -77,6 +78,16 @@ func decodeFast(b []byte) (Query, bool) {
 				}
 				tokens[i] = uint32(t)
 			}
+		case "model", "domain":
+			if haveModel {
+				return Query{}, false
+			}
+			haveModel = true
+			v, ok := s.str(MaxModelBytes)
+			if !ok || len(v) == 0 {
+				return Query{}, false
+			}
+			q.Model = string(v)
 		case "block_size":
 			if haveBS || haveSeqs || haveLocals {
 				return Query{}, false
@@ -103,7 +114,7 @@ func decodeFast(b []byte) (Query, bool) {
 		if len(tokens)/bs > MaxBlocks {
 			return Query{}, false
 		}
-		return Query{Locals: ckf.LocalBlockHashesWith(make([]ckf.LocalBlockHash, 0, len(tokens)/bs), tokens, bs, ckf.BlockOptions{Seed: ckf.SaltedSeed("", "")})}, true
+		return Query{Locals: ckf.LocalBlockHashesWith(make([]ckf.LocalBlockHash, 0, len(tokens)/bs), tokens, bs, ckf.BlockOptions{Seed: ckf.SaltedSeed("", "")}), Model: q.Model}, true
 	}
 	return Query{}, false
 }
@@ -147,6 +158,29 @@ func (s *fastScanner) key() ([]byte, bool) {
 			k := s.b[start:s.i]
 			s.i++
 			return k, s.eat(':')
+		}
+		if c == '\\' || c < 0x20 || c >= 0x80 {
+			return nil, false
+		}
+		s.i++
+	}
+	return nil, false
+}
+
+// str reads a plain (escape-free, ASCII) string value of at most limit
+// bytes.
+func (s *fastScanner) str(limit int) ([]byte, bool) {
+	s.ws()
+	if !s.eat('"') {
+		return nil, false
+	}
+	start := s.i
+	for s.i < len(s.b) && s.i-start <= limit {
+		c := s.b[s.i]
+		if c == '"' {
+			v := s.b[start:s.i]
+			s.i++
+			return v, true
 		}
 		if c == '\\' || c < 0x20 || c >= 0x80 {
 			return nil, false
