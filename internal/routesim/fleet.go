@@ -61,11 +61,10 @@ const (
 )
 
 type event struct {
-	at       int64
-	kind     int
-	a, b     int
-	seq      int64
-	heapSlot int
+	at   int64
+	kind int
+	a, b int
+	seq  int64
 }
 
 type eventQueue []*event
