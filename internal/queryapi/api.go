@@ -11,7 +11,6 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -148,20 +147,26 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 			writeError(w, http.StatusTooManyRequests, &api.RequestError{Reason: fmt.Sprintf("more than %d match requests in progress; retry later", lim.MaxConcurrentMatches)})
 			return
 		}
-		tooLarge := &api.RequestError{Reason: fmt.Sprintf("request body exceeds %d bytes", lim.MaxBodyBytes)}
-		if r.ContentLength > lim.MaxBodyBytes {
+		kind, err := classifyBody(r.Header.Get("Content-Type"))
+		if err != nil {
+			m.Requests.WithLabelValues("match", "unsupported_media_type").Inc()
+			writeError(w, http.StatusUnsupportedMediaType, err)
+			return
+		}
+		limit := maxBodyFor(kind, lim.MaxBodyBytes)
+		if r.ContentLength > limit {
 			m.Requests.WithLabelValues("match", "too_large").Inc()
-			writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
+			writeError(w, http.StatusRequestEntityTooLarge, tooLargeError(limit))
 			return
 		}
 		buf := bodies.Get().(*[]byte)
 		defer bodies.Put(buf)
-		body := &cappedBody{r: http.MaxBytesReader(w, r.Body, lim.MaxBodyBytes)}
-		q, err := readQuery(r.Header.Get("Content-Type"), body, buf)
+		body := &cappedBody{r: http.MaxBytesReader(w, r.Body, limit)}
+		q, err := readQuery(kind, body, buf)
 		switch {
 		case body.exceeded:
 			m.Requests.WithLabelValues("match", "too_large").Inc()
-			writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
+			writeError(w, http.StatusRequestEntityTooLarge, tooLargeError(limit))
 			return
 		case err != nil:
 			m.Requests.WithLabelValues("match", "bad_request").Inc()
@@ -199,22 +204,21 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 	return mux
 }
 
-// Match decodes body as contentType (see readQuery: the binary
-// api.ContentTypeSeqHashes, else JSON), runs it and returns the response or
-// an error with the HTTP status it maps to. The NATS endpoint uses it. The
-// latency exemplar is ctx's trace, when sampled.
+// Match decodes body as contentType (see classifyBody: JSON or the binary
+// api.ContentTypeSeqHashes; anything else is 415), runs it and returns the
+// response or an error with the HTTP status it maps to. The NATS endpoint
+// uses it. The latency exemplar is ctx's trace, when sampled.
 func Match(ctx context.Context, b Backend, m *Metrics, contentType string, body []byte) (api.MatchResponse, int, error) {
-	if len(body) > api.MaxRequestBytes {
+	kind, err := classifyBody(contentType)
+	if err != nil {
+		m.Requests.WithLabelValues("match", "unsupported_media_type").Inc()
+		return api.MatchResponse{}, http.StatusUnsupportedMediaType, err
+	}
+	if limit := maxBodyFor(kind, api.MaxRequestBytes); int64(len(body)) > limit {
 		m.Requests.WithLabelValues("match", "too_large").Inc()
-		return api.MatchResponse{}, http.StatusRequestEntityTooLarge, &api.RequestError{Reason: fmt.Sprintf("request body exceeds %d bytes", api.MaxRequestBytes)}
+		return api.MatchResponse{}, http.StatusRequestEntityTooLarge, tooLargeError(limit)
 	}
-	var q api.Query
-	var err error
-	if isSeqHashes(contentType) {
-		q, err = api.DecodeSeqHashes(body)
-	} else {
-		q, err = api.DecodeMatchBody(body)
-	}
+	q, err := decodeBody(kind, body)
 	if err != nil {
 		m.Requests.WithLabelValues("match", "bad_request").Inc()
 		return api.MatchResponse{}, http.StatusBadRequest, err
@@ -222,9 +226,15 @@ func Match(ctx context.Context, b Backend, m *Metrics, contentType string, body 
 	return matchQuery(ctx, b, m, q)
 }
 
-func isSeqHashes(contentType string) bool {
-	mt, _, _ := strings.Cut(contentType, ";")
-	return strings.TrimSpace(mt) == api.ContentTypeSeqHashes
+func tooLargeError(limit int64) error {
+	return &api.RequestError{Reason: fmt.Sprintf("request body exceeds %d bytes", limit)}
+}
+
+func decodeBody(kind bodyKind, b []byte) (api.Query, error) {
+	if kind == bodySeqHashes {
+		return api.DecodeSeqHashes(b)
+	}
+	return api.DecodeMatchBody(b)
 }
 
 func matchQuery(ctx context.Context, b Backend, m *Metrics, q api.Query) (api.MatchResponse, int, error) {
@@ -249,19 +259,14 @@ func matchQuery(ctx context.Context, b Backend, m *Metrics, q api.Query) (api.Ma
 var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
 
 // readQuery reads the whole body into buf (bounded by the caller's
-// MaxBytesReader) and decodes it by its media type: the compact
-// api.ContentTypeSeqHashes, else JSON (the default, also for a missing or
-// unknown type, as the endpoint has always accepted).
-func readQuery(contentType string, r io.Reader, buf *[]byte) (api.Query, error) {
+// MaxBytesReader) and decodes it as kind.
+func readQuery(kind bodyKind, r io.Reader, buf *[]byte) (api.Query, error) {
 	b, err := readAll(r, (*buf)[:0])
 	*buf = b
 	if err != nil {
 		return api.Query{}, &api.RequestError{Reason: "reading the body: " + err.Error()}
 	}
-	if isSeqHashes(contentType) {
-		return api.DecodeSeqHashes(b)
-	}
-	return api.DecodeMatchBody(b)
+	return decodeBody(kind, b)
 }
 
 // readAll is io.ReadAll into dst's spare capacity.
