@@ -105,6 +105,10 @@ type Service struct {
 	// readObject reads and decodes a snapshot body; tests replace it
 	// (before Run) to inject Object Store failures.
 	readObject func(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error)
+	// rebuildDelay waits out a rate-limited pool rebuild's delay d and
+	// reports whether the service still runs; tests replace it (before
+	// Run) to hold a rebuild until they release it.
+	rebuildDelay func(d time.Duration, stop <-chan struct{}) bool
 	// now is the clock of the superseded-traffic fault, of an awaiting
 	// lane's snapshot requests and of the rebuild limiter; tests replace it
 	// before Run (it must be safe for concurrent use).
@@ -167,9 +171,19 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		stopFault:  make(chan struct{}),
 		limiter:    rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
 		readObject: readSnapshotObject,
-		kvMetrics:  kvm,
-		kvRefused:  map[string]bool{},
-		now:        time.Now,
+		rebuildDelay: func(d time.Duration, stop <-chan struct{}) bool {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-stop:
+				return false
+			case <-t.C:
+				return true
+			}
+		},
+		kvMetrics: kvm,
+		kvRefused: map[string]bool{},
+		now:       time.Now,
 	}
 	s.labels.Store(&[ckf.LaneCount]laneLabel{})
 	s.scratch.New = func() any { return new(consumer.QueryScratch) }
