@@ -48,12 +48,13 @@ ports_free 4222 8080 8222 9091 9092 9093 9094
 
 # Bounded: the whole run (image build included) must fit in SMOKE_LIMIT.
 SMOKE_LIMIT=${SMOKE_LIMIT:-480}
-( sleep "$SMOKE_LIMIT" && echo "compose-smoke: over ${SMOKE_LIMIT}s, aborting" >&2 && kill -TERM $$ ) 2>/dev/null &
-WATCHDOG=$!
+# shellcheck source=scripts/lib/watchdog.sh
+. scripts/lib/watchdog.sh
+watchdog_start compose-smoke "$SMOKE_LIMIT"
 
 teardown() {
   local rc=$?
-  kill "$WATCHDOG" 2>/dev/null || true
+  watchdog_stop
   if [ $rc -ne 0 ]; then
     echo "compose-smoke: FAILED (exit $rc); last logs:" >&2
     "${DC[@]}" logs --no-color --tail=30 2>/dev/null | tail -150 >&2 || true

@@ -79,10 +79,11 @@ SERVICES=(nats-hub nats-dc-a nats-dc-b indexer-1 indexer-2 relay-a1 relay-a2 rel
 ports_free "$CKF_NATS_PORT" "$CKF_NATS_MONITOR_PORT" "$CKF_HTTP_PORT" "$CKF_RELAY_A1_PORT" "$CKF_RELAY_A2_PORT" \
   "$CKF_RELAY_B1_PORT" "$CKF_RELAY_B2_PORT" "$CKF_JAEGER_PORT" "$CKF_OTLP_PORT" "$CKF_PROMETHEUS_PORT" "$LEAF_PORT"
 
-WATCHDOG=
+# shellcheck source=scripts/lib/watchdog.sh
+. scripts/lib/watchdog.sh
 teardown() {
   local rc=$?
-  [ -z "$WATCHDOG" ] || kill "$WATCHDOG" 2>/dev/null || true
+  watchdog_stop
   if [ $rc -ne 0 ]; then
     echo "$NAME: FAILED (exit $rc); last logs:" >&2
     "${DC[@]}" logs --no-color --tail=20 2>/dev/null | tail -120 >&2 || true
@@ -102,8 +103,7 @@ if [ "$BUILD" = 1 ]; then
 fi
 # Bounded from here on (the first Jaeger build alone takes many minutes).
 OBS_LIMIT=${OBS_LIMIT:-900}
-( sleep "$OBS_LIMIT" && echo "$NAME: over ${OBS_LIMIT}s, aborting" >&2 && kill -TERM $$ ) 2>/dev/null &
-WATCHDOG=$!
+watchdog_start "$NAME" "$OBS_LIMIT"
 
 lanes_active_here() { [ "$(curl -sf "$INDEXER/v1/lanes" | grep -o '"state":"active"' | wc -l)" -eq 2 ]; }
 relay_active_at() { curl -sf "127.0.0.1:$1/v1/status" | grep -q '"state":"active"'; }
