@@ -416,8 +416,13 @@ func (r *laneRunner) consume(ctx context.Context) outcome {
 				return outcome{fault: "retired", detail: "admission state " + st.State.String(), requestSnapshot: true, healthy: healthy}
 			}
 			if now := r.svc.now(); now.Sub(delivered) >= silence {
-				lc = r.restartSilent(ctx, lc, now.Sub(delivered))
-				delivered, silence = r.svc.now(), min(2*silence, maxConsumerSilence)
+				var opened bool
+				lc, opened = r.restartSilent(ctx, lc, now.Sub(delivered))
+				delivered = r.svc.now()
+				if opened {
+					// Still silent next time: the relay itself is quiet.
+					silence = min(2*silence, maxConsumerSilence)
+				}
 			}
 		}
 	}
@@ -489,19 +494,20 @@ func (r *laneRunner) openConsumer(ctx context.Context) (*laneConsumer, error) {
 // for as long as the server stays down. A new consumer has a new name and
 // a new placement; it resumes after the last message the lane handled, so
 // nothing is skipped (messages queued but not handled are read again).
-// Opening it may fail (then the next silence bound tries again).
-func (r *laneRunner) restartSilent(ctx context.Context, old *laneConsumer, silent time.Duration) *laneConsumer {
+// Opening it may fail (a cluster still electing its leaders); opened is
+// false then, and the same bound later the lane tries again.
+func (r *laneRunner) restartSilent(ctx context.Context, old *laneConsumer, silent time.Duration) (lc *laneConsumer, opened bool) {
 	old.stop()
 	r.m.consumerRestarted()
 	lc, err := r.openConsumer(ctx)
 	if err != nil {
 		r.log.Warn().Err(err).Dur("silent_ms", silent).Uint64("resume_stream_seq", r.resume).
 			Msg("lane consumer silent; opening a new one failed, trying again later")
-		return &laneConsumer{cancel: func() {}}
+		return &laneConsumer{cancel: func() {}}, false
 	}
 	r.log.Warn().Dur("silent_ms", silent).Uint64("resume_stream_seq", r.resume).
 		Msg("lane consumer silent; replaced it with a new one from the message after the last handled")
-	return lc
+	return lc, true
 }
 
 // faultOutcome turns a pool fault into the lane's outcome; ok is false
