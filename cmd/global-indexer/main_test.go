@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/domains"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
@@ -45,6 +46,7 @@ func defaultOptions() options {
 		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
 		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport,
 		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
+		maxDomains: domains.DefaultMaxDomains, maxTableBytes: domains.DefaultMaxTableBytes,
 		kv: kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
 	}
 }
@@ -364,8 +366,8 @@ func TestRunServesAndShutsDownGracefully(t *testing.T) {
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Fatal("HTTP still served after shutdown")
 	}
-	if !strings.Contains(out.String(), "global-indexer stopped") {
-		t.Fatalf("no graceful stop logged: %s", out.String())
+	if !strings.Contains(out.String(), `"reason":"context canceled","time":`) || !strings.Contains(out.String(), `"message":"global-indexer stopped"`) {
+		t.Fatalf("no graceful stop with its reason logged: %s", out.String())
 	}
 }
 

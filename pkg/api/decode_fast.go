@@ -19,9 +19,11 @@ func decodeFast(b []byte) (Query, bool) {
 	}
 	var (
 		q                    Query
-		tokens               []uint32
+		tokens               fastScanner // positioned at the token array
+		nTokens              int
 		haveTokens, haveBS   bool
 		haveLocals, haveSeqs bool
+		haveModel            bool
 		blockSize            uint64
 	)
 	for first := true; ; first = false {
@@ -64,19 +66,25 @@ func decodeFast(b []byte) (Query, bool) {
 				return Query{}, false
 			}
 			haveTokens = true
-			// More tokens than this can never fit MaxBlocks blocks of the
-			// largest block size; the streaming decoder reports it.
-			v, ok := u64Array[uint64](&s, MaxBlocks*MaxBlockSize)
+			// The tokens are only validated and counted here, and hashed
+			// from the body once block_size is known: materialising them
+			// would cost several times the body.
+			tokens = s
+			n, ok := u32ArrayLen(&s, MaxBlocks*MaxBlockSize)
 			if !ok {
 				return Query{}, false
 			}
-			tokens = make([]uint32, len(v))
-			for i, t := range v {
-				if t > 1<<32-1 {
-					return Query{}, false
-				}
-				tokens[i] = uint32(t)
+			nTokens = n
+		case "model", "domain":
+			if haveModel {
+				return Query{}, false
 			}
+			haveModel = true
+			v, ok := s.str(MaxModelBytes)
+			if !ok || len(v) == 0 {
+				return Query{}, false
+			}
+			q.Model = string(v)
 		case "block_size":
 			if haveBS || haveSeqs || haveLocals {
 				return Query{}, false
@@ -100,10 +108,10 @@ func decodeFast(b []byte) (Query, bool) {
 		return q, true
 	case haveTokens && haveBS:
 		bs := int(blockSize)
-		if len(tokens)/bs > MaxBlocks {
+		if nTokens/bs > MaxBlocks {
 			return Query{}, false
 		}
-		return Query{Locals: ckf.LocalBlockHashesWith(make([]ckf.LocalBlockHash, 0, len(tokens)/bs), tokens, bs, ckf.BlockOptions{Seed: ckf.SaltedSeed("", "")})}, true
+		return Query{Locals: hashTokens(&tokens, nTokens, bs), Model: q.Model}, true
 	}
 	return Query{}, false
 }
@@ -147,6 +155,29 @@ func (s *fastScanner) key() ([]byte, bool) {
 			k := s.b[start:s.i]
 			s.i++
 			return k, s.eat(':')
+		}
+		if c == '\\' || c < 0x20 || c >= 0x80 {
+			return nil, false
+		}
+		s.i++
+	}
+	return nil, false
+}
+
+// str reads a plain (escape-free, ASCII) string value of at most limit
+// bytes.
+func (s *fastScanner) str(limit int) ([]byte, bool) {
+	s.ws()
+	if !s.eat('"') {
+		return nil, false
+	}
+	start := s.i
+	for s.i < len(s.b) && s.i-start <= limit {
+		c := s.b[s.i]
+		if c == '"' {
+			v := s.b[start:s.i]
+			s.i++
+			return v, true
 		}
 		if c == '\\' || c < 0x20 || c >= 0x80 {
 			return nil, false
@@ -213,4 +244,47 @@ func u64Array[T ~uint64](s *fastScanner, limit int) ([]T, bool) {
 			return nil, false
 		}
 	}
+}
+
+// u32ArrayLen validates a non-null array of at most limit plain unsigned
+// integers below 2^32 and returns its length, keeping nothing.
+func u32ArrayLen(s *fastScanner, limit int) (int, bool) {
+	if !s.eat('[') {
+		return 0, false
+	}
+	if s.eat(']') {
+		return 0, true
+	}
+	for n := 0; ; {
+		if n == limit {
+			return 0, false
+		}
+		v, ok := s.uint()
+		if !ok || v > 1<<32-1 {
+			return 0, false
+		}
+		n++
+		if s.eat(']') {
+			return n, true
+		}
+		if !s.eat(',') {
+			return 0, false
+		}
+	}
+}
+
+// hashTokens hashes the n tokens of the array s is positioned at (which
+// u32ArrayLen accepted) in blocks of bs, unsalted, holding one window.
+func hashTokens(s *fastScanner, n, bs int) []ckf.LocalBlockHash {
+	out := make([]ckf.LocalBlockHash, 0, n/bs)
+	h := ckf.NewTokenHasher(bs, ckf.BlockOptions{Seed: ckf.SaltedSeed("", "")})
+	s.eat('[')
+	for range n {
+		v, _ := s.uint()
+		if sum, ok := h.Add(uint32(v)); ok {
+			out = append(out, sum)
+		}
+		s.eat(',')
+	}
+	return out
 }
