@@ -21,6 +21,7 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/domains"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
@@ -45,6 +46,7 @@ func defaultOptions() options {
 		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
 		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport,
 		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
+		maxDomains: domains.DefaultMaxDomains, maxTableBytes: domains.DefaultMaxTableBytes,
 		kv: kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
 	}
 }
@@ -261,8 +263,10 @@ func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 			t.Fatalf("run exited early with %d: %s", code, out.String())
 		default:
 		}
-		if _, ok := out.field("addr"); !ok {
-			return errors.New("no addr logged yet")
+		// match_url is only in the serving line, logged after httpserve's
+		// own "serving HTTP" line, which also carries an addr.
+		if _, ok := out.field("match_url"); !ok {
+			return errors.New("not serving yet")
 		}
 		return nil
 	})

@@ -140,15 +140,19 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m, err := newServiceMetrics(reg)
+	var regr prometheus.Registerer = reg
+	if cfg.Registerer != nil {
+		regr = cfg.Registerer
+	}
+	m, err := newServiceMetrics(regr)
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
-	apiM, err := queryapi.NewMetrics(reg)
+	apiM, err := queryapi.NewMetrics(regr)
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
-	kvm, err := client.NewMetrics(reg)
+	kvm, err := client.NewMetrics(regr)
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
@@ -474,6 +478,11 @@ func (s *Service) ensurePool(format ckf.FormatIdentity) (*poolGen, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.cfg.ReserveTable != nil {
+		if err := s.cfg.ReserveTable(format, TableBytesOf(format)); err != nil {
+			return nil, err
+		}
+	}
 	ix, err := consumer.NewIndexer(man, s.cfg.Search)
 	if err != nil {
 		return nil, err
@@ -557,9 +566,25 @@ func (s *Service) currentPool() *consumer.Pool {
 	return nil
 }
 
+// Domain is the domain the service follows.
+func (s *Service) Domain() string { return s.cfg.Domain }
+
+// DomainReady reports, for /readyz?domain=, whether domain is this
+// service's and ready.
+func (s *Service) DomainReady(domain string) (ready, known bool) {
+	if domain != s.cfg.Domain {
+		return false, false
+	}
+	return s.Ready(), true
+}
+
 // Match answers q over the lanes ready when the query starts. It returns
-// api.ErrUnavailable when no lane is ready.
+// api.ErrUnavailable when no lane is ready, and api.ErrUnknownDomain when
+// q names another domain.
 func (s *Service) Match(q api.Query) (api.MatchResponse, error) {
+	if q.Model != "" && q.Model != s.cfg.Domain {
+		return api.MatchResponse{}, fmt.Errorf("indexer: %q (this indexer serves %q): %w", q.Model, s.cfg.Domain, api.ErrUnknownDomain)
+	}
 	p := s.currentPool()
 	if p == nil {
 		return api.MatchResponse{}, api.ErrUnavailable
@@ -618,6 +643,12 @@ func (s *Service) laneAge(lane int, now time.Time) (ageMs int64, stale bool) {
 // laneLabel is how a lane is named in query answers.
 type laneLabel struct{ dc, pool string }
 
+// TableBytesOf is the size of the transposed table of format: 16 lanes ×
+// the bucket count × 8 bytes.
+func TableBytesOf(format ckf.FormatIdentity) uint64 {
+	return ckf.LaneCount * format.BucketCount * 8
+}
+
 // TableBytes is the size of the current table (0 before the first pool):
 // 16 lanes × the bucket count × 8 bytes.
 func (s *Service) TableBytes() uint64 {
@@ -636,7 +667,9 @@ func (s *Service) Lanes() []api.LaneStatus {
 	out := []api.LaneStatus{}
 	for _, r := range runners {
 		if r != nil {
-			out = append(out, r.Status())
+			st := r.Status()
+			st.Domain = s.cfg.Domain
+			out = append(out, st)
 		}
 	}
 	return out

@@ -27,6 +27,14 @@ const (
 // ErrUnavailable means no lane is ready; the caller should route elsewhere.
 var ErrUnavailable = errors.New("api: no lane is ready")
 
+// ErrUnknownDomain means the request named a model (domain) the indexer
+// does not serve, or named none where it serves several and has no
+// default; HTTP answers 404.
+var ErrUnknownDomain = errors.New("api: unknown model")
+
+// MaxModelBytes bounds the "model" (or "domain") of a request.
+const MaxModelBytes = 256
+
 // RequestError is a bad request; Field names the offending JSON field.
 type RequestError struct {
 	Field  string
@@ -44,6 +52,10 @@ func (e *RequestError) Error() string {
 type Query struct {
 	Locals []ckf.LocalBlockHash
 	Seqs   []ckf.SequenceHash
+	// Model is the domain (model) the request names with "model" or
+	// "domain"; empty when it names none, and an indexer serving one
+	// domain (or a default one) answers from that.
+	Model string
 }
 
 // Blocks is the number of query positions.
@@ -129,6 +141,8 @@ func (r *MatchResponse) SetBest() {
 
 // LaneStatus is one row of GET /v1/lanes.
 type LaneStatus struct {
+	// Domain is the domain (model) the lane belongs to.
+	Domain            string `json:"domain,omitempty"`
 	Lane              int    `json:"lane"`
 	DC                string `json:"dc"`
 	Pool              string `json:"pool"`
@@ -172,6 +186,9 @@ func ErrorJSON(err error) []byte {
 // one of Tokens (with BlockSize, and the salts that shaped the cache),
 // LocalHashes or SequenceHashes.
 type MatchRequest struct {
+	// Model names the domain to answer from; empty: the indexer's only
+	// (or default) domain.
+	Model          string   `json:"model,omitempty"`
 	Tokens         []uint32 `json:"tokens,omitempty"`
 	BlockSize      int      `json:"block_size,omitempty"`
 	LoraName       string   `json:"lora_name,omitempty"`

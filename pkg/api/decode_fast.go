@@ -23,6 +23,7 @@ func decodeFast(b []byte) (Query, bool) {
 		nTokens              int
 		haveTokens, haveBS   bool
 		haveLocals, haveSeqs bool
+		haveModel            bool
 		blockSize            uint64
 	)
 	for first := true; ; first = false {
@@ -74,6 +75,16 @@ func decodeFast(b []byte) (Query, bool) {
 				return Query{}, false
 			}
 			nTokens = n
+		case "model", "domain":
+			if haveModel {
+				return Query{}, false
+			}
+			haveModel = true
+			v, ok := s.str(MaxModelBytes)
+			if !ok || len(v) == 0 {
+				return Query{}, false
+			}
+			q.Model = string(v)
 		case "block_size":
 			if haveBS || haveSeqs || haveLocals {
 				return Query{}, false
@@ -100,7 +111,7 @@ func decodeFast(b []byte) (Query, bool) {
 		if nTokens/bs > MaxBlocks {
 			return Query{}, false
 		}
-		return Query{Locals: hashTokens(&tokens, nTokens, bs)}, true
+		return Query{Locals: hashTokens(&tokens, nTokens, bs), Model: q.Model}, true
 	}
 	return Query{}, false
 }
@@ -144,6 +155,29 @@ func (s *fastScanner) key() ([]byte, bool) {
 			k := s.b[start:s.i]
 			s.i++
 			return k, s.eat(':')
+		}
+		if c == '\\' || c < 0x20 || c >= 0x80 {
+			return nil, false
+		}
+		s.i++
+	}
+	return nil, false
+}
+
+// str reads a plain (escape-free, ASCII) string value of at most limit
+// bytes.
+func (s *fastScanner) str(limit int) ([]byte, bool) {
+	s.ws()
+	if !s.eat('"') {
+		return nil, false
+	}
+	start := s.i
+	for s.i < len(s.b) && s.i-start <= limit {
+		c := s.b[s.i]
+		if c == '"' {
+			v := s.b[start:s.i]
+			s.i++
+			return v, true
 		}
 		if c == '\\' || c < 0x20 || c >= 0x80 {
 			return nil, false
