@@ -149,13 +149,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "trace-replayer: %v\n", err)
 		return 2
 	}
-	if err := replayTrace(ctx, o, stdout, stderr); err != nil {
+	err = replayTrace(ctx, o, stdout, stderr)
+	if ctx.Err() != nil {
+		// Interrupted, at any step: the errors of the steps it cut short
+		// (context canceled) would only hide why.
+		fmt.Fprintf(stderr, "trace-replayer: stopped before the end of the replay (%s)\n", cli.StopReason(ctx))
+		return 130
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "trace-replayer: %v\n", err)
 		return 1
-	}
-	if ctx.Err() != nil {
-		fmt.Fprintf(stderr, "trace-replayer: stopped before the end of the replay (%s)\n", cli.StopReason(ctx))
-		return 130 // interrupted: the replay did not finish
 	}
 	return 0
 }
