@@ -28,6 +28,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -61,6 +62,10 @@ func TestParseFlagsDefaultsEnvAndPrecedence(t *testing.T) {
 	}
 	if o.maxApplyLag == ckf.DefaultMaxDirtyToAppliedAge {
 		t.Fatal("the binary must not default to the seed's 10ms apply lag")
+	}
+	// pkg/client's Mirror takes lanerules.Defaults() for a zero rule.
+	if r := o.rules(); r != lanerules.Defaults() || r.WithDefaults() != (lanerules.Rules{}).WithDefaults() {
+		t.Fatalf("the flags' lane rules %+v are not lanerules.Defaults() %+v", r, lanerules.Defaults())
 	}
 
 	env := envOf(map[string]string{
@@ -263,8 +268,10 @@ func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 			t.Fatalf("run exited early with %d: %s", code, out.String())
 		default:
 		}
-		if _, ok := out.field("addr"); !ok {
-			return errors.New("no addr logged yet")
+		// match_url is only in the serving line, logged after httpserve's
+		// own "serving HTTP" line, which also carries an addr.
+		if _, ok := out.field("match_url"); !ok {
+			return errors.New("not serving yet")
 		}
 		return nil
 	})
