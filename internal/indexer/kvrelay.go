@@ -329,6 +329,7 @@ func (k *kvLane) Install(s client.Snapshot) error {
 	k.identity, k.lease, k.localSeq, k.installed = id, ls, s.Sequence, true
 	// faultOutcome matches pool faults against the installed lease.
 	r.cur = current{identity: id, epoch: id.ProducerIncarnation, lease: ls}
+	r.setOwner(id, id.ProducerIncarnation)
 	r.drainFaults()
 	r.m.bootstrap("installed")
 	r.setInstalled(id.ProducerIncarnation, s.Sequence)

@@ -85,6 +85,9 @@ type Service struct {
 	staleAfter [ckf.LaneCount]atomic.Int64
 	// kvMetrics are the kvrelay followers' series.
 	kvMetrics *client.Metrics
+	// lm and loads are the load plane's (load.go): each lane's last load.
+	lm    *loadMetrics
+	loads [ckf.LaneCount]laneLoad
 
 	mu      sync.Mutex // guards the fields below
 	runners [ckf.LaneCount]*laneRunner
@@ -148,6 +151,10 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
+	lm, err := newLoadMetrics(reg)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
+	}
 	tp := cfg.Tracer
 	if tp == nil {
 		tp = noop.NewTracerProvider()
@@ -168,6 +175,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		limiter:    rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
 		readObject: readSnapshotObject,
 		kvMetrics:  kvm,
+		lm:         lm,
 		kvRefused:  map[string]bool{},
 		now:        time.Now,
 	}
@@ -229,6 +237,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.res, s.coord = res, coord
 
+	loadSub, err := s.subscribeLoad()
+	if err != nil {
+		return fmt.Errorf("indexer: subscribe to load windows: %w", err)
+	}
+	defer loadSub.Unsubscribe() //nolint:errcheck // the connection may be closed already
 	var svc micro.Service
 	if !s.cfg.NoMatchEndpoint {
 		if svc, err = s.startMicro(); err != nil {
@@ -334,6 +347,7 @@ func (s *Service) shutdown(cancel context.CancelFunc, svc micro.Service) {
 	for _, r := range s.runners {
 		if r != nil {
 			r.m.remove()
+			s.lm.removeLane(r.lane, r.dc)
 		}
 	}
 	s.mu.Unlock()
