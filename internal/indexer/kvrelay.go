@@ -168,7 +168,7 @@ func (s *Service) startKvLaneLocked(lane int, src KvRelaySource) {
 	kv := &kvLane{r: r, src: src}
 	r.kv = kv
 	k := s.cfg.KvRelay
-	f, err := client.New(client.Config{Name: src.Name, Addr: src.Addr, Model: k.Model, AcceptLegacy: k.AcceptLegacy, Sink: kv,
+	f, err := client.New(client.Config{Name: src.Name, Addr: src.Addr, Model: k.Model, AcceptLegacy: k.AcceptLegacy, Sink: kv, Load: kv,
 		SubscriberBase: "ckfrelay-" + s.requester, TLS: k.TLS, DialOptions: k.DialOptions,
 		FrameTimeout: k.FrameTimeout, BackoffMin: k.BackoffMin, BackoffMax: k.BackoffMax,
 		Metrics: s.kvMetrics, Logger: log})

@@ -8,6 +8,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -32,7 +34,8 @@ const (
 	// MetricLoadWindows counts load windows by source (nats, kvrelay_kv,
 	// kvrelay_serving) and outcome {lane, dc, source, outcome}: accepted,
 	// malformed, foreign_pool, identity_mismatch, superseded, newer_epoch,
-	// not_installed, out_of_order.
+	// not_installed, out_of_order (NATS); accepted, incomplete (kvrelay,
+	// after the follower's checks).
 	MetricLoadWindows = "ckf_indexer_load_windows_total"
 	// MetricLoadExpired counts load parts dropped for passing
 	// --load-max-age {lane, dc, part=kv|serving}.
@@ -252,3 +255,34 @@ func (s *Service) usablePart(r *laneRunner, slot *atomic.Pointer[loadPart], epoc
 	}
 	return p
 }
+
+// KvPoolLoad is the kvrelay lane's client.LoadSink: the follower has
+// applied §6.3's consumer rules, and an incomplete window is stored as
+// unknown occupancy (the neutral fallback), never as zero.
+func (k *kvLane) KvPoolLoad(key kvrelay.ProducerKey, seq uint64, l client.KvLoad) {
+	r := k.r
+	p := &loadPart{epoch: key.ProducerIncarnation, seq: seq, at: r.svc.now()}
+	outcome := "incomplete"
+	if l.Complete {
+		p.flags, p.kvUsed, p.kvCap, outcome = wire.LoadKV, l.UsedBlocks, l.TotalBlocks, "accepted"
+	}
+	// The follower orders one stream's windows; a reopened stream starts
+	// from the relay's current window, so the last one received wins.
+	r.svc.loads[r.lane].kv.Store(p)
+	r.svc.lm.windows.WithLabelValues(strconv.Itoa(r.lane), r.dc, loadSourceKvRelayKV, outcome).Inc()
+}
+
+// ServingLoad is KvPoolLoad for §6.4's pool view.
+func (k *kvLane) ServingLoad(key kvrelay.ProducerKey, seq uint64, l client.ServingLoad) {
+	r := k.r
+	p := &loadPart{epoch: key.ProducerIncarnation, seq: seq, at: r.svc.now()}
+	outcome := "incomplete"
+	if l.Complete {
+		p.flags, outcome = wire.LoadPrefill|wire.LoadDecode, "accepted"
+		p.serving = wire.ServingLoad{ActivePrefillTokens: l.ActivePrefillTokens, ActiveDecodeBlocks: l.ActiveDecodeBlocks}
+	}
+	r.svc.loads[r.lane].serving.Store(p)
+	r.svc.lm.windows.WithLabelValues(strconv.Itoa(r.lane), r.dc, loadSourceKvRelayServing, outcome).Inc()
+}
+
+var _ client.LoadSink = (*kvLane)(nil)

@@ -40,6 +40,9 @@ type Follower struct {
 
 	mu sync.Mutex // guards st
 	st Status
+	// selected is the admitted selection being followed (nil: none), for
+	// the load streams.
+	selected atomic.Pointer[Selection]
 }
 
 // Status is a Follower's state for status pages.
@@ -180,6 +183,14 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 		}
 	}()
 
+	if f.cfg.Load != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.loadStreams(ectx, rc, info.GetRelay())
+		}()
+	}
+	defer f.selected.Store(nil)
 	var (
 		relay   = info.GetRelay()
 		rev     uint64
@@ -265,6 +276,7 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 			hadPool := pool != nil || sel != nil
 			stopped()
 			sel, retry = nil, nil
+			f.selected.Store(nil)
 			if next == nil {
 				if hadPool && flt.Reason == ReasonNoDescriptor {
 					flt.Reason = ReasonWithdrawn // §4.4: drop the replica of a pool gone from the catalog
@@ -284,6 +296,7 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 			}
 			bo.Reset() // a new producer is new evidence
 			sel = next
+			f.selected.Store(sel)
 			f.setStatus(func(s *Status) { s.Phase = PhaseAssembling; s.Producer = keyText(next.Key) })
 			start(*sel)
 		}
