@@ -64,6 +64,7 @@ type options struct {
 	maxApplyLag    time.Duration
 	staleAfter     time.Duration
 	staleLanes     string
+	loadMaxAge     time.Duration
 	controlTimeout time.Duration
 	fetchTimeout   time.Duration
 	http           httpserve.Config
@@ -95,6 +96,8 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		"mark a lane stale when it has not heard from its relay (heartbeats included) for this long")
 	fs.StringVar(&o.staleLanes, "stale-lanes", indexer.StaleReport,
 		"what a stale lane does: report (kept in answers, marked stale, never best) or exclude (left out of answers and /readyz)")
+	fs.DurationVar(&o.loadMaxAge, "load-max-age", indexer.DefaultLoadMaxAge,
+		"drop a lane's load (from its relay's load windows or kvrelay load streams) older than this, by local receive time; it then counts as missing, never as zero")
 	fs.DurationVar(&o.fetchTimeout, "snapshot-fetch-timeout", indexer.DefaultSnapshotFetchTimeout,
 		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", indexer.SnapshotFetchBytesPerSecond>>20, indexer.DefaultSnapshotFetchAttempts-1))
 
@@ -146,6 +149,8 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		return options{}, bad("max-apply-lag", "want a positive duration")
 	case o.controlTimeout <= 0:
 		return options{}, bad("control-timeout", "want a positive duration")
+	case o.loadMaxAge <= 0:
+		return options{}, bad("load-max-age", "want a positive duration")
 	case o.fetchTimeout <= 0:
 		return options{}, bad("snapshot-fetch-timeout", "want a positive duration")
 	case o.httpAddr == "":
@@ -196,6 +201,7 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 		SnapshotFetchTimeout: o.fetchTimeout,
 		LaneStaleAfter:       o.staleAfter,
 		StaleLanes:           o.staleLanes,
+		LoadMaxAge:           o.loadMaxAge,
 	}
 	// The indexer learns its NATS lanes from the lane map at run time, so
 	// a collision with one is refused there (logged, counted); here the

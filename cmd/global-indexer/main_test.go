@@ -43,7 +43,7 @@ func defaultOptions() options {
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
 		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
-		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport,
+		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport, loadMaxAge: indexer.DefaultLoadMaxAge,
 		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
 		kv: kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
 	}
