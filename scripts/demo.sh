@@ -7,7 +7,8 @@
 #   ./scripts/demo.sh            # replay at 20x, keep serving until Ctrl-C
 #   ./scripts/demo.sh --smoke    # fast replay of 2000 requests, verify, exit
 #
-# Environment: DOMAIN, NATS_PORT, HTTP_ADDR, SPEED, DCS, EXPECTED_BLOCKS, RELAY_PORT (first relay status port).
+# Environment: DOMAIN, NATS_PORT, HTTP_ADDR, SPEED, DCS, EXPECTED_BLOCKS, RELAY_PORT (first relay status port),
+# KEEP_LOGS=1 (keep the log folder; it is kept anyway when the demo fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
@@ -30,11 +31,20 @@ mkdir -p bin
 go build -o bin/ ./cmd/...
 logs=$(mktemp -d -t ckfrelay-demo-XXXX)
 pids=()
+# The log folder goes away at exit unless the demo failed or KEEP_LOGS=1;
+# Ctrl-C (exit 130) is the serving demo's normal end, not a failure.
 cleanup() {
+  local rc=$?
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
+  if [ "${KEEP_LOGS:-0}" = 1 ] || { [ "$rc" != 0 ] && [ "$rc" != 130 ]; }; then
+    echo "demo: logs kept in $logs" >&2
+  else
+    rm -rf "$logs"
+  fi
 }
-trap cleanup EXIT INT TERM
+trap cleanup EXIT
+trap 'exit 130' INT TERM
 
 wait_http() { # url, what
   for _ in $(seq 1 100); do
@@ -64,7 +74,7 @@ done
 cat <<MSG
 global indexer:  http://$HTTP_ADDR  (POST /v1/match, GET /v1/lanes, /readyz, /metrics)
 NATS:            nats://127.0.0.1:$NATS_PORT  (query subject ckfq.$DOMAIN.match)
-logs:            $logs
+logs:            $logs  (removed at exit unless the demo fails or KEEP_LOGS=1)
 MSG
 
 bin/trace-replayer --nats-url "nats://127.0.0.1:$NATS_PORT" --domain "$DOMAIN" --dcs "$DCS" \

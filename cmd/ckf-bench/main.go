@@ -64,7 +64,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs := flag.NewFlagSet("ckf-bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cli.Usage(fs, "runs the CKF micro-benchmarks and the end-to-end latency/throughput pair, printing one report", map[string]string{"json": cli.GroupObservability, "quiet": cli.GroupObservability})
-	fs.StringVar(&o.only, "only", strings.Join(bench.Suites(), ","), "comma-separated suites to run: "+strings.Join(bench.AllSuites(), ", ")+" (scale only when named)")
+	fs.StringVar(&o.only, "only", strings.Join(bench.Suites(), ","), "comma-separated suites to run: "+strings.Join(bench.AllSuites(), ", ")+" (scale only when named); or route alone, the routing-quality benchmark with flags of its own (--only route --help)")
 	fs.Uint64Var(&o.buckets, "buckets", 1<<22, "search, scale: buckets per lane (a power of two)")
 	fs.IntVar(&o.blocks, "blocks", 128, "search: blocks per query")
 	fs.IntVar(&o.queries, "queries", 65536, "search, scale: distinct queries of the cold set (their rows do not fit any cache)")
@@ -138,6 +138,9 @@ func (o *options) suites() []string {
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
+	if routeMode(args) {
+		return runRoute(args, getenv, stdout, stderr)
+	}
 	o, err := parse(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

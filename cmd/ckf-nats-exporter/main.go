@@ -103,6 +103,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ckf-nats-exporter: %v\n", err)
 		return 1
 	}
+	fmt.Fprintf(stderr, "ckf-nats-exporter: stopped (%s)\n", cli.StopReason(ctx))
 	return 0
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -122,5 +123,16 @@ func TestTargetsAndFlags(t *testing.T) {
 	out.Reset()
 	if code := run(context.Background(), []string{"--version"}, &out); code != 0 || !strings.HasPrefix(out.String(), "ckf-nats-exporter ") {
 		t.Fatalf("--version: exit %d %q", code, out.String())
+	}
+}
+
+// Stopped by a signal (its context's cause), the exporter says so last.
+func TestLogsItsStopWithTheReason(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	cancel(errors.New("terminated signal received"))
+	var out bytes.Buffer
+	if code := run(ctx, []string{"--listen", "127.0.0.1:0", "hub=http://127.0.0.1:1"}, &out); code != 0 ||
+		!strings.HasSuffix(out.String(), "ckf-nats-exporter: stopped (terminated signal received)\n") {
+		t.Fatalf("exit %d %q", code, out.String())
 	}
 }

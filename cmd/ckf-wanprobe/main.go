@@ -85,7 +85,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
 	var o *options
-	return cli.Run("ckf-wanprobe", stderr, func() (*cli.Common, error) {
+	return cli.Run(ctx, "ckf-wanprobe", stderr, func() (*cli.Common, error) {
 		var err error
 		o, err = parse(args, getenv, stderr)
 		if err != nil {

@@ -108,7 +108,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
 	var o *options
-	return cli.Run("engine-bridge", stderr, func() (*cli.Common, error) {
+	return cli.Run(ctx, "engine-bridge", stderr, func() (*cli.Common, error) {
 		var err error
 		if o, err = parse(args, getenv, stderr); err != nil {
 			return nil, err

@@ -227,7 +227,7 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 // stdout; usage errors to stderr.
 func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
 	var o options
-	return cli.Run(serviceName, stderr, func() (*cli.Common, error) {
+	return cli.Run(ctx, serviceName, stderr, func() (*cli.Common, error) {
 		var err error
 		if o, err = parseFlags(args, env, stderr); err != nil {
 			return nil, err
@@ -266,15 +266,11 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 
 	h := cli.TraceHTTP(queryapi.Handler(svc, svc.APIMetrics(), reg, queryapi.WithLimits(queryapi.Limits{MaxConcurrentMatches: o.maxMatches}),
 		queryapi.WithStatusInfo(queryapi.StatusInfo{Domain: o.domain, Version: cli.Version()})), tp, serviceName)
-	// A dead API ends the process.
-	if err := o.http.Serve(ctx, o.httpAddr, h, log, func(ctx context.Context, bound string) error {
+	// A dead API ends the process; cli.Run logs the stop line.
+	return o.http.Serve(ctx, o.httpAddr, h, log, func(ctx context.Context, bound string) error {
 		logServing(log, o, conn, bound)
 		return svc.Run(ctx)
-	}); err != nil {
-		return err
-	}
-	log.Info().Msg("global-indexer stopped")
-	return nil
+	})
 }
 
 // logServing says where to query the indexer and, with the embedded server,

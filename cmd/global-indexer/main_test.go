@@ -364,8 +364,8 @@ func TestRunServesAndShutsDownGracefully(t *testing.T) {
 	if _, err := http.Get(base + "/healthz"); err == nil {
 		t.Fatal("HTTP still served after shutdown")
 	}
-	if !strings.Contains(out.String(), "global-indexer stopped") {
-		t.Fatalf("no graceful stop logged: %s", out.String())
+	if !strings.Contains(out.String(), `"reason":"context canceled","time":`) || !strings.Contains(out.String(), `"message":"global-indexer stopped"`) {
+		t.Fatalf("no graceful stop with its reason logged: %s", out.String())
 	}
 }
 

@@ -149,6 +149,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return 1
 	}
 	if ctx.Err() != nil {
+		fmt.Fprintf(stderr, "trace-replayer: stopped before the end of the replay (%s)\n", cli.StopReason(ctx))
 		return 130 // interrupted: the replay did not finish
 	}
 	return 0
@@ -285,7 +286,7 @@ func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 	if o.maxRequests > 0 && o.maxRequests < len(reqs) {
 		reqs = reqs[:o.maxRequests]
 	}
-	log := zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: time.TimeOnly}).With().Timestamp().Logger()
+	log := zerolog.New(cli.ConsoleWriter(stderr, time.TimeOnly)).With().Timestamp().Logger()
 	pubs, closePubs, err := publishers(ctx, o, log)
 	if err != nil {
 		return err
@@ -396,15 +397,13 @@ func onePass(ctx context.Context, o *options, pubs map[string]*eventpub.Publishe
 // printStatus rewrites one status line in place on a terminal and prints
 // one line per update elsewhere (logs, CI).
 func printStatus(w io.Writer, line string, final bool) {
-	if f, ok := w.(*os.File); ok {
-		if fi, err := f.Stat(); err == nil && fi.Mode()&os.ModeCharDevice != 0 {
-			end := ""
-			if final {
-				end = "\n"
-			}
-			fmt.Fprintf(w, "\r\033[K%s%s", line, end)
-			return
+	if cli.IsTerminal(w) {
+		end := ""
+		if final {
+			end = "\n"
 		}
+		fmt.Fprintf(w, "\r\033[K%s%s", line, end)
+		return
 	}
 	fmt.Fprintln(w, line)
 }

@@ -99,6 +99,10 @@ func TestPerDCPublishersAndNATSQueriesVerifyAMultiDCSite(t *testing.T) {
 	if !strings.Contains(out.String(), "no false negative") {
 		t.Fatalf("no verification line:\n%s", out.String())
 	}
+	// Off a terminal the logs and the status lines are plain text.
+	if !strings.Contains(errb.String(), "nats connected") || strings.Contains(errb.String()+out.String(), "\x1b[") {
+		t.Fatalf("want plain logs off a terminal:\nstdout:\n%q\nstderr:\n%q", out.String(), errb.String())
+	}
 	// Each DC's events were stored in that DC only.
 	for _, dc := range topo.DCs() {
 		s, err := topo.Leaf(t, dc).JetStream(t).Stream(ctx, streams.EventStream)

@@ -37,7 +37,7 @@ func newLogger(w io.Writer, level, format, service string, now func() time.Time)
 	switch format {
 	case "json":
 	case "console":
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: "15:04:05.000"}
+		w = ConsoleWriter(w, "15:04:05.000")
 	default:
 		return zerolog.Nop(), fmt.Errorf("invalid --log-format %q (want console or json)", format)
 	}

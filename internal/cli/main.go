@@ -33,9 +33,11 @@ func Main(run func(ctx context.Context) int) {
 // Run is the life of a service binary after flag parsing was set up: parse
 // (returning the binary's Common flags), then build the logger, then serve
 // until it returns. --help exits 0, a parse or logger error exits 2 with
-// "name: error" on stderr, and a serve error is logged and exits 1 (serve
-// returns nil when its context ended normally).
-func Run(name string, stderr io.Writer, parse func() (*Common, error), serve func(zerolog.Logger) error) int {
+// "name: error" on stderr, and a serve error is logged ("name failed" with
+// the error) and exits 1. serve returns nil when ctx ended normally; Run
+// then logs "name stopped" with the reason (the signal, or why ctx ended),
+// so every service's log says how it ended.
+func Run(ctx context.Context, name string, stderr io.Writer, parse func() (*Common, error), serve func(zerolog.Logger) error) int {
 	c, err := parse()
 	if errors.Is(err, flag.ErrHelp) {
 		return ExitOK
@@ -66,7 +68,18 @@ func Run(name string, stderr io.Writer, parse func() (*Common, error), serve fun
 		log.Error().Err(err).Msg(name + " failed")
 		return ExitError
 	}
+	log.Info().Str("reason", StopReason(ctx)).Msg(name + " stopped")
 	return ExitOK
+}
+
+// StopReason says why a service whose run context is ctx stopped: the
+// signal Main received ("interrupt signal received"), another cause of
+// ctx's end, or "finished" when ctx is still live (the work was done).
+func StopReason(ctx context.Context) string {
+	if ctx.Err() == nil {
+		return "finished"
+	}
+	return context.Cause(ctx).Error()
 }
 
 // traceFlushTimeout bounds the final export of spans at exit.

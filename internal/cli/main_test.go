@@ -28,7 +28,7 @@ func TestRunMapsEachStageToItsExitCode(t *testing.T) {
 		"bad log level": {parse: func() (*Common, error) { return &Common{LogLevel: "loud", LogFormat: "json"}, nil }, code: ExitUsage, stderr: "svc: "},
 		"serve fails":   {parse: ok, serve: func(zerolog.Logger) error { return fmt.Errorf("boom") }, code: ExitError, stderr: "svc failed"},
 		"canceled":      {parse: ok, serve: func(zerolog.Logger) error { return fmt.Errorf("stop: %w", context.Canceled) }, code: ExitError},
-		"clean":         {parse: ok, serve: func(zerolog.Logger) error { return nil }, code: ExitOK},
+		"clean":         {parse: ok, serve: func(zerolog.Logger) error { return nil }, code: ExitOK, stderr: `"reason":"finished"`},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stderr bytes.Buffer
@@ -40,7 +40,7 @@ func TestRunMapsEachStageToItsExitCode(t *testing.T) {
 				}
 				return tc.serve(l)
 			}
-			if got := Run("svc", &stderr, tc.parse, serve); got != tc.code {
+			if got := Run(context.Background(), "svc", &stderr, tc.parse, serve); got != tc.code {
 				t.Fatalf("exit %d, want %d (stderr %q)", got, tc.code, stderr.String())
 			}
 			if tc.stderr != "" && !strings.Contains(stderr.String(), tc.stderr) {
@@ -50,6 +50,22 @@ func TestRunMapsEachStageToItsExitCode(t *testing.T) {
 				t.Fatalf("served = %v", served)
 			}
 		})
+	}
+}
+
+// A service that ends normally logs one stop line with why: the signal
+// cli.Main turned into its context's cause, or "finished".
+func TestRunLogsTheStopReason(t *testing.T) {
+	ok := func() (*Common, error) { return &Common{LogLevel: "info", LogFormat: "json"}, nil }
+	ctx, cancel := context.WithCancelCause(context.Background())
+	var stderr bytes.Buffer
+	code := Run(ctx, "svc", &stderr, ok, func(zerolog.Logger) error {
+		cancel(errors.New("interrupt signal received"))
+		return nil
+	})
+	if code != ExitOK || !strings.Contains(stderr.String(), `"reason":"interrupt signal received"`) ||
+		!strings.Contains(stderr.String(), `"message":"svc stopped"`) {
+		t.Fatalf("exit %d, log %q", code, stderr.String())
 	}
 }
 
@@ -75,7 +91,7 @@ func TestPprofAddrDefaultsToLoopback(t *testing.T) {
 func TestRunServesProfilesWhileServing(t *testing.T) {
 	c := &Common{LogLevel: "error", LogFormat: "json", PprofAddr: "127.0.0.1:" + freePort(t)}
 	var addr string
-	code := Run("svc", io.Discard, func() (*Common, error) { return c, nil }, func(zerolog.Logger) error {
+	code := Run(context.Background(), "svc", io.Discard, func() (*Common, error) { return c, nil }, func(zerolog.Logger) error {
 		addr = c.PprofAddr
 		resp, err := http.Get("http://" + addr + "/debug/pprof/cmdline")
 		if err != nil {
@@ -95,7 +111,7 @@ func TestRunServesProfilesWhileServing(t *testing.T) {
 		t.Fatal("pprof still answers after Run returned")
 	}
 	bad := &Common{LogLevel: "error", LogFormat: "json", PprofAddr: ":x"}
-	if code := Run("svc", io.Discard, func() (*Common, error) { return bad, nil }, func(zerolog.Logger) error { return nil }); code != ExitUsage {
+	if code := Run(context.Background(), "svc", io.Discard, func() (*Common, error) { return bad, nil }, func(zerolog.Logger) error { return nil }); code != ExitUsage {
 		t.Fatalf("bad --pprof-addr: exit %d", code)
 	}
 }

@@ -94,6 +94,8 @@ func (r *laneRunner) bootstrap(ctx context.Context, at *markerAt) error {
 	r.supersededSince = time.Time{}
 	r.distrusted = 0
 	r.awaiting = 0
+	r.behind = false
+	r.reached = mk.Sequence
 	r.setInstalled(mk.Lease.Epoch, mk.Sequence)
 	r.heardAt(at.stored)
 	r.m.bootstrap("installed")

@@ -108,6 +108,7 @@ func gateRunner(t *testing.T, e *env, r *fakeRelay, id ckf.ProducerIdentity, epo
 	lr.gen = newPoolGen(p)
 	lr.cur = current{identity: id, epoch: epoch, streamSeq: markerSeq,
 		lease: ckf.LaneLease{ConsumerInstance: s.instance, PhysicalLane: uint8(r.lane), AssignmentEpoch: 1}}
+	lr.reached = r.lastDelta.Sequence // level with its relay: only the gate decides
 	return lr, s, &logs
 }
 

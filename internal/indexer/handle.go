@@ -91,10 +91,7 @@ func (r *laneRunner) newerWithoutMarker(ctx context.Context, kind wire.MessageKi
 		// relay coalesces requests; one restarting may miss one).
 		r.awaiting = max(r.awaiting, epoch)
 		r.m.withoutMarker(kind.String())
-		if now := r.svc.now(); now.Sub(r.askedAt) >= r.svc.cfg.BootstrapBackoffMax {
-			r.askedAt = now
-			r.requestSnapshot(ctx)
-		}
+		r.askAgain(ctx)
 		return outcome{}, false
 	}
 	at, err := r.latestMarker(ctx)
@@ -315,6 +312,10 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 	if act, out, done := r.gate(ctx, wire.KindDelta, &d.Identity, d.Lease.Epoch, d.Sequence); act != gateApply {
 		return out, done
 	}
+	if r.behind {
+		// Past a hole: the lane is out of the ready set until a marker.
+		return outcome{}, false
+	}
 	cd := d.ToCkf(r.cur.lease)
 	pctx := propagation.TraceContext{}.Extract(ctx, streams.HeaderCarrier(m.Headers()))
 	_, span := r.svc.tracer.Start(pctx, SpanLaneApply,
@@ -342,6 +343,8 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 	}
 	r.m.deltas.Inc()
 	r.m.images.Add(float64(len(d.Images)))
+	// The pool ignores a stale or duplicate sequence; so does reached.
+	r.reached = max(r.reached, d.Sequence)
 	r.setInstalled(r.cur.epoch, d.Sequence)
 	if t, ok := eventTime(m.Headers()); ok {
 		if lat := admitted.Sub(t); lat >= 0 {
@@ -401,6 +404,9 @@ func (r *laneRunner) handleDrain(ctx context.Context, dm *wire.DrainMarker) (out
 	if act, out, done := r.gate(ctx, wire.KindDrainMarker, &dm.Identity, dm.Lease.Epoch, dm.ExpectedSequence); act != gateApply {
 		return out, done
 	}
+	if r.behind {
+		return outcome{}, false
+	}
 	res, err := r.gen.pool.CompleteDrain(dm.ToCkf(r.cur.lease))
 	if err != nil {
 		return r.poolRefused(err), true
@@ -410,15 +416,73 @@ func (r *laneRunner) handleDrain(ctx context.Context, dm *wire.DrainMarker) (out
 		// lane (DeactivateAndSnapshot).
 		return outcome{fault: res.Fault.Kind.String(), detail: res.String(), requestSnapshot: true}, true
 	}
+	r.reached = res.InstalledSequence
 	r.setInstalled(r.cur.epoch, res.InstalledSequence)
 	return outcome{healthy: true}, false
 }
 
 // handleHeartbeat tells the lane its installed epoch is still alive (the
-// gate records it) or that it is not. It carries nothing to apply.
+// gate records it) or that it is not, and checks the sequence the relay
+// says it published against the one the lane reached.
+//
+// The relay publishes a heartbeat only after every delta before it is
+// stored, on the same lane filter the ordered consumer reads in stream
+// order, so by the time a heartbeat is handled every delta it covers has
+// been admitted (admission is in order; application may still be queued,
+// which the pool orders behind them). Any difference is therefore a hole
+// in the stream (retention or a purge dropped deltas after the lane's
+// position) or a relay that went back: a gap, as a drain marker's
+// mismatch is, but one an idle relay would otherwise leave unseen until
+// its next delta.
 func (r *laneRunner) handleHeartbeat(ctx context.Context, hb *wire.Heartbeat) (outcome, bool) {
-	_, out, done := r.gate(ctx, wire.KindHeartbeat, &hb.Identity, hb.Lease.Epoch, hb.Sequence)
-	return out, done
+	if act, out, done := r.gate(ctx, wire.KindHeartbeat, &hb.Identity, hb.Lease.Epoch, hb.Sequence); act != gateApply {
+		return out, done
+	}
+	switch {
+	case r.behind:
+		r.askAgain(ctx)
+		return outcome{}, false
+	case r.awaiting != 0 || hb.Sequence == r.reached:
+		// Awaiting a newer epoch's marker: already out of the ready set.
+		return outcome{}, false
+	}
+	return r.heartbeatGap(ctx, hb.Sequence)
+}
+
+// heartbeatGap takes the lane out of the ready set after a heartbeat of
+// its epoch at sequence seq, which it never reached. With a newer marker
+// on the lane than the installed one (an active lane skips forward
+// snapshots of its epoch), the lane bootstraps from it. Otherwise
+// bootstrapping would install the same marker, replay the same hole and
+// meet the same heartbeat: the lane asks for a snapshot and goes on
+// consuming, out of the ready set, until a marker arrives (behind).
+func (r *laneRunner) heartbeatGap(ctx context.Context, seq uint64) (outcome, bool) {
+	r.gen.pool.Indexer().RetireLaneReadiness(r.lane)
+	detail := fmt.Sprintf("heartbeat of epoch %d at sequence %d; the lane reached sequence %d", r.cur.epoch, seq, r.reached)
+	at, err := r.latestMarker(ctx)
+	if err != nil || at.streamSeq != r.cur.streamSeq {
+		// A newer marker to bootstrap from, or none readable now
+		// (bootstrap retries with backoff; the request helps then).
+		return outcome{fault: faultHeartbeatGap, detail: detail, requestSnapshot: err != nil}, true
+	}
+	r.behind = true
+	r.m.fault(faultHeartbeatGap)
+	r.log.Warn().Uint64("epoch", r.cur.epoch).Uint64("heartbeat_sequence", seq).Uint64("reached", r.reached).
+		Msg("heartbeat ahead of the lane: deltas missing from the stream; out of the ready set until a snapshot")
+	r.setStatus(PhaseAwaitingSnapshot, faultHeartbeatGap+": "+detail+"; asked for a snapshot")
+	r.askedAt = r.svc.now()
+	r.requestSnapshot(ctx)
+	return outcome{}, false
+}
+
+// askAgain repeats a waiting lane's snapshot request at most once per
+// BootstrapBackoffMax, as often as failing bootstraps would ask at most
+// (a relay coalesces requests; one restarting may miss one).
+func (r *laneRunner) askAgain(ctx context.Context) {
+	if now := r.svc.now(); now.Sub(r.askedAt) >= r.svc.cfg.BootstrapBackoffMax {
+		r.askedAt = now
+		r.requestSnapshot(ctx)
+	}
 }
 
 func (r *laneRunner) handleMarker(ctx context.Context, m jetstream.Msg, sm *wire.SnapshotMarker) (outcome, bool) {
@@ -426,7 +490,10 @@ func (r *laneRunner) handleMarker(ctx context.Context, m jetstream.Msg, sm *wire
 	case gateDone:
 		return out, done
 	case gateApply:
-		return outcome{}, false // an active lane skips forward snapshots
+		if !r.behind {
+			return outcome{}, false // an active lane skips forward snapshots
+		}
+		// The marker the lane behind its relay waits for.
 	}
 	meta, err := m.Metadata()
 	if err != nil {

@@ -59,6 +59,17 @@ type laneRunner struct {
 	// the lane left the ready set, asked for a snapshot and waits for a
 	// newer epoch's marker, skipping that traffic. Reset by each install.
 	awaiting uint64
+	// reached is the sequence the lane reached on its installed epoch: the
+	// installed marker's, raised by each admitted delta and set by each
+	// acknowledged drain. A heartbeat of the epoch must say the same.
+	reached uint64
+	// behind is set when a heartbeat of the installed epoch named a
+	// sequence the lane never reached while its latest marker was the
+	// installed one: deltas were lost from the stream, replaying it from
+	// that marker would meet the same hole, so the lane left the ready set,
+	// asked for a snapshot and waits for a marker of its epoch, skipping
+	// the epoch's other traffic. Reset by each install.
+	behind bool
 	// askedAt is when the awaiting lane last asked for a snapshot.
 	askedAt time.Time
 	// supersededSince is when the lane began dropping superseded traffic

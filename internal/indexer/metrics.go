@@ -99,7 +99,9 @@ const (
 	PhaseBackoff       = "backoff"
 	// PhaseAwaitingSnapshot: consuming, out of the ready set, because a
 	// granted newer epoch's traffic came without a marker to bootstrap
-	// from; the lane asked for a snapshot and waits for its marker.
+	// from, or a heartbeat of the installed epoch named a sequence the
+	// lane never reached; the lane asked for a snapshot and waits for a
+	// marker.
 	PhaseAwaitingSnapshot = "awaiting_snapshot"
 	PhaseRefused          = "refused"
 )
@@ -122,6 +124,10 @@ const (
 // faultNewerEpoch is the fault kind of a lane that met a granted newer
 // epoch's traffic without that epoch's snapshot marker.
 const faultNewerEpoch = "newer_epoch"
+
+// faultHeartbeatGap is the fault kind of a lane that met a heartbeat of
+// its installed epoch at a sequence other than the one it reached.
+const faultHeartbeatGap = "heartbeat_sequence_mismatch"
 
 // faultSuperseded is the fault kind of a lane that dropped superseded
 // traffic for Config.SupersededFaultAfter without any of its own epoch.

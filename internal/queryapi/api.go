@@ -11,13 +11,13 @@ import (
 	"math"
 	"net/http"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
@@ -101,7 +101,31 @@ type Limits struct {
 	// MaxBodyBytes bounds a request body (0 means MaxRequestBytes); a
 	// larger one is answered 413.
 	MaxBodyBytes int64
+	// MaxLargeBodyBytes bounds the bytes held at once by bodies larger
+	// than PooledBodyBytes (0 means DefaultMaxLargeBodyBytes). Such a
+	// request takes its declared length from this budget before its body
+	// is read (a body of unknown length takes MaxBodyBytes once it
+	// outgrows a pooled buffer); one that does not fit within
+	// LargeBodyWait is answered 429 with Retry-After. Small bodies never
+	// wait for it, so a burst of large ones cannot hold up routers.
+	MaxLargeBodyBytes int64
+	// LargeBodyWait bounds the wait for that budget (0 means
+	// DefaultLargeBodyWait).
+	LargeBodyWait time.Duration
 }
+
+// Defaults of Limits' large-body budget: eight bodies of the largest size
+// at once, each decoded in about its own size (pkg/api hashes tokens from
+// the body), keep a burst of the largest requests within tens of MiB.
+const (
+	DefaultMaxLargeBodyBytes = 8 * api.MaxRequestBytes
+	DefaultLargeBodyWait     = 5 * time.Second
+)
+
+// PooledBodyBytes is the largest read buffer the handler keeps for reuse:
+// every ordinary query fits (128 hashes are about 2.5 KB of JSON), and a
+// 4 MiB body does not pin 4 MiB in the pool after it is answered.
+const PooledBodyBytes = 64 << 10
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxConcurrentMatches <= 0 {
@@ -109,6 +133,14 @@ func (l Limits) withDefaults() Limits {
 	}
 	if l.MaxBodyBytes <= 0 {
 		l.MaxBodyBytes = api.MaxRequestBytes
+	}
+	if l.MaxLargeBodyBytes <= 0 {
+		l.MaxLargeBodyBytes = DefaultMaxLargeBodyBytes
+	}
+	// A budget below one body would refuse the largest accepted body.
+	l.MaxLargeBodyBytes = max(l.MaxLargeBodyBytes, l.MaxBodyBytes)
+	if l.LargeBodyWait <= 0 {
+		l.LargeBodyWait = DefaultLargeBodyWait
 	}
 	return l
 }
@@ -136,6 +168,7 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 	}
 	lim := ho.limits.withDefaults()
 	slots := make(chan struct{}, lim.MaxConcurrentMatches)
+	large := semaphore.NewWeighted(lim.MaxLargeBodyBytes)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", statusHandler(b, m, ho.info, ho.now))
 	mux.HandleFunc("POST /v1/match", func(w http.ResponseWriter, r *http.Request) {
@@ -143,25 +176,47 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 		case slots <- struct{}{}:
 			defer func() { <-slots }()
 		default:
-			m.Requests.WithLabelValues("match", "overloaded").Inc()
-			w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
-			writeError(w, http.StatusTooManyRequests, &api.RequestError{Reason: fmt.Sprintf("more than %d match requests in progress; retry later", lim.MaxConcurrentMatches)})
+			overloaded(w, m, &api.RequestError{Reason: fmt.Sprintf("more than %d match requests in progress; retry later", lim.MaxConcurrentMatches)})
 			return
 		}
-		tooLarge := &api.RequestError{Reason: fmt.Sprintf("request body exceeds %d bytes", lim.MaxBodyBytes)}
-		if r.ContentLength > lim.MaxBodyBytes {
+		kind, err := classifyBody(r.Header.Get("Content-Type"))
+		if err != nil {
+			m.Requests.WithLabelValues("match", "unsupported_media_type").Inc()
+			writeError(w, http.StatusUnsupportedMediaType, err)
+			return
+		}
+		limit := maxBodyFor(kind, lim.MaxBodyBytes)
+		if r.ContentLength > limit {
 			m.Requests.WithLabelValues("match", "too_large").Inc()
-			writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
+			writeError(w, http.StatusRequestEntityTooLarge, tooLargeError(limit))
 			return
 		}
-		buf := bodies.Get().(*[]byte)
-		defer bodies.Put(buf)
-		body := &cappedBody{r: http.MaxBytesReader(w, r.Body, lim.MaxBodyBytes)}
-		q, err := readQuery(r.Header.Get("Content-Type"), body, buf)
+		small := bodies.get()
+		defer bodies.put(small)
+		buf := small
+		budget := largeBodyBudget{sem: large, wait: lim.LargeBodyWait, ctx: r.Context()}
+		defer budget.release()
+		if r.ContentLength > PooledBodyBytes {
+			// The declared length is what net/http will deliver: take it
+			// from the budget and read into a buffer of exactly that size.
+			if err := budget.take(r.ContentLength); err != nil {
+				overloaded(w, m, err)
+				return
+			}
+			big := make([]byte, 0, r.ContentLength)
+			buf = &big
+		}
+		body := &cappedBody{r: http.MaxBytesReader(w, r.Body, limit)}
+		// A body of unknown length that outgrows the pooled buffer takes
+		// the largest body's share.
+		q, err := readQuery(kind, body, buf, &budget, limit)
 		switch {
 		case body.exceeded:
 			m.Requests.WithLabelValues("match", "too_large").Inc()
-			writeError(w, http.StatusRequestEntityTooLarge, tooLarge)
+			writeError(w, http.StatusRequestEntityTooLarge, tooLargeError(limit))
+			return
+		case err != nil && isOverBudget(err):
+			overloaded(w, m, err)
 			return
 		case err != nil:
 			m.Requests.WithLabelValues("match", "bad_request").Inc()
@@ -199,22 +254,21 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 	return mux
 }
 
-// Match decodes body as contentType (see readQuery: the binary
-// api.ContentTypeSeqHashes, else JSON), runs it and returns the response or
-// an error with the HTTP status it maps to. The NATS endpoint uses it. The
-// latency exemplar is ctx's trace, when sampled.
+// Match decodes body as contentType (see classifyBody: JSON or the binary
+// api.ContentTypeSeqHashes; anything else is 415), runs it and returns the
+// response or an error with the HTTP status it maps to. The NATS endpoint
+// uses it. The latency exemplar is ctx's trace, when sampled.
 func Match(ctx context.Context, b Backend, m *Metrics, contentType string, body []byte) (api.MatchResponse, int, error) {
-	if len(body) > api.MaxRequestBytes {
+	kind, err := classifyBody(contentType)
+	if err != nil {
+		m.Requests.WithLabelValues("match", "unsupported_media_type").Inc()
+		return api.MatchResponse{}, http.StatusUnsupportedMediaType, err
+	}
+	if limit := maxBodyFor(kind, api.MaxRequestBytes); int64(len(body)) > limit {
 		m.Requests.WithLabelValues("match", "too_large").Inc()
-		return api.MatchResponse{}, http.StatusRequestEntityTooLarge, &api.RequestError{Reason: fmt.Sprintf("request body exceeds %d bytes", api.MaxRequestBytes)}
+		return api.MatchResponse{}, http.StatusRequestEntityTooLarge, tooLargeError(limit)
 	}
-	var q api.Query
-	var err error
-	if isSeqHashes(contentType) {
-		q, err = api.DecodeSeqHashes(body)
-	} else {
-		q, err = api.DecodeMatchBody(body)
-	}
+	q, err := decodeBody(kind, body)
 	if err != nil {
 		m.Requests.WithLabelValues("match", "bad_request").Inc()
 		return api.MatchResponse{}, http.StatusBadRequest, err
@@ -222,9 +276,15 @@ func Match(ctx context.Context, b Backend, m *Metrics, contentType string, body 
 	return matchQuery(ctx, b, m, q)
 }
 
-func isSeqHashes(contentType string) bool {
-	mt, _, _ := strings.Cut(contentType, ";")
-	return strings.TrimSpace(mt) == api.ContentTypeSeqHashes
+func tooLargeError(limit int64) error {
+	return &api.RequestError{Reason: fmt.Sprintf("request body exceeds %d bytes", limit)}
+}
+
+func decodeBody(kind bodyKind, b []byte) (api.Query, error) {
+	if kind == bodySeqHashes {
+		return api.DecodeSeqHashes(b)
+	}
+	return api.DecodeMatchBody(b)
 }
 
 func matchQuery(ctx context.Context, b Backend, m *Metrics, q api.Query) (api.MatchResponse, int, error) {
@@ -243,32 +303,117 @@ func matchQuery(ctx context.Context, b Backend, m *Metrics, q api.Query) (api.Ma
 	return resp, http.StatusOK, nil
 }
 
-// bodies are the read buffers of match requests. A buffer grows to the
-// largest body it held (at most Limits.MaxBodyBytes), so together with
-// MaxConcurrentMatches the pool stays within the documented memory bound.
-var bodies = sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}
+// bodies are the read buffers of match requests up to PooledBodyBytes.
+var bodies = bodyPool{p: sync.Pool{New: func() any { b := make([]byte, 0, 4<<10); return &b }}}
+
+// bodyPool keeps read buffers of at most PooledBodyBytes: a larger one
+// (a large body, or an answer that outgrew the buffer) is left to the
+// collector, so the pool never pins the memory of a burst of large bodies.
+type bodyPool struct{ p sync.Pool }
+
+func (b *bodyPool) get() *[]byte { return b.p.Get().(*[]byte) }
+
+// put keeps buf for reuse when it is at most PooledBodyBytes and reports
+// whether it did.
+func (b *bodyPool) put(buf *[]byte) bool {
+	if cap(*buf) > PooledBodyBytes {
+		return false
+	}
+	*buf = (*buf)[:0]
+	b.p.Put(buf)
+	return true
+}
+
+// largeBodyBudget is one request's share of the large-body budget.
+type largeBodyBudget struct {
+	sem  *semaphore.Weighted
+	wait time.Duration
+	ctx  context.Context
+	held int64
+}
+
+// overBudgetError: the large-body budget stayed full for the whole wait.
+type overBudgetError struct {
+	n    int64
+	wait time.Duration
+}
+
+func (e *overBudgetError) Error() string {
+	return fmt.Sprintf("large match bodies in progress leave no room for %d more bytes within %s; retry later", e.n, e.wait)
+}
+
+func isOverBudget(err error) bool {
+	var over *overBudgetError
+	return errors.As(err, &over)
+}
+
+// take raises the request's share to n bytes.
+func (l *largeBodyBudget) take(n int64) error {
+	if n <= l.held {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(l.ctx, l.wait)
+	defer cancel()
+	if err := l.sem.Acquire(ctx, n-l.held); err != nil {
+		return &overBudgetError{n: n, wait: l.wait}
+	}
+	l.held = n
+	return nil
+}
+
+func (l *largeBodyBudget) release() {
+	if l.held > 0 {
+		l.sem.Release(l.held)
+		l.held = 0
+	}
+}
+
+func overloaded(w http.ResponseWriter, m *Metrics, err error) {
+	m.Requests.WithLabelValues("match", "overloaded").Inc()
+	w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
+	writeError(w, http.StatusTooManyRequests, err)
+}
 
 // readQuery reads the whole body into buf (bounded by the caller's
-// MaxBytesReader) and decodes it by its media type: the compact
-// api.ContentTypeSeqHashes, else JSON (the default, also for a missing or
-// unknown type, as the endpoint has always accepted).
-func readQuery(contentType string, r io.Reader, buf *[]byte) (api.Query, error) {
-	b, err := readAll(r, (*buf)[:0])
+// MaxBytesReader) and decodes it as kind. Once buf has grown past
+// PooledBodyBytes, budget's share is raised to growTo (its error ends the
+// read).
+func readQuery(kind bodyKind, r io.Reader, buf *[]byte, budget *largeBodyBudget, growTo int64) (api.Query, error) {
+	b, err := readAll(r, (*buf)[:0], budget, growTo)
 	*buf = b
+	if err != nil && isOverBudget(err) {
+		return api.Query{}, err
+	}
 	if err != nil {
 		return api.Query{}, &api.RequestError{Reason: "reading the body: " + err.Error()}
 	}
-	if isSeqHashes(contentType) {
-		return api.DecodeSeqHashes(b)
-	}
-	return api.DecodeMatchBody(b)
+	return decodeBody(kind, b)
 }
 
-// readAll is io.ReadAll into dst's spare capacity.
-func readAll(r io.Reader, dst []byte) ([]byte, error) {
+// readAll is io.ReadAll into dst's spare capacity. A full dst is grown
+// only when a read shows more bytes coming, so a body read into a buffer
+// of its exact length is never copied. Once dst has grown past
+// PooledBodyBytes, budget's share is raised to growTo (nil: no budget).
+func readAll(r io.Reader, dst []byte, budget *largeBodyBudget, growTo int64) ([]byte, error) {
 	for {
 		if len(dst) == cap(dst) {
-			dst = append(dst, 0)[:len(dst)]
+			var one [1]byte
+			n, err := r.Read(one[:])
+			if n == 1 {
+				dst = append(dst, one[0])
+				if cap(dst) > PooledBodyBytes && budget != nil {
+					if err := budget.take(growTo); err != nil {
+						return dst, err
+					}
+				}
+			}
+			if err == io.EOF {
+				return dst, nil
+			}
+			if err != nil {
+				return dst, err
+			}
+			continue
 		}
 		n, err := r.Read(dst[len(dst):cap(dst)])
 		dst = dst[:len(dst)+n]

@@ -142,11 +142,12 @@ func readArray[T ~uint64](dec *json.Decoder, key string, dst *[]T) (bool, error)
 		return false, err
 	}
 	out := make([]T, 0, 64)
+	var v uint64 // one for the array (see readTokens)
 	for dec.More() {
 		if len(out) == MaxBlocks {
 			return false, &RequestError{Field: key, Reason: fmt.Sprintf("more than %d blocks", MaxBlocks)}
 		}
-		var v uint64
+		v = 0
 		if err := dec.Decode(&v); err != nil {
 			return false, fieldError(key, err)
 		}
@@ -172,8 +173,11 @@ func (d *matchDecoder) readTokens() error {
 		h = newBlockHasher(*d.blockSize, d.options())
 		d.tokensStreamed = true
 	}
+	// One v for the whole array: a fresh one per element would be a heap
+	// allocation per token (it escapes through Decode).
+	var v uint32
 	for d.dec.More() {
-		var v uint32
+		v = 0 // null leaves v as it is: it decodes as 0
 		if err := d.dec.Decode(&v); err != nil {
 			return fieldError("tokens", err)
 		}
@@ -243,35 +247,26 @@ func (d *matchDecoder) finish() (Query, error) {
 	}
 }
 
-// blockHasher hashes a token stream one block (window) at a time, the way
-// ckf.LocalBlockHashesWith hashes a whole slice: it keeps one window.
+// blockHasher collects the hashes of a token stream, refusing more than
+// MaxBlocks blocks.
 type blockHasher struct {
-	bs, window int
-	o          ckf.BlockOptions
-	win        []uint32
-	out        []ckf.LocalBlockHash
+	h   ckf.TokenHasher
+	out []ckf.LocalBlockHash
 }
 
 func newBlockHasher(bs int, o ckf.BlockOptions) *blockHasher {
-	w := bs
-	if o.Eagle {
-		w++ // windows of bs+1 tokens with stride bs
-	}
-	return &blockHasher{bs: bs, window: w, o: o, win: make([]uint32, 0, w), out: []ckf.LocalBlockHash{}}
+	return &blockHasher{h: ckf.NewTokenHasher(bs, o), out: []ckf.LocalBlockHash{}}
 }
 
 func (h *blockHasher) add(v uint32) error {
-	h.win = append(h.win, v)
-	if len(h.win) < h.window {
+	sum, ok := h.h.Add(v)
+	if !ok {
 		return nil
 	}
 	if len(h.out) == MaxBlocks {
 		return &RequestError{Field: "tokens", Reason: fmt.Sprintf("more than %d blocks", MaxBlocks)}
 	}
-	h.out = ckf.LocalBlockHashesWith(h.out, h.win, h.bs, h.o)
-	// The next window starts bs tokens later: Eagle windows share one token.
-	n := copy(h.win, h.win[h.bs:])
-	h.win = h.win[:n]
+	h.out = append(h.out, sum)
 	return nil
 }
 

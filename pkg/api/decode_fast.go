@@ -19,7 +19,8 @@ func decodeFast(b []byte) (Query, bool) {
 	}
 	var (
 		q                    Query
-		tokens               []uint32
+		tokens               fastScanner // positioned at the token array
+		nTokens              int
 		haveTokens, haveBS   bool
 		haveLocals, haveSeqs bool
 		blockSize            uint64
@@ -64,19 +65,15 @@ func decodeFast(b []byte) (Query, bool) {
 				return Query{}, false
 			}
 			haveTokens = true
-			// More tokens than this can never fit MaxBlocks blocks of the
-			// largest block size; the streaming decoder reports it.
-			v, ok := u64Array[uint64](&s, MaxBlocks*MaxBlockSize)
+			// The tokens are only validated and counted here, and hashed
+			// from the body once block_size is known: materialising them
+			// would cost several times the body.
+			tokens = s
+			n, ok := u32ArrayLen(&s, MaxBlocks*MaxBlockSize)
 			if !ok {
 				return Query{}, false
 			}
-			tokens = make([]uint32, len(v))
-			for i, t := range v {
-				if t > 1<<32-1 {
-					return Query{}, false
-				}
-				tokens[i] = uint32(t)
-			}
+			nTokens = n
 		case "block_size":
 			if haveBS || haveSeqs || haveLocals {
 				return Query{}, false
@@ -100,10 +97,10 @@ func decodeFast(b []byte) (Query, bool) {
 		return q, true
 	case haveTokens && haveBS:
 		bs := int(blockSize)
-		if len(tokens)/bs > MaxBlocks {
+		if nTokens/bs > MaxBlocks {
 			return Query{}, false
 		}
-		return Query{Locals: ckf.LocalBlockHashesWith(make([]ckf.LocalBlockHash, 0, len(tokens)/bs), tokens, bs, ckf.BlockOptions{Seed: ckf.SaltedSeed("", "")})}, true
+		return Query{Locals: hashTokens(&tokens, nTokens, bs)}, true
 	}
 	return Query{}, false
 }
@@ -213,4 +210,47 @@ func u64Array[T ~uint64](s *fastScanner, limit int) ([]T, bool) {
 			return nil, false
 		}
 	}
+}
+
+// u32ArrayLen validates a non-null array of at most limit plain unsigned
+// integers below 2^32 and returns its length, keeping nothing.
+func u32ArrayLen(s *fastScanner, limit int) (int, bool) {
+	if !s.eat('[') {
+		return 0, false
+	}
+	if s.eat(']') {
+		return 0, true
+	}
+	for n := 0; ; {
+		if n == limit {
+			return 0, false
+		}
+		v, ok := s.uint()
+		if !ok || v > 1<<32-1 {
+			return 0, false
+		}
+		n++
+		if s.eat(']') {
+			return n, true
+		}
+		if !s.eat(',') {
+			return 0, false
+		}
+	}
+}
+
+// hashTokens hashes the n tokens of the array s is positioned at (which
+// u32ArrayLen accepted) in blocks of bs, unsalted, holding one window.
+func hashTokens(s *fastScanner, n, bs int) []ckf.LocalBlockHash {
+	out := make([]ckf.LocalBlockHash, 0, n/bs)
+	h := ckf.NewTokenHasher(bs, ckf.BlockOptions{Seed: ckf.SaltedSeed("", "")})
+	s.eat('[')
+	for range n {
+		v, _ := s.uint()
+		if sum, ok := h.Add(uint32(v)); ok {
+			out = append(out, sum)
+		}
+		s.eat(',')
+	}
+	return out
 }

@@ -112,3 +112,41 @@ func LocalBlockHashesWith(dst []LocalBlockHash, tokens []uint32, blockSize int, 
 	}
 	return dst
 }
+
+// TokenHasher hashes a token stream block by block, exactly as
+// LocalBlockHashesWith hashes the whole slice, while holding one window
+// (4·(BlockSize+1) bytes at most): a decoder can hash the tokens of a
+// request as it reads them instead of materialising them first.
+type TokenHasher struct {
+	bs, window int
+	seed       uint64
+	buf        []byte
+}
+
+// NewTokenHasher returns a hasher of blocks of blockSize tokens (>0).
+func NewTokenHasher(blockSize int, o BlockOptions) TokenHasher {
+	seed := o.Seed
+	if seed == 0 {
+		seed = XXH3Seed
+	}
+	window := blockSize
+	if o.Eagle {
+		window++
+	}
+	return TokenHasher{bs: blockSize, window: window, seed: seed, buf: make([]byte, 0, 4*window)}
+}
+
+// Add feeds the next token; it returns a block's hash (true) when the token
+// completes a window.
+func (h *TokenHasher) Add(t uint32) (LocalBlockHash, bool) {
+	h.buf = binary.LittleEndian.AppendUint32(h.buf, t)
+	if len(h.buf) < 4*h.window {
+		return 0, false
+	}
+	sum := LocalBlockHash(xxh3.HashSeed(h.buf, h.seed))
+	// The next window starts BlockSize tokens later: Eagle windows share
+	// their last token with the next.
+	n := copy(h.buf, h.buf[4*h.bs:])
+	h.buf = h.buf[:n]
+	return sum, true
+}

@@ -45,7 +45,8 @@ func seqHashesBody(hashes []uint64) []byte {
 
 // The kinds of refusal, matched with errors.Is on a *StatusError.
 var (
-	// ErrBadRequest: the request was malformed or out of bounds (400);
+	// ErrBadRequest: the request was malformed or out of bounds (400), or
+	// its Content-Type is one the server does not take (415);
 	// StatusError.Field names the offending field when the server said.
 	ErrBadRequest = errors.New("client: bad request")
 	// ErrTooLarge: the request body exceeded the server's limit (413).
@@ -82,7 +83,7 @@ func (e *StatusError) Error() string {
 // Unwrap maps the status to its kind.
 func (e *StatusError) Unwrap() error {
 	switch {
-	case e.Status == http.StatusBadRequest:
+	case e.Status == http.StatusBadRequest, e.Status == http.StatusUnsupportedMediaType:
 		return ErrBadRequest
 	case e.Status == http.StatusRequestEntityTooLarge:
 		return ErrTooLarge

@@ -49,6 +49,7 @@ func TestRefusalsAreTypedWithTheirDetails(t *testing.T) {
 	}{
 		{400, nil, `{"error":"block_size: must be within 1..65536","field":"block_size"}`, ErrBadRequest, "block_size", 0},
 		{413, nil, `{"error":"request body exceeds 4194304 bytes"}`, ErrTooLarge, "", 0},
+		{415, nil, `{"error":"content type \"text/plain\" is not accepted: send application/json (or no Content-Type) or application/x-ckf-seqhashes"}`, ErrBadRequest, "", 0},
 		{429, map[string]string{"Retry-After": "1"}, `{"error":"more than 64 match requests in progress; retry later"}`, ErrOverloaded, "", time.Second},
 		{503, nil, `{"error":"api: no lane is ready"}`, ErrUnavailable, "", 0},
 		{500, nil, `not json at all`, ErrServer, "", 0},

@@ -1,0 +1,56 @@
+// Package route picks the DC a request should go to, from what the indexer
+// knows about each DC lane: how deep a prefix of the request it holds, how
+// loaded it is, how far away it is and whether its answer is fresh.
+//
+// # The cost
+//
+// The cost policy ranks DCs by one estimate in units of time, the time to
+// first token the request would see there, as the sum of four terms:
+//
+//	RTT     the round trip from the router to the DC: the candidate's own
+//	        value (a request override), else Config.RTT[dc], else
+//	        Config.DefaultRTT.
+//	Queue   the time before the DC can start this prefill, from its load:
+//	          serving load with active prefill tokens:
+//	            active_prefill_tokens / queue_rate + decode_blocks × DecodeBlockTime
+//	          serving load with request counts only:
+//	            waiting × WaitingRequestTokens / queue_rate + decode_blocks × DecodeBlockTime
+//	          KV occupancy only:  KVFullQueue × used / capacity
+//	          no load, or load older than MaxLoadAge: the worst queue term of
+//	            the candidates whose load is known, plus MissingLoadPenalty.
+//	        Missing load is never read as zero load.
+//	Prefill the tokens the DC does not hold, at its prefill rate:
+//	          max(input_tokens − depth × block_size, 0) / prefill_rate
+//	        (input_tokens defaults to blocks × block_size).
+//	Penalty StalePenalty for a stale or unready lane under StalePenalize; an
+//	        unready lane's depth counts as 0.
+//
+// queue_rate is the candidate's QueueTokensPerSec (the DC's aggregate drain
+// rate), else Config.DefaultQueueTokensPerSec, else the prefill rate.
+// prefill_rate is the candidate's PrefillTokensPerSec (the speed of the one
+// worker that runs the request), else Config.DefaultPrefillTokensPerSec.
+//
+// # Policies
+//
+// Every policy fills the same Decision, with every term computed for every
+// candidate, so any decision can be explained and compared:
+//
+//	cost         lowest cost
+//	prefix       deepest prefix (a penalized lane after the others)
+//	load         lowest queue term, least load (a penalized lane after the others)
+//	round-robin  the next eligible lane, by a counter per Router
+//	random       a uniform choice, from the request key
+//
+// Ties are broken by a hash of the request key and the lane, so DCs that are
+// equal are not all handed the same requests. With Config.Temperature > 0
+// the cost policy samples its choice from a softmax over −cost/temperature
+// (deterministic for the request key) instead of always taking the minimum.
+//
+// # Contract
+//
+//   - Route never allocates when out.Ranked has room for the candidates.
+//   - A Router is safe for concurrent use; only round-robin has state.
+//   - Excluded candidates are listed after the eligible ones, with a reason;
+//     Best is −1 when none is eligible.
+//   - Nothing here imports internal/ or any transport.
+package route

@@ -1,0 +1,497 @@
+package route
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"sync/atomic"
+	"time"
+)
+
+// Policy names a way of choosing the DC.
+type Policy string
+
+// The policies. Every one is a real mode of the product.
+const (
+	Cost       Policy = "cost"
+	Prefix     Policy = "prefix"
+	Load       Policy = "load"
+	RoundRobin Policy = "round-robin"
+	Random     Policy = "random"
+)
+
+// Policies lists every policy, in a stable order.
+var Policies = [...]Policy{Cost, Prefix, Load, RoundRobin, Random}
+
+// ErrUnknownPolicy is returned by ParsePolicy for a name it does not know.
+var ErrUnknownPolicy = errors.New("route: unknown policy")
+
+// ParsePolicy reads a policy name; "" is the cost policy and "least-load"
+// is accepted for load.
+func ParsePolicy(s string) (Policy, error) {
+	switch Policy(s) {
+	case "", Cost:
+		return Cost, nil
+	case Prefix, Load, RoundRobin, Random:
+		return Policy(s), nil
+	case "least-load":
+		return Load, nil
+	}
+	return "", fmt.Errorf("%w %q (want cost, prefix, load, round-robin or random)", ErrUnknownPolicy, s)
+}
+
+// StaleMode says what to do with a stale or unready lane.
+type StaleMode uint8
+
+// The stale modes.
+const (
+	// StaleExclude leaves stale and unready lanes out of the choice.
+	StaleExclude StaleMode = iota
+	// StalePenalize keeps them, with StalePenalty added to their cost (and
+	// an unready lane's depth read as 0).
+	StalePenalize
+)
+
+// ParseStaleMode reads "exclude" or "penalize".
+func ParseStaleMode(s string) (StaleMode, error) {
+	switch s {
+	case "", "exclude":
+		return StaleExclude, nil
+	case "penalize":
+		return StalePenalize, nil
+	}
+	return 0, fmt.Errorf("route: unknown stale mode %q (want exclude or penalize)", s)
+}
+
+func (m StaleMode) String() string {
+	if m == StalePenalize {
+		return "penalize"
+	}
+	return "exclude"
+}
+
+// LoadReport is what a DC reports about its load. Each group of fields has
+// its own presence flag: a field whose flag is false is unknown, never zero.
+type LoadReport struct {
+	// KV occupancy, from the relay's exact state.
+	HasKV            bool   `json:"has_kv"`
+	KVUsedBlocks     uint64 `json:"kv_used_blocks"`
+	KVCapacityBlocks uint64 `json:"kv_capacity_blocks"`
+	// Request counts.
+	HasRequests bool   `json:"has_requests"`
+	Running     uint64 `json:"running"`
+	Waiting     uint64 `json:"waiting"`
+	// Prompt tokens still to be prefilled across the DC, queued or running.
+	HasPrefill          bool   `json:"has_prefill"`
+	ActivePrefillTokens uint64 `json:"active_prefill_tokens"`
+	// KV blocks of requests in decode.
+	HasDecode          bool   `json:"has_decode"`
+	ActiveDecodeBlocks uint64 `json:"active_decode_blocks"`
+	// Age is how old the report is (by local receive time).
+	Age time.Duration `json:"age_ns"`
+}
+
+// Known reports whether the report carries anything.
+func (l *LoadReport) Known() bool {
+	return l.HasKV || l.HasRequests || l.HasPrefill
+}
+
+// Candidate is one DC lane the request could go to.
+type Candidate struct {
+	Lane int    `json:"lane"`
+	DC   string `json:"dc"`
+	Pool string `json:"pool"`
+	// Depth is the number of the request's leading blocks the DC holds.
+	Depth int  `json:"depth"`
+	Ready bool `json:"ready"`
+	Stale bool `json:"stale"`
+	// Load is the DC's last load report; the zero value is missing load.
+	Load LoadReport `json:"load"`
+	// RTT overrides the configured RTT when RTTKnown.
+	RTT      time.Duration `json:"-"`
+	RTTKnown bool          `json:"-"`
+	// PrefillTokensPerSec is the prefill speed of one worker of the DC;
+	// QueueTokensPerSec the DC's aggregate rate of draining queued
+	// prefill. 0 takes the Config default.
+	PrefillTokensPerSec float64 `json:"-"`
+	QueueTokensPerSec   float64 `json:"-"`
+}
+
+// Request is what the policy knows of the request.
+type Request struct {
+	// Blocks is the number of blocks of the prompt, BlockSize the tokens of
+	// one block.
+	Blocks    int
+	BlockSize int
+	// InputTokens is the prompt length (0: Blocks × BlockSize);
+	// OutputTokens the expected output (informational).
+	InputTokens  int
+	OutputTokens int
+	// Policy chosen for this request; "" takes the Router's default.
+	Policy Policy
+	// Key seeds tie-breaks, random choice and temperature sampling; 0 draws
+	// one from the Router's counter.
+	Key uint64
+}
+
+// Config parameterizes the cost. Zero durations and rates take the defaults
+// of DefaultConfig where noted.
+type Config struct {
+	// Policy is the default policy (cost when empty).
+	Policy Policy
+	// DefaultPrefillTokensPerSec is one worker's prefill speed when the
+	// candidate has none (default 10000).
+	DefaultPrefillTokensPerSec float64
+	// DefaultQueueTokensPerSec is a DC's rate of draining queued prefill
+	// when the candidate has none (0: the prefill rate).
+	DefaultQueueTokensPerSec float64
+	// WaitingRequestTokens is the prefill assumed per waiting request when
+	// only request counts are known (default 1024).
+	WaitingRequestTokens float64
+	// DecodeBlockTime is the queue time one active decode block adds (0: decode
+	// load is ignored).
+	DecodeBlockTime time.Duration
+	// KVFullQueue is the queue term of a DC whose KV cache is full when
+	// KV occupancy is all that is known (default 1 s).
+	KVFullQueue time.Duration
+	// MissingLoadPenalty is added to the worst known queue term for a
+	// candidate with no usable load (default 100 ms).
+	MissingLoadPenalty time.Duration
+	// MaxLoadAge drops load reports older than this (0: no bound).
+	MaxLoadAge time.Duration
+	// Stale says whether stale and unready lanes are excluded or penalized;
+	// StalePenalty is the penalty (default 1 s).
+	Stale        StaleMode
+	StalePenalty time.Duration
+	// Temperature > 0 makes the cost policy sample from a softmax over
+	// −cost/Temperature.
+	Temperature time.Duration
+	// RTT per DC name; DefaultRTT for a DC not listed.
+	RTT        map[string]time.Duration
+	DefaultRTT time.Duration
+	// Seed mixes into every hash, so two routers can break ties apart.
+	Seed uint64
+}
+
+// DefaultConfig is the configuration the defaults above describe.
+func DefaultConfig() Config {
+	return Config{
+		Policy:                     Cost,
+		DefaultPrefillTokensPerSec: 10000,
+		WaitingRequestTokens:       1024,
+		KVFullQueue:                time.Second,
+		MissingLoadPenalty:         100 * time.Millisecond,
+		StalePenalty:               time.Second,
+	}
+}
+
+// Terms are the parts of one candidate's cost.
+type Terms struct {
+	RTT     time.Duration `json:"rtt_ns"`
+	Queue   time.Duration `json:"queue_ns"`
+	Prefill time.Duration `json:"prefill_ns"`
+	Penalty time.Duration `json:"penalty_ns"`
+}
+
+// Sum is the cost.
+func (t Terms) Sum() time.Duration { return t.RTT + t.Queue + t.Prefill + t.Penalty }
+
+// Scored is one ranked candidate.
+type Scored struct {
+	Candidate
+	// Cost is the cost formula's value, whatever the policy ranked by.
+	Cost  time.Duration `json:"cost_ns"`
+	Terms Terms         `json:"terms"`
+	// CachedTokens are the request's tokens the DC holds (by Depth).
+	CachedTokens int `json:"cached_tokens"`
+	// LoadMissing: the queue term is the missing-load estimate.
+	LoadMissing bool   `json:"load_missing"`
+	Excluded    bool   `json:"excluded"`
+	Reason      string `json:"reason,omitempty"`
+
+	tie uint64
+}
+
+// Decision is the answer: the candidates in the policy's order, eligible
+// first. Best indexes Ranked (−1: none eligible); it is 0 except under a
+// temperature.
+type Decision struct {
+	Policy Policy   `json:"policy"`
+	Ranked []Scored `json:"ranked"`
+	Best   int      `json:"best"`
+}
+
+// Chosen returns the chosen candidate, or nil.
+func (d *Decision) Chosen() *Scored {
+	if d.Best < 0 || d.Best >= len(d.Ranked) {
+		return nil
+	}
+	return &d.Ranked[d.Best]
+}
+
+// Router applies a Config. It is safe for concurrent use.
+type Router struct {
+	cfg Config
+	rr  atomic.Uint64
+	key atomic.Uint64
+}
+
+// New returns a Router; zero fields of cfg take DefaultConfig's values.
+func New(cfg Config) *Router {
+	d := DefaultConfig()
+	if cfg.Policy == "" {
+		cfg.Policy = d.Policy
+	}
+	if cfg.DefaultPrefillTokensPerSec <= 0 {
+		cfg.DefaultPrefillTokensPerSec = d.DefaultPrefillTokensPerSec
+	}
+	if cfg.WaitingRequestTokens <= 0 {
+		cfg.WaitingRequestTokens = d.WaitingRequestTokens
+	}
+	if cfg.KVFullQueue <= 0 {
+		cfg.KVFullQueue = d.KVFullQueue
+	}
+	if cfg.MissingLoadPenalty <= 0 {
+		cfg.MissingLoadPenalty = d.MissingLoadPenalty
+	}
+	if cfg.StalePenalty <= 0 {
+		cfg.StalePenalty = d.StalePenalty
+	}
+	return &Router{cfg: cfg}
+}
+
+// Config returns the effective configuration.
+func (r *Router) Config() Config { return r.cfg }
+
+// Exclusion reasons.
+const (
+	ReasonStale   = "stale"
+	ReasonUnready = "unready"
+)
+
+// Route ranks cands for req under its policy into out. out.Ranked is reused
+// (no allocation when its capacity suffices).
+func (r *Router) Route(req Request, cands []Candidate, out *Decision) {
+	pol := req.Policy
+	if pol == "" {
+		pol = r.cfg.Policy
+	}
+	key := req.Key
+	if key == 0 {
+		key = mix(r.key.Add(1) ^ 0x5bd1e995)
+	}
+	key = mix(key ^ r.cfg.Seed)
+	out.Policy = pol
+	out.Ranked = out.Ranked[:0]
+	out.Best = -1
+
+	input := req.InputTokens
+	if input <= 0 {
+		input = req.Blocks * req.BlockSize
+	}
+	worstQueue, anyKnown := time.Duration(0), false
+	for i := range cands {
+		c := &cands[i]
+		s := Scored{Candidate: *c, tie: mix(key ^ uint64(c.Lane+1)*0x9e3779b97f4a7c15)}
+		if !c.Ready {
+			s.Depth = 0
+		}
+		if c.RTTKnown {
+			s.Terms.RTT = c.RTT
+		} else if v, ok := r.cfg.RTT[c.DC]; ok {
+			s.Terms.RTT = v
+		} else {
+			s.Terms.RTT = r.cfg.DefaultRTT
+		}
+		s.CachedTokens = min(s.Depth*req.BlockSize, input)
+		s.Terms.Prefill = tokensTime(float64(input-s.CachedTokens), r.prefillRate(c))
+		if q, ok := r.queue(c, req.BlockSize); ok {
+			s.Terms.Queue = q
+			if !anyKnown || q > worstQueue {
+				worstQueue = q
+			}
+			anyKnown = true
+		} else {
+			s.LoadMissing = true
+		}
+		if !c.Ready || c.Stale {
+			if r.cfg.Stale == StaleExclude {
+				s.Excluded = true
+				s.Reason = ReasonStale
+				if !c.Ready {
+					s.Reason = ReasonUnready
+				}
+			} else {
+				s.Terms.Penalty = r.cfg.StalePenalty
+			}
+		}
+		out.Ranked = append(out.Ranked, s)
+	}
+	for i := range out.Ranked {
+		s := &out.Ranked[i]
+		if s.LoadMissing {
+			s.Terms.Queue = worstQueue + r.cfg.MissingLoadPenalty
+		}
+		s.Cost = s.Terms.Sum()
+	}
+
+	rk := out.Ranked
+	if pol == RoundRobin {
+		// Order eligible lanes by lane number, then rotate by the counter.
+		for i := range rk {
+			rk[i].tie = uint64(rk[i].Lane)
+		}
+		sortRanked(rk, RoundRobin)
+		n := 0
+		for n < len(rk) && !rk[n].Excluded {
+			n++
+		}
+		if n > 0 {
+			rotate(rk[:n], int((r.rr.Add(1)-1)%uint64(n)))
+		}
+	} else {
+		sortRanked(rk, pol)
+	}
+	if len(rk) == 0 || rk[0].Excluded {
+		return
+	}
+	out.Best = 0
+	if pol == Cost && r.cfg.Temperature > 0 {
+		out.Best = sample(rk, r.cfg.Temperature, mix(key^0xa0761d6478bd642f))
+	}
+}
+
+func (r *Router) prefillRate(c *Candidate) float64 {
+	if c.PrefillTokensPerSec > 0 {
+		return c.PrefillTokensPerSec
+	}
+	return r.cfg.DefaultPrefillTokensPerSec
+}
+
+func (r *Router) queueRate(c *Candidate) float64 {
+	if c.QueueTokensPerSec > 0 {
+		return c.QueueTokensPerSec
+	}
+	if r.cfg.DefaultQueueTokensPerSec > 0 {
+		return r.cfg.DefaultQueueTokensPerSec
+	}
+	return r.prefillRate(c)
+}
+
+// queue is the candidate's queue term, false when its load is missing or
+// too old.
+func (r *Router) queue(c *Candidate, blockSize int) (time.Duration, bool) {
+	l := &c.Load
+	if !l.Known() || (r.cfg.MaxLoadAge > 0 && l.Age > r.cfg.MaxLoadAge) {
+		return 0, false
+	}
+	switch {
+	case l.HasPrefill || l.HasRequests:
+		var tokens float64
+		if l.HasPrefill {
+			tokens = float64(l.ActivePrefillTokens)
+		} else {
+			tokens = float64(l.Waiting) * r.cfg.WaitingRequestTokens
+		}
+		q := tokensTime(tokens, r.queueRate(c))
+		if l.HasDecode {
+			q += time.Duration(l.ActiveDecodeBlocks) * r.cfg.DecodeBlockTime
+		}
+		return q, true
+	default: // KV occupancy only
+		if l.KVCapacityBlocks == 0 {
+			return 0, false
+		}
+		u := min(float64(l.KVUsedBlocks)/float64(l.KVCapacityBlocks), 1)
+		return time.Duration(u * float64(r.cfg.KVFullQueue)), true
+	}
+}
+
+func tokensTime(tokens, perSec float64) time.Duration {
+	if tokens <= 0 {
+		return 0
+	}
+	return time.Duration(tokens / perSec * float64(time.Second))
+}
+
+// less orders two scored candidates under a policy: eligible first, then the
+// policy's key, then the tie hash.
+func less(a, b *Scored, pol Policy) bool {
+	if a.Excluded != b.Excluded {
+		return !a.Excluded
+	}
+	switch pol {
+	case Cost:
+		if a.Cost != b.Cost {
+			return a.Cost < b.Cost
+		}
+	case Prefix:
+		if a.Terms.Penalty != b.Terms.Penalty {
+			return a.Terms.Penalty < b.Terms.Penalty
+		}
+		if a.Depth != b.Depth {
+			return a.Depth > b.Depth
+		}
+	case Load:
+		if a.Terms.Penalty != b.Terms.Penalty {
+			return a.Terms.Penalty < b.Terms.Penalty
+		}
+		if a.Terms.Queue != b.Terms.Queue {
+			return a.Terms.Queue < b.Terms.Queue
+		}
+	}
+	return a.tie < b.tie
+}
+
+// sortRanked is an insertion sort: at most a few dozen lanes, no allocation.
+func sortRanked(s []Scored, pol Policy) {
+	for i := 1; i < len(s); i++ {
+		for j := i; j > 0 && less(&s[j], &s[j-1], pol); j-- {
+			s[j], s[j-1] = s[j-1], s[j]
+		}
+	}
+}
+
+func rotate(s []Scored, k int) {
+	if k == 0 {
+		return
+	}
+	reverse(s[:k])
+	reverse(s[k:])
+	reverse(s)
+}
+
+func reverse(s []Scored) {
+	for i, j := 0, len(s)-1; i < j; i, j = i+1, j-1 {
+		s[i], s[j] = s[j], s[i]
+	}
+}
+
+// sample draws an eligible index from a softmax over −cost/temp, using u
+// from the hash h. rk is sorted, so rk[0] has the lowest cost.
+func sample(rk []Scored, temp time.Duration, h uint64) int {
+	base := float64(rk[0].Cost)
+	t := float64(temp)
+	total := 0.0
+	n := 0
+	for n < len(rk) && !rk[n].Excluded {
+		total += math.Exp(-(float64(rk[n].Cost) - base) / t)
+		n++
+	}
+	u := float64(h>>11) / (1 << 53) * total
+	for i := 0; i < n; i++ {
+		u -= math.Exp(-(float64(rk[i].Cost) - base) / t)
+		if u < 0 {
+			return i
+		}
+	}
+	return n - 1
+}
+
+// mix is SplitMix64's finalizer.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
