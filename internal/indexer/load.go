@@ -108,10 +108,10 @@ type laneLoad struct {
 // Load is a lane's usable load at one instant: each part only when it is
 // known, belongs to the installed epoch and is fresh.
 type Load struct {
-	Flags          wire.LoadFlags
-	KVUsedBlocks   uint64
-	KVCapacity     uint64
-	Serving        wire.ServingLoad
+	Flags        wire.LoadFlags
+	KVUsedBlocks uint64
+	KVCapacity   uint64
+	Serving      wire.ServingLoad
 	// KVAge and ServingAge are the parts' ages by local receive time.
 	KVAge, ServingAge time.Duration
 }
