@@ -122,6 +122,8 @@ type Config struct {
 	// LoadMaxAge drops a lane's load older than this, by local receive
 	// time (default DefaultLoadMaxAge): it then counts as missing.
 	LoadMaxAge time.Duration
+	// Route configures routes (route.go).
+	Route RouteConfig
 	// NoMatchEndpoint leaves out the ckfq.<domain>.match micro service:
 	// an in-process mirror (pkg/client.Mirror) answers its own process
 	// only and must not join the indexers' queue group.
@@ -227,6 +229,9 @@ func (c Config) Validate() error {
 	}
 	if c.LaneStaleAfter < 0 {
 		return configError("lane_stale_after", "negative duration %s", c.LaneStaleAfter)
+	}
+	if err := c.Route.validate(); err != nil {
+		return err
 	}
 	if c.LoadMaxAge < 0 {
 		return configError("load_max_age", "negative duration %s", c.LoadMaxAge)

@@ -184,6 +184,7 @@ func (s *Service) startKvLaneLocked(lane int, src KvRelaySource) {
 	}
 	s.runners[lane] = r
 	s.heard[lane].Store(0)
+	s.owners[lane].Store(nil)
 	s.staleAfter[lane].Store(int64(k.StaleAfter))
 	labels := *s.labels.Load()
 	labels[lane] = laneLabel{dc: src.Name, pool: pool.String()}

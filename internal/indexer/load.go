@@ -118,7 +118,9 @@ type Load struct {
 
 // setOwner publishes the lane's installed (identity, epoch).
 func (r *laneRunner) setOwner(id ckf.ProducerIdentity, epoch uint64) {
-	r.owner.Store(&laneOwner{identity: id, epoch: epoch})
+	o := &laneOwner{identity: id, epoch: epoch}
+	r.owner.Store(o)
+	r.svc.owners[r.lane].Store(o)
 }
 
 // loadOutcome judges a window's (identity, epoch) against the lane's
@@ -215,25 +217,24 @@ func (s *Service) onPoolLoad(m *nats.Msg) {
 // the installed one are ignored, parts older than LoadMaxAge are dropped
 // and counted.
 func (s *Service) LaneLoad(lane int, now time.Time) Load {
-	var l Load
 	if lane < 0 || lane >= ckf.LaneCount {
-		return l
+		return Load{}
 	}
-	s.mu.Lock()
-	r := s.runners[lane]
-	s.mu.Unlock()
-	if r == nil {
-		return l
-	}
-	o := r.owner.Load()
+	return s.laneLoad(lane, now)
+}
+
+// laneLoad is LaneLoad without locks (the query path).
+func (s *Service) laneLoad(lane int, now time.Time) Load {
+	var l Load
+	o := s.owners[lane].Load()
 	if o == nil {
 		return l
 	}
-	if p := s.usablePart(r, &s.loads[lane].kv, o.epoch, now, "kv"); p != nil && p.flags.Has(wire.LoadKV) {
+	if p := s.usablePart(lane, &s.loads[lane].kv, o.epoch, now, "kv"); p != nil && p.flags.Has(wire.LoadKV) {
 		l.Flags |= wire.LoadKV
 		l.KVUsedBlocks, l.KVCapacity, l.KVAge = p.kvUsed, p.kvCap, now.Sub(p.at)
 	}
-	if p := s.usablePart(r, &s.loads[lane].serving, o.epoch, now, "serving"); p != nil && p.flags&wire.LoadServing != 0 {
+	if p := s.usablePart(lane, &s.loads[lane].serving, o.epoch, now, "serving"); p != nil && p.flags&wire.LoadServing != 0 {
 		l.Flags |= p.flags & wire.LoadServing
 		l.Serving, l.ServingAge = p.serving, now.Sub(p.at)
 	}
@@ -242,14 +243,14 @@ func (s *Service) LaneLoad(lane int, now time.Time) Load {
 
 // usablePart returns slot's part if it belongs to epoch and is fresh; an
 // expired part is removed and counted once.
-func (s *Service) usablePart(r *laneRunner, slot *atomic.Pointer[loadPart], epoch uint64, now time.Time, part string) *loadPart {
+func (s *Service) usablePart(lane int, slot *atomic.Pointer[loadPart], epoch uint64, now time.Time, part string) *loadPart {
 	p := slot.Load()
 	if p == nil || p.epoch != epoch {
 		return nil
 	}
 	if now.Sub(p.at) > s.cfg.LoadMaxAge {
 		if slot.CompareAndSwap(p, nil) {
-			s.lm.expired.WithLabelValues(strconv.Itoa(r.lane), r.dc, part).Inc()
+			s.lm.expired.WithLabelValues(strconv.Itoa(lane), s.labels.Load()[lane].dc, part).Inc()
 		}
 		return nil
 	}

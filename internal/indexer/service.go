@@ -88,6 +88,11 @@ type Service struct {
 	// lm and loads are the load plane's (load.go): each lane's last load.
 	lm    *loadMetrics
 	loads [ckf.LaneCount]laneLoad
+	// owners is each lane's installed (identity, epoch) (load.go), read by
+	// queries without locking.
+	owners [ckf.LaneCount]atomic.Pointer[laneOwner]
+	// routing answers routes (route.go).
+	routing *routing
 
 	mu      sync.Mutex // guards the fields below
 	runners [ckf.LaneCount]*laneRunner
@@ -176,6 +181,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		readObject: readSnapshotObject,
 		kvMetrics:  kvm,
 		lm:         lm,
+		routing:    newRouting(cfg.Route),
 		kvRefused:  map[string]bool{},
 		now:        time.Now,
 	}
@@ -427,6 +433,7 @@ func (s *Service) startLaneLocked(lane int, e *lease.LaneEntry) {
 	r := newLaneRunner(s, lane, e.DcName, e.Pool, subj, log, lm)
 	s.runners[lane] = r
 	s.heard[lane].Store(0)
+	s.owners[lane].Store(nil)
 	labels := *s.labels.Load()
 	labels[lane] = laneLabel{dc: e.DcName, pool: e.Pool.String()}
 	s.labels.Store(&labels)

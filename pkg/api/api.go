@@ -44,6 +44,9 @@ func (e *RequestError) Error() string {
 type Query struct {
 	Locals []ckf.LocalBlockHash
 	Seqs   []ckf.SequenceHash
+	// BlockSize is the block size of a tokens request (0 for the other
+	// forms); a route uses it to count the tokens a DC holds.
+	BlockSize int
 }
 
 // Blocks is the number of query positions.
