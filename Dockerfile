@@ -2,7 +2,9 @@
 # public golang image, then two FROM scratch images:
 #   --target ckfrelay  relay-producer, global-indexer, trace-replayer, ckf-health, ckf-wanproxy, ckf-wanprobe, ckf-nats-exporter
 #   --target nats      nats-server (from the nats-server/v2 module in go.mod), ckf-health
-# scripts/build-images.sh builds the same two images with no registry.
+# scripts/build-images.sh builds the same two images with no registry
+# (scripts/up.sh: build, then start the stack). .dockerignore keeps the
+# context to the module files and the Go packages the binaries import.
 FROM golang:1.26 AS build
 WORKDIR /src
 COPY go.mod go.sum ./

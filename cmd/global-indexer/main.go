@@ -16,6 +16,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +25,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
+	"github.com/ckfrelay/ckfrelay/internal/domains"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
@@ -70,6 +73,31 @@ type options struct {
 	http           httpserve.Config
 	maxMatches     int
 	kv             kvrelayOptions
+	domainsFrom    string
+	domainAllow    string
+	maxDomains     int
+	maxTableBytes  uint64
+}
+
+// domainsFromLaneMap is the --domains-from value that serves every domain
+// with a lane map in the lease bucket.
+const domainsFromLaneMap = "lanemap"
+
+// domainList is --domain split at commas.
+func (o options) domainList() []string {
+	var out []string
+	for _, d := range strings.Split(o.domain, ",") {
+		if d = strings.TrimSpace(d); d != "" {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// multi: the process serves several domains (internal/domains) rather
+// than exactly one indexer service.
+func (o options) multi() bool {
+	return len(o.domainList()) != 1 || o.domainsFrom != ""
 }
 
 // errUsage marks a bad command line or environment (exit code 2).
@@ -84,7 +112,11 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	fs.SetOutput(out)
 	cli.Usage(fs, "follows every DC lane of a domain and answers prefix-match queries over HTTP and NATS", map[string]string{"http-addr": cli.GroupConnection})
 	o.common.Register(fs)
-	fs.StringVar(&o.domain, "domain", "default", "indexer domain (one logical KV index namespace)")
+	fs.StringVar(&o.domain, "domain", "default", "indexer domain (one logical KV index namespace, one per model); a comma-separated list serves several, the first being the default of queries that name no model")
+	fs.StringVar(&o.domainsFrom, "domains-from", "", "\"lanemap\": also serve every domain a relay registers in the lease bucket's lane maps (filtered by --domain-allow)")
+	fs.StringVar(&o.domainAllow, "domain-allow", "", "with --domains-from: a shell pattern (path.Match) a discovered domain must match (empty: any)")
+	fs.IntVar(&o.maxDomains, "max-domains", domains.DefaultMaxDomains, "domains served at most; one more is refused (logged, ckf_indexer_domains_refused_total)")
+	fs.Uint64Var(&o.maxTableBytes, "max-table-bytes", domains.DefaultMaxTableBytes, "sum of the domains' tables (16 lanes x buckets x 8 bytes each) at most; a domain whose table passes it is refused")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address of the query API, health and metrics")
 	fs.Uint64Var(&o.expectedBlocks, "expected-blocks", 0, "expected blocks per DC fixing the CKF format (0: learn it from the first snapshot)")
 	fs.IntVar(&o.workers, "workers", ckf.DefaultIngestionWorkers, "ingestion workers")
@@ -155,6 +187,31 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		return options{}, bad("snapshot-fetch-timeout", "want a positive duration")
 	case o.httpAddr == "":
 		return options{}, fmt.Errorf("%w: --http-addr is required", errUsage)
+	case o.domainsFrom != "" && o.domainsFrom != domainsFromLaneMap:
+		return options{}, bad("domains-from", "want %s or empty", domainsFromLaneMap)
+	case o.domainAllow != "" && o.domainsFrom == "":
+		return options{}, bad("domain-allow", "needs --domains-from")
+	case o.maxDomains < 1:
+		return options{}, bad("max-domains", "want at least 1")
+	case o.maxTableBytes == 0:
+		return options{}, bad("max-table-bytes", "want at least 1")
+	case len(o.domainList()) == 0 && o.domainsFrom == "":
+		return options{}, bad("domain", "want a domain, or --domains-from")
+	case len(o.domainList()) > o.maxDomains:
+		return options{}, bad("domain", "%d domains, more than --max-domains %d", len(o.domainList()), o.maxDomains)
+	}
+	if _, err := path.Match(o.domainAllow, ""); err != nil {
+		return options{}, bad("domain-allow", "%v", err)
+	}
+	seen := map[string]bool{}
+	for _, d := range o.domainList() {
+		if seen[d] {
+			return options{}, bad("domain", "%q given twice", d)
+		}
+		seen[d] = true
+		if _, err := (options{domain: d}).indexerConfigOnly(); err != nil {
+			return options{}, bad("domain", "%v", err)
+		}
 	}
 	if o.expectedBlocks > 0 {
 		if _, err := ckf.NewConfig(o.expectedBlocks).Format(); err != nil {
@@ -192,7 +249,7 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 	pc.WorkerCount, pc.QueueCapacity = o.workers, o.queue
 	pc.MaxDirtyToAppliedAge, pc.ControlTimeout = o.maxApplyLag, o.controlTimeout
 	cfg := indexer.Config{
-		Domain:  o.domain,
+		Domain:  o.defaultDomain(),
 		Pool:    pc,
 		Logger:  log,
 		Metrics: reg,
@@ -221,6 +278,32 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 		cfg.Format = &f
 	}
 	return cfg, cfg.Validate()
+}
+
+// defaultDomain is the first --domain, or "default" with none (discovery
+// only; the registry then replaces it per domain).
+func (o options) defaultDomain() string {
+	if l := o.domainList(); len(l) > 0 {
+		return l[0]
+	}
+	return "default"
+}
+
+// indexerConfigOnly validates the domain name as an indexer config would.
+func (o options) indexerConfigOnly() (indexer.Config, error) {
+	cfg := indexer.Config{Domain: o.domain}
+	return cfg, cfg.Validate()
+}
+
+// registryConfig is the internal/domains config of a multi-domain process.
+func (o options) registryConfig(base indexer.Config, reg prometheus.Registerer, log zerolog.Logger) domains.Config {
+	c := domains.Config{Base: base, Domains: o.domainList(), Discover: o.domainsFrom == domainsFromLaneMap,
+		MaxDomains: o.maxDomains, MaxTableBytes: o.maxTableBytes, Registerer: reg, Logger: log}
+	if o.domainAllow != "" {
+		pattern := o.domainAllow
+		c.Allow = func(d string) bool { ok, _ := path.Match(pattern, d); return ok }
+	}
+	return c
 }
 
 // run is main without the process: it returns the exit code. Logs go to
@@ -259,17 +342,36 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 	if err != nil {
 		return err
 	}
-	svc, err := indexer.New(conn.NC, conn.JS, cfg)
-	if err != nil {
-		return err
+	var (
+		backend queryapi.Backend
+		apiM    *queryapi.Metrics
+		runner  func(context.Context) error
+	)
+	if o.multi() {
+		// Each domain's series carry domain="<name>"; the HTTP endpoint's,
+		// shared by every domain, domain="".
+		r, err := domains.New(conn.NC, conn.JS, o.registryConfig(cfg, reg, log))
+		if err != nil {
+			return err
+		}
+		if apiM, err = queryapi.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"domain": ""}, reg)); err != nil {
+			return err
+		}
+		backend, runner = r, r.Run
+	} else {
+		svc, err := indexer.New(conn.NC, conn.JS, cfg)
+		if err != nil {
+			return err
+		}
+		backend, apiM, runner = svc, svc.APIMetrics(), svc.Run
 	}
 
-	h := cli.TraceHTTP(queryapi.Handler(svc, svc.APIMetrics(), reg, queryapi.WithLimits(queryapi.Limits{MaxConcurrentMatches: o.maxMatches}),
+	h := cli.TraceHTTP(queryapi.Handler(backend, apiM, reg, queryapi.WithLimits(queryapi.Limits{MaxConcurrentMatches: o.maxMatches}),
 		queryapi.WithStatusInfo(queryapi.StatusInfo{Domain: o.domain, Version: cli.Version()})), tp, serviceName)
 	// A dead API ends the process; cli.Run logs the stop line.
 	return o.http.Serve(ctx, o.httpAddr, h, log, func(ctx context.Context, bound string) error {
 		logServing(log, o, conn, bound)
-		return svc.Run(ctx)
+		return runner(ctx)
 	})
 }
 
@@ -279,7 +381,7 @@ func logServing(log zerolog.Logger, o options, conn *cli.Conn, httpAddr string) 
 	ev := log.Info().
 		Str("addr", httpAddr).
 		Str("match_url", "http://"+httpAddr+"/v1/match").
-		Str("match_subject", indexer.MatchSubject(o.domain)).
+		Str("match_subject", indexer.MatchSubject(o.defaultDomain())).
 		Str("micro_service", indexer.MicroServiceName).
 		Str("nats_url", conn.URL).
 		Str("domain", o.domain).

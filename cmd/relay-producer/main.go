@@ -11,11 +11,15 @@ import (
 	"io"
 	"os"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
+	"github.com/ckfrelay/ckfrelay/internal/pools"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -34,6 +38,8 @@ type options struct {
 	cfg           relay.Config
 	kv            kvrelayOptions
 	getenv        func(string) string
+	poolsFile     string
+	pools         *pools.File
 }
 
 func parse(args []string, getenv func(string) string, stderr io.Writer) (*options, error) {
@@ -62,6 +68,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.StringVar(&o.inputJSDomain, "input-js-domain", "", "JetStream domain of the input stream KVEVENTS (the DC's own, so workers publish locally and a WAN cut loses nothing); empty: the same as --js-domain")
 	fs.Int64Var(&o.cfg.UploadMinRate, "upload-min-rate", relay.DefaultUploadMinRate, "slowest rate in bytes/s a snapshot body may reach the object store at: its put times out after 30 s plus its size at this rate (size it below the WAN link's share for the relay)")
 	fs.IntVar(&o.cfg.Streams.EventReplicas, "input-js-replicas", 0, "replicas of the KVEVENTS input stream when this relay creates it (1..5; 0: the same as --js-replicas). A DC's single-node leaf needs 1 while the hub's cluster takes 3")
+	fs.StringVar(&o.poolsFile, "pools-file", "", "YAML file of the pools (one per domain) this process runs for --dc, and the domains that may appear on their first event; replaces --domain")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9090", "health and metrics listen address (empty disables)")
 	o.http.Register(fs)
 	o.kv.register(fs)
@@ -94,6 +101,19 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return nil, err
+	}
+	if o.poolsFile != "" {
+		if o.kv.listen != "" {
+			return nil, errors.New("--kvrelay-listen serves one pool: it does not combine with --pools-file")
+		}
+		f, err := pools.ReadFile(o.poolsFile)
+		if err != nil {
+			return nil, fmt.Errorf("--pools-file: %w", err)
+		}
+		if len(f.Pools) == 0 && len(f.Allow) == 0 {
+			return nil, fmt.Errorf("--pools-file %s: declares no pool and allows none", o.poolsFile)
+		}
+		o.pools = &f
 	}
 	return o, nil
 }
@@ -130,6 +150,9 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 			return fmt.Errorf("--input-js-domain %q: %w", o.inputJSDomain, err)
 		}
 	}
+	if o.pools != nil {
+		return servePools(ctx, o, log, conn.NC, conn.JS, reg, tp)
+	}
 	r, err := relay.New(conn.NC, conn.JS, o.cfg)
 	if err != nil {
 		return err
@@ -149,4 +172,20 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	}
 	// Health, status and metrics; a dead endpoint stops the relay.
 	return o.http.Serve(ctx, o.httpAddr, cli.TraceHTTP(r.Handler(reg), tp, "relay-producer"), log, func(ctx context.Context, _ string) error { return r.Run(ctx) })
+}
+
+// servePools runs the pools of the --pools-file (one relay per domain) on
+// one connection until ctx ends.
+func servePools(ctx context.Context, o *options, log zerolog.Logger, nc *nats.Conn, js jetstream.JetStream, reg *prometheus.Registry, tp trace.TracerProvider) error {
+	m, err := pools.New(nc, js, pools.Config{Base: o.cfg, File: *o.pools, Registerer: reg, Logger: log})
+	if err != nil {
+		return err
+	}
+	log.Info().Str("dc", o.cfg.DC).Strs("pools", m.Domains()).Strs("allow", o.pools.Allow).Int("max_pools", o.pools.MaxPools).
+		Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).Str("js_domain", o.common.JSDomain).Str("input_js_domain", o.inputJSDomain).
+		Msg("relay-producer starting")
+	if o.httpAddr == "" {
+		return m.Run(ctx)
+	}
+	return o.http.Serve(ctx, o.httpAddr, cli.TraceHTTP(m.Handler(reg), tp, "relay-producer"), log, func(ctx context.Context, _ string) error { return m.Run(ctx) })
 }

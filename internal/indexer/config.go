@@ -73,6 +73,16 @@ type Config struct {
 	// Metrics receives the indexer and API metrics (nil: a private
 	// registry). One service per registry: a second registration fails New.
 	Metrics *prometheus.Registry
+	// Registerer, when set, receives the metrics instead of Metrics: a
+	// process serving several domains registers each domain's service on
+	// the process registry wrapped with a domain label (internal/domains).
+	Registerer prometheus.Registerer
+	// ReserveTable, when set, is asked before the table of the first
+	// ingestion pool is allocated (its bytes: 16 lanes × buckets × 8); an
+	// error leaves the table unallocated and the lane that asked in
+	// ErrLaneConfig, retried with backoff. A bound on the table memory of
+	// a process serving several domains (internal/domains).
+	ReserveTable func(format ckf.FormatIdentity, bytes uint64) error
 	// BootstrapBackoffMin and BootstrapBackoffMax bound the exponential
 	// backoff between failed bootstraps of one lane (defaults 50ms and 2s).
 	BootstrapBackoffMin time.Duration

@@ -253,7 +253,11 @@ func (r *laneRunner) sourceStatus(st *api.LaneStatus) {
 
 // Admit refuses a pool the table cannot hold: another CKF format than the
 // table's (bucket count, seed, fingerprint bits, slots) or other query
-// semantics than the indexer's queries (block size, hash format).
+// semantics than the indexer's queries (block size, hash format). Those
+// refusals wrap client.ErrIncompatible: only a catalog change can lift
+// them. A pool that cannot take the lane now (its worker failed and the
+// rebuild waits, or it was closed mid-rebuild) is a passing failure, with
+// a client.RetryHint that is ready once the pool generation is replaced.
 func (k *kvLane) Admit(sel client.Selection) error {
 	r := k.r
 	qs := sel.Descriptor.GetQuerySemantics()
@@ -268,7 +272,7 @@ func (k *kvLane) Admit(sel client.Selection) error {
 }
 
 func (k *kvLane) refuse(format string, a ...any) error {
-	err := laneError(ErrWrongFormat, k.r.lane, nil, format, a...)
+	err := laneError(ErrWrongFormat, k.r.lane, client.ErrIncompatible, format, a...)
 	k.r.m.fault(ErrWrongFormat.String())
 	k.r.setStatus(PhaseRefused, err.Error())
 	return err
@@ -290,12 +294,16 @@ func (k *kvLane) pool(sel client.Selection) (*poolGen, error) {
 	if _, ok := g.pool.Indexer().Manifest().PoolID(r.lane); !ok {
 		// The pool was built while this lane was refused: configure it now.
 		if err := g.pool.ConfigureLane(r.lane, r.pool); err != nil {
-			return nil, laneError(ErrLaneConfig, r.lane, err, "configure")
+			if errors.Is(err, consumer.ErrWorkerFailed) || errors.Is(err, consumer.ErrPoolClosed) {
+				r.svc.poolFailed(g)
+			}
+			return nil, &client.RetryHint{Ready: g.replaced, Err: laneError(ErrLaneConfig, r.lane, err, "configure")}
 		}
 	}
 	if g.laneDown(r.lane) {
 		r.svc.poolFailed(g)
-		return nil, laneError(ErrLaneConfig, r.lane, consumer.ErrWorkerFailed, "the lane's ingestion worker failed")
+		return nil, &client.RetryHint{Ready: g.replaced,
+			Err: laneError(ErrLaneConfig, r.lane, consumer.ErrWorkerFailed, "the lane's ingestion worker failed; the pool is being rebuilt")}
 	}
 	return g, nil
 }

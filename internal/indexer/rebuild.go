@@ -108,12 +108,8 @@ func (s *Service) rebuild(g *poolGen) {
 		s.mu.Unlock()
 		if wait > 0 {
 			s.log.Warn().Dur("wait_ms", wait).Msg("ingestion pool rebuild rate limited")
-			t := time.NewTimer(wait)
-			select {
-			case <-s.stopFault:
-				t.Stop()
+			if !s.rebuildDelay(wait, s.stopFault) {
 				return
-			case <-t.C:
 			}
 		}
 		done, err := s.replacePool(g)

@@ -113,6 +113,10 @@ type Service struct {
 	// readObject reads and decodes a snapshot body; tests replace it
 	// (before Run) to inject Object Store failures.
 	readObject func(ctx context.Context, store jetstream.ObjectStore, mk *wire.SnapshotMarker, format ckf.FormatIdentity) ([]uint64, error)
+	// rebuildDelay waits out a rate-limited pool rebuild's delay d and
+	// reports whether the service still runs; tests replace it (before
+	// Run) to hold a rebuild until they release it.
+	rebuildDelay func(d time.Duration, stop <-chan struct{}) bool
 	// now is the clock of the superseded-traffic fault, of an awaiting
 	// lane's snapshot requests and of the rebuild limiter; tests replace it
 	// before Run (it must be safe for concurrent use).
@@ -144,15 +148,19 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
-	m, err := newServiceMetrics(reg)
+	var regr prometheus.Registerer = reg
+	if cfg.Registerer != nil {
+		regr = cfg.Registerer
+	}
+	m, err := newServiceMetrics(regr)
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
-	apiM, err := queryapi.NewMetrics(reg)
+	apiM, err := queryapi.NewMetrics(regr)
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
-	kvm, err := client.NewMetrics(reg)
+	kvm, err := client.NewMetrics(regr)
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
@@ -179,11 +187,21 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		stopFault:  make(chan struct{}),
 		limiter:    rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
 		readObject: readSnapshotObject,
-		kvMetrics:  kvm,
-		lm:         lm,
-		routing:    newRouting(cfg.Route),
-		kvRefused:  map[string]bool{},
-		now:        time.Now,
+		rebuildDelay: func(d time.Duration, stop <-chan struct{}) bool {
+			t := time.NewTimer(d)
+			defer t.Stop()
+			select {
+			case <-stop:
+				return false
+			case <-t.C:
+				return true
+			}
+		},
+		kvMetrics: kvm,
+		lm:        lm,
+		routing:   newRouting(cfg.Route),
+		kvRefused: map[string]bool{},
+		now:       time.Now,
 	}
 	s.labels.Store(&[ckf.LaneCount]laneLabel{})
 	s.scratch.New = func() any { return new(consumer.QueryScratch) }
@@ -481,6 +499,11 @@ func (s *Service) ensurePool(format ckf.FormatIdentity) (*poolGen, error) {
 	if err != nil {
 		return nil, err
 	}
+	if s.cfg.ReserveTable != nil {
+		if err := s.cfg.ReserveTable(format, TableBytesOf(format)); err != nil {
+			return nil, err
+		}
+	}
 	ix, err := consumer.NewIndexer(man, s.cfg.Search)
 	if err != nil {
 		return nil, err
@@ -564,9 +587,25 @@ func (s *Service) currentPool() *consumer.Pool {
 	return nil
 }
 
+// Domain is the domain the service follows.
+func (s *Service) Domain() string { return s.cfg.Domain }
+
+// DomainReady reports, for /readyz?domain=, whether domain is this
+// service's and ready.
+func (s *Service) DomainReady(domain string) (ready, known bool) {
+	if domain != s.cfg.Domain {
+		return false, false
+	}
+	return s.Ready(), true
+}
+
 // Match answers q over the lanes ready when the query starts. It returns
-// api.ErrUnavailable when no lane is ready.
+// api.ErrUnavailable when no lane is ready, and api.ErrUnknownDomain when
+// q names another domain.
 func (s *Service) Match(q api.Query) (api.MatchResponse, error) {
+	if q.Model != "" && q.Model != s.cfg.Domain {
+		return api.MatchResponse{}, fmt.Errorf("indexer: %q (this indexer serves %q): %w", q.Model, s.cfg.Domain, api.ErrUnknownDomain)
+	}
 	p := s.currentPool()
 	if p == nil {
 		return api.MatchResponse{}, api.ErrUnavailable
@@ -625,6 +664,12 @@ func (s *Service) laneAge(lane int, now time.Time) (ageMs int64, stale bool) {
 // laneLabel is how a lane is named in query answers.
 type laneLabel struct{ dc, pool string }
 
+// TableBytesOf is the size of the transposed table of format: 16 lanes ×
+// the bucket count × 8 bytes.
+func TableBytesOf(format ckf.FormatIdentity) uint64 {
+	return ckf.LaneCount * format.BucketCount * 8
+}
+
 // TableBytes is the size of the current table (0 before the first pool):
 // 16 lanes × the bucket count × 8 bytes.
 func (s *Service) TableBytes() uint64 {
@@ -643,7 +688,9 @@ func (s *Service) Lanes() []api.LaneStatus {
 	out := []api.LaneStatus{}
 	for _, r := range runners {
 		if r != nil {
-			out = append(out, r.Status())
+			st := r.Status()
+			st.Domain = s.cfg.Domain
+			out = append(out, st)
 		}
 	}
 	return out

@@ -33,6 +33,33 @@ type Backend interface {
 	Ready() bool
 }
 
+// DomainBackend is a Backend serving several domains (models): GET
+// /readyz?domain=NAME answers for one of them.
+type DomainBackend interface {
+	Backend
+	// DomainReady reports whether domain is served (known) and ready.
+	DomainReady(domain string) (ready, known bool)
+}
+
+// domainReady answers /readyz?domain=d: 404 for a domain b does not
+// serve (or when b serves one domain only and it is another).
+func domainReady(w http.ResponseWriter, b Backend, d string) {
+	db, ok := b.(DomainBackend)
+	if !ok {
+		httpserve.WriteJSON(w, http.StatusNotFound, map[string]string{"status": "this indexer does not serve several domains"})
+		return
+	}
+	ready, known := db.DomainReady(d)
+	switch {
+	case !known:
+		httpserve.WriteJSON(w, http.StatusNotFound, map[string]string{"status": "unknown domain"})
+	case !ready:
+		httpserve.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no lane of the domain is active"})
+	default:
+		httpserve.WriteJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+	}
+}
+
 // Metrics counts API traffic.
 type Metrics struct {
 	Requests *prometheus.CounterVec
@@ -207,6 +234,10 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 		httpserve.WriteJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if d := r.URL.Query().Get("domain"); d != "" {
+			domainReady(w, b, d)
+			return
+		}
 		if !b.Ready() {
 			httpserve.WriteJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "no lane is active"})
 			return
@@ -341,6 +372,10 @@ func matchQuery(ctx context.Context, b Backend, m *Metrics, q api.Query) (api.Ma
 		if errors.Is(err, api.ErrUnavailable) {
 			m.Requests.WithLabelValues("match", "unavailable").Inc()
 			return api.MatchResponse{}, http.StatusServiceUnavailable, err
+		}
+		if errors.Is(err, api.ErrUnknownDomain) {
+			m.Requests.WithLabelValues("match", "unknown_domain").Inc()
+			return api.MatchResponse{}, http.StatusNotFound, err
 		}
 		m.Requests.WithLabelValues("match", "error").Inc()
 		return api.MatchResponse{}, http.StatusInternalServerError, err

@@ -57,6 +57,9 @@ func routeBody(ctx context.Context, b RouteBackend, m *Metrics, kind bodyKind, b
 	case errors.Is(err, api.ErrUnavailable):
 		m.Requests.WithLabelValues("route", "unavailable").Inc()
 		return api.RouteResponse{}, http.StatusServiceUnavailable, err
+	case errors.Is(err, api.ErrUnknownDomain):
+		m.Requests.WithLabelValues("route", "unknown_domain").Inc()
+		return api.RouteResponse{}, http.StatusNotFound, err
 	case errors.As(err, &re):
 		m.Requests.WithLabelValues("route", "bad_request").Inc()
 		return api.RouteResponse{}, http.StatusBadRequest, err

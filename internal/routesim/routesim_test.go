@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -21,9 +22,11 @@ func smallConfig() Config {
 	return cfg
 }
 
+var loadTrace = sync.OnceValues(replay.LoadEmbedded)
+
 func embedded(t *testing.T, n int) []replay.Request {
 	t.Helper()
-	reqs, err := replay.LoadEmbedded()
+	reqs, err := loadTrace()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,6 +27,14 @@ const (
 // ErrUnavailable means no lane is ready; the caller should route elsewhere.
 var ErrUnavailable = errors.New("api: no lane is ready")
 
+// ErrUnknownDomain means the request named a model (domain) the indexer
+// does not serve, or named none where it serves several and has no
+// default; HTTP answers 404.
+var ErrUnknownDomain = errors.New("api: unknown model")
+
+// MaxModelBytes bounds the "model" (or "domain") of a request.
+const MaxModelBytes = 256
+
 // RequestError is a bad request; Field names the offending JSON field.
 type RequestError struct {
 	Field  string
@@ -47,6 +55,10 @@ type Query struct {
 	// BlockSize is the block size of a tokens request (0 for the other
 	// forms); a route uses it to count the tokens a DC holds.
 	BlockSize int
+	// Model is the domain (model) the request names with "model" or
+	// "domain"; empty when it names none, and an indexer serving one
+	// domain (or a default one) answers from that.
+	Model string
 }
 
 // Blocks is the number of query positions.
@@ -132,6 +144,8 @@ func (r *MatchResponse) SetBest() {
 
 // LaneStatus is one row of GET /v1/lanes.
 type LaneStatus struct {
+	// Domain is the domain (model) the lane belongs to.
+	Domain            string `json:"domain,omitempty"`
 	Lane              int    `json:"lane"`
 	DC                string `json:"dc"`
 	Pool              string `json:"pool"`
@@ -175,6 +189,9 @@ func ErrorJSON(err error) []byte {
 // one of Tokens (with BlockSize, and the salts that shaped the cache),
 // LocalHashes or SequenceHashes.
 type MatchRequest struct {
+	// Model names the domain to answer from; empty: the indexer's only
+	// (or default) domain.
+	Model          string   `json:"model,omitempty"`
 	Tokens         []uint32 `json:"tokens,omitempty"`
 	BlockSize      int      `json:"block_size,omitempty"`
 	LoraName       string   `json:"lora_name,omitempty"`

@@ -27,6 +27,8 @@ type matchDecoder struct {
 	seen map[string]bool
 
 	blockSize      *int
+	model          *string
+	modelKey       string
 	lora, ns       *string
 	eagle          *bool
 	locals         []ckf.LocalBlockHash
@@ -73,6 +75,18 @@ func (d *matchDecoder) decode() (Query, error) {
 
 func (d *matchDecoder) field(key string) error {
 	switch key {
+	case "model", "domain":
+		if d.modelKey != "" {
+			return &RequestError{Field: key, Reason: "give one of model or domain"}
+		}
+		d.modelKey = key
+		if err := d.scalar(key, &d.model); err != nil {
+			return err
+		}
+		if d.model != nil && (*d.model == "" || len(*d.model) > MaxModelBytes) {
+			return &RequestError{Field: key, Reason: fmt.Sprintf("must be 1..%d bytes", MaxModelBytes)}
+		}
+		return nil
 	case "block_size":
 		return d.scalar(key, &d.blockSize)
 	case "lora_name":
@@ -212,6 +226,14 @@ func checkBlockSize(bs int) error {
 }
 
 func (d *matchDecoder) finish() (Query, error) {
+	q, err := d.query()
+	if err == nil {
+		q.Model = deref(d.model)
+	}
+	return q, err
+}
+
+func (d *matchDecoder) query() (Query, error) {
 	given := 0
 	for _, p := range []bool{d.tokensGiven, d.localsGiven, d.seqsGiven} {
 		if p {

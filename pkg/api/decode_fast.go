@@ -29,6 +29,7 @@ func decodeFastRoute(b []byte, ro *RouteOptions) (Query, bool) {
 		nTokens              int
 		haveTokens, haveBS   bool
 		haveLocals, haveSeqs bool
+		haveModel            bool
 		blockSize            uint64
 	)
 	for first := true; ; first = false {
@@ -80,6 +81,16 @@ func decodeFastRoute(b []byte, ro *RouteOptions) (Query, bool) {
 				return Query{}, false
 			}
 			nTokens = n
+		case "model", "domain":
+			if haveModel {
+				return Query{}, false
+			}
+			haveModel = true
+			v, ok := s.str(MaxModelBytes)
+			if !ok || len(v) == 0 {
+				return Query{}, false
+			}
+			q.Model = string(v)
 		case "block_size":
 			if haveBS || haveSeqs || haveLocals {
 				return Query{}, false
@@ -120,7 +131,7 @@ func decodeFastRoute(b []byte, ro *RouteOptions) (Query, bool) {
 		if nTokens/bs > MaxBlocks {
 			return Query{}, false
 		}
-		return Query{Locals: hashTokens(&tokens, nTokens, bs), BlockSize: bs}, true
+		return Query{Locals: hashTokens(&tokens, nTokens, bs), BlockSize: bs, Model: q.Model}, true
 	}
 	return Query{}, false
 }
@@ -164,6 +175,29 @@ func (s *fastScanner) key() ([]byte, bool) {
 			k := s.b[start:s.i]
 			s.i++
 			return k, s.eat(':')
+		}
+		if c == '\\' || c < 0x20 || c >= 0x80 {
+			return nil, false
+		}
+		s.i++
+	}
+	return nil, false
+}
+
+// str reads a plain (escape-free, ASCII) string value of at most limit
+// bytes.
+func (s *fastScanner) str(limit int) ([]byte, bool) {
+	s.ws()
+	if !s.eat('"') {
+		return nil, false
+	}
+	start := s.i
+	for s.i < len(s.b) && s.i-start <= limit {
+		c := s.b[s.i]
+		if c == '"' {
+			v := s.b[start:s.i]
+			s.i++
+			return v, true
 		}
 		if c == '\\' || c < 0x20 || c >= 0x80 {
 			return nil, false

@@ -18,6 +18,9 @@ var fastShapes = []string{
 	`{"block_size":4,"tokens":[1,2,3,4,5,6,7,8,9]}`,
 	`{"block_size":1,"tokens":[]}`,
 	`{"tokens":[4294967295],"block_size":1}`,
+	`{"model":"llama-8b","sequence_hashes":[1,2]}`,
+	`{"sequence_hashes":[1,2],"domain":"qwen"}`,
+	`{"block_size":4,"model":"m","tokens":[1,2,3,4]}`,
 }
 
 func TestFastPathTakesTheCommonShapesAndAgrees(t *testing.T) {

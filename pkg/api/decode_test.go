@@ -2,6 +2,7 @@ package api
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"strings"
@@ -137,5 +138,34 @@ func TestBestIsNeverAStaleLane(t *testing.T) {
 	r.Lanes[0].Stale = true
 	if r.SetBest(); r.Best != nil {
 		t.Fatalf("best %+v among stale lanes only", r.Best)
+	}
+}
+
+// "model" and "domain" name the domain, in any position and on every
+// shape; both at once, an empty one or a non-string is refused.
+func TestModelNamesTheDomain(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"model":"llama","sequence_hashes":[1]}`:                   "llama",
+		`{"local_hashes":[1],"domain":"qwen"}`:                      "qwen",
+		`{"block_size":2,"tokens":[1,2,3,4],"model":"m\u00e9"}`:     "m\u00e9",
+		`{"tokens":[1,2],"eagle":false,"block_size":2,"model":"x"}`: "x",
+		`{"sequence_hashes":[1],"model":null}`:                      "",
+		`{"sequence_hashes":[1]}`:                                   "",
+	} {
+		q, err := DecodeMatchRequest([]byte(body))
+		if err != nil || q.Model != want || q.Blocks() == 0 {
+			t.Fatalf("%s: model %q blocks %d err %v, want %q", body, q.Model, q.Blocks(), err, want)
+		}
+	}
+	for _, body := range []string{
+		`{"model":"a","domain":"b","sequence_hashes":[1]}`,
+		`{"model":"","sequence_hashes":[1]}`,
+		`{"model":7,"sequence_hashes":[1]}`,
+		`{"model":"` + strings.Repeat("m", MaxModelBytes+1) + `","sequence_hashes":[1]}`,
+	} {
+		var re *RequestError
+		if _, err := DecodeMatchRequest([]byte(body)); !errors.As(err, &re) {
+			t.Fatalf("%.80s: err %v, want a RequestError", body, err)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -413,4 +414,46 @@ func stopWatcher(w jetstream.KeyWatcher) {
 			return
 		}
 	}
+}
+
+// WatchDomains delivers the name of every domain that has a lane map in the
+// bucket, each once: first those present, then each one a relay registers
+// later. An indexer serving every domain it finds (internal/domains) follows
+// it. The channel closes when ctx ends or the watch ends; the caller
+// watches again to resume (names already seen come again).
+func (c *Coordinator) WatchDomains(ctx context.Context) (<-chan string, error) {
+	w, err := c.kv.Watch(ctx, lanesKey("*"), jetstream.MetaOnly())
+	if err != nil {
+		return nil, fmt.Errorf("lease: watch lane maps: %w", err)
+	}
+	out := make(chan string, 16)
+	go func() {
+		defer close(out)
+		defer stopWatcher(w)
+		seen := map[string]bool{}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case e, ok := <-w.Updates():
+				if !ok {
+					return
+				}
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue
+				}
+				d, ok := strings.CutPrefix(e.Key(), lanesKey(""))
+				if !ok || seen[d] || ValidateName(d) != nil {
+					continue
+				}
+				seen[d] = true
+				select {
+				case out <- d:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	return out, nil
 }

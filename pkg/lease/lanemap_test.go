@@ -352,3 +352,43 @@ func TestRejectedNamesAreQuotedWholeUpTo32Bytes(t *testing.T) {
 		t.Errorf("33-byte name report %q, want it cut at 32 bytes", r)
 	}
 }
+
+// WatchDomains names each domain with a lane map once: those registered
+// before the watch, then a later one; a second DC of a known domain adds
+// nothing.
+func TestWatchDomainsNamesEachDomainOnce(t *testing.T) {
+	ctx := testCtx(t)
+	c, _, _ := startCoordinator(t)
+	for _, d := range []string{"llama", "qwen"} {
+		if _, err := c.Register(ctx, d, "dc-a", testPool(t, "dc-a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ch, err := c.WatchDomains(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := func() string {
+		t.Helper()
+		select {
+		case d := <-ch:
+			return d
+		case <-time.After(10 * time.Second):
+			t.Fatal("no domain delivered")
+			return ""
+		}
+	}
+	got := map[string]bool{next(): true, next(): true}
+	if !got["llama"] || !got["qwen"] {
+		t.Fatalf("initial domains %v, want llama and qwen", got)
+	}
+	if _, err := c.Register(ctx, "llama", "dc-b", testPool(t, "dc-b")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Register(ctx, "mistral", "dc-a", testPool(t, "dc-a")); err != nil {
+		t.Fatal(err)
+	}
+	if d := next(); d != "mistral" {
+		t.Fatalf("next domain %q, want mistral (llama already named)", d)
+	}
+}

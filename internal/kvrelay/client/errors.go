@@ -35,6 +35,14 @@ const (
 	// ReasonRefused: the sink refused the selected pool (format or query
 	// semantics).
 	ReasonRefused Reason = "refused"
+	// ReasonAdmitFailed: the sink could not admit the selected pool for a
+	// passing reason (its Admit error does not wrap ErrIncompatible); Admit
+	// is retried after backoff.
+	ReasonAdmitFailed Reason = "admit_failed"
+	// ReasonSemanticsChanged: the catalog changed the selected pool's query
+	// semantics (block size, hash format) under the same producer; the pool
+	// is admitted again before it is followed.
+	ReasonSemanticsChanged Reason = "semantics_changed"
 	// ReasonProducerChanged: the catalog names another producer for the
 	// selected pool, or the relay answered PRODUCER_CHANGED.
 	ReasonProducerChanged Reason = "producer_changed"
@@ -111,6 +119,26 @@ func (f *Fault) Unwrap() []error {
 func fault(r Reason, err error, format string, a ...any) *Fault {
 	return &Fault{Reason: r, Detail: fmt.Sprintf(format, a...), Err: err}
 }
+
+// ErrIncompatible marks a LaneSink.Admit refusal that no retry can lift:
+// the pool's CKF format or query semantics are not what the sink serves.
+// The Follower then waits for the catalog to change. Any other Admit error
+// is taken as passing (the sink's ingestion is being rebuilt) and Admit is
+// retried with backoff.
+var ErrIncompatible = errors.New("kvrelay client: pool incompatible with the sink")
+
+// RetryHint, wrapped in an Admit error, says when a retry may succeed
+// before the backoff ends: the Follower retries as soon as Ready is closed
+// or the backoff has passed, whichever comes first.
+type RetryHint struct {
+	Ready <-chan struct{}
+	Err   error
+}
+
+func (h *RetryHint) Error() string { return h.Err.Error() }
+
+// Unwrap exposes the cause.
+func (h *RetryHint) Unwrap() error { return h.Err }
 
 // ErrConfig is wrapped by every configuration error.
 var ErrConfig = errors.New("kvrelay client: invalid config")

@@ -192,14 +192,23 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 	}
 	defer f.selected.Store(nil)
 	var (
-		relay   = info.GetRelay()
-		rev     uint64
-		last    *kvrelayv1.KvPoolCatalogSnapshot
-		judged  string     // outcome of the last judged catalog (selection key or reason), so repeats are not recounted
-		sel     *Selection // the selected, admitted descriptor
-		pool    *poolTask
-		retry   <-chan time.Time
-		stopped = func() {
+		relay = info.GetRelay()
+		rev   uint64
+		last  *kvrelayv1.KvPoolCatalogSnapshot
+		// judged is the outcome of the last judged catalog (selection key
+		// and query semantics, or the fault), so repeats are not recounted.
+		judged string
+		// judgedKey is the producer key of the last judged selection.
+		judgedKey *kvrelay.ProducerKey
+		sel       *Selection // the selected, admitted descriptor
+		pool      *poolTask
+		retry     <-chan time.Time
+		// pending is a selection whose Admit failed for a passing reason;
+		// admitRetry (the backoff) or admitWake (the sink's hint) retries it.
+		pending    *Selection
+		admitRetry <-chan time.Time
+		admitWake  <-chan struct{}
+		stopped    = func() {
 			if pool != nil {
 				pool.cancel()
 				<-pool.done
@@ -224,6 +233,37 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 			}
 			t.done <- flt
 		}()
+	}
+	// admit asks the sink to admit s and follows it when it does. A
+	// refusal for good waits for the catalog to change; a passing failure
+	// is retried after backoff, or earlier when the sink hints so.
+	admit := func(s Selection) {
+		pending, admitRetry, admitWake = nil, nil, nil
+		err := f.cfg.Sink.Admit(s)
+		if err == nil {
+			sel = &s
+			f.selected.Store(sel)
+			f.setStatus(func(st *Status) { st.Phase = PhaseAssembling; st.Producer = keyText(s.Key) })
+			start(s)
+			return
+		}
+		if errors.Is(err, ErrIncompatible) {
+			f.fail(fault(ReasonRefused, err, "pool of dc_id %016x", s.Key.DcID))
+			f.setStatus(func(st *Status) { st.Phase = PhaseRefused; st.Producer = keyText(s.Key) })
+			return
+		}
+		d := bo.Next()
+		f.fail(fault(ReasonAdmitFailed, err, "pool of dc_id %016x; retrying in %s", s.Key.DcID, d))
+		f.setStatus(func(st *Status) { st.Phase = PhaseBackoff; st.Producer = keyText(s.Key) })
+		pending, admitRetry = &s, f.cfg.After(d)
+		var hint *RetryHint
+		if errors.As(err, &hint) {
+			select {
+			case <-hint.Ready: // ready already: no earlier retry than the backoff's
+			default:
+				admitWake = hint.Ready
+			}
+		}
 	}
 	for {
 		var poolDone <-chan *Fault
@@ -251,6 +291,10 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 			if sel != nil && pool == nil {
 				start(*sel)
 			}
+		case <-admitRetry:
+			admit(*pending)
+		case <-admitWake:
+			admit(*pending)
 		case m := <-updates:
 			if m.err != nil {
 				stopped()
@@ -265,7 +309,8 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 			}
 			outcome := ""
 			if next != nil {
-				outcome = fmt.Sprint(next.Key)
+				qs := next.Descriptor.GetQuerySemantics()
+				outcome = fmt.Sprintf("%v block_size=%d hash_format=%d", next.Key, qs.GetKvBlockSize(), qs.GetHashFormat())
 			} else {
 				outcome = string(flt.Reason) + flt.Detail
 			}
@@ -273,10 +318,13 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 				continue // a heartbeat or an unrelated change
 			}
 			judged = outcome
-			hadPool := pool != nil || sel != nil
+			hadPool := pool != nil || sel != nil || pending != nil
+			prevKey := judgedKey
+			judgedKey = nil
 			stopped()
 			sel, retry = nil, nil
 			f.selected.Store(nil)
+			pending, admitRetry, admitWake = nil, nil, nil
 			if next == nil {
 				if hadPool && flt.Reason == ReasonNoDescriptor {
 					flt.Reason = ReasonWithdrawn // §4.4: drop the replica of a pool gone from the catalog
@@ -285,20 +333,18 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 				f.setStatus(func(s *Status) { s.Phase = PhaseRefused; s.Producer = "" })
 				continue
 			}
-			if hadPool {
+			judgedKey = &next.Key
+			switch {
+			case hadPool && prevKey != nil && *prevKey == next.Key:
+				qs := next.Descriptor.GetQuerySemantics()
+				f.fail(fault(ReasonSemanticsChanged, nil, "catalog revision %d gives the producer kv_block_size %d, hash format %s",
+					rev, qs.GetKvBlockSize(), qs.GetHashFormat()))
+			case hadPool:
 				f.fail(fault(ReasonProducerChanged, nil, "catalog revision %d names producer incarnation %d layout %d",
 					rev, next.Key.ProducerIncarnation, next.Key.LayoutGeneration))
 			}
-			if err := f.cfg.Sink.Admit(*next); err != nil {
-				f.fail(fault(ReasonRefused, err, "pool of dc_id %016x", next.Key.DcID))
-				f.setStatus(func(s *Status) { s.Phase = PhaseRefused; s.Producer = keyText(next.Key) })
-				continue
-			}
-			bo.Reset() // a new producer is new evidence
-			sel = next
-			f.selected.Store(sel)
-			f.setStatus(func(s *Status) { s.Phase = PhaseAssembling; s.Producer = keyText(next.Key) })
-			start(*sel)
+			bo.Reset() // a new producer or new semantics is new evidence
+			admit(*next)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -195,7 +196,7 @@ func TestFollowerSelection(t *testing.T) {
 		{name: "other model", spec: testSpec, model: "mistral", want: client.ReasonNoDescriptor},
 		{name: "legacy refused by default", spec: legacy, model: "llama", want: client.ReasonNoDescriptor},
 		{name: "legacy accepted", spec: legacy, model: "llama", legacy: true},
-		{name: "sink refuses", spec: testSpec, model: "llama", refuse: errors.New("format"), want: client.ReasonRefused},
+		{name: "sink refuses", spec: testSpec, model: "llama", refuse: fmt.Errorf("format: %w", client.ErrIncompatible), want: client.ReasonRefused},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			pub := newTestPub()
@@ -235,5 +236,69 @@ func TestFollowerDropsAWithdrawnPool(t *testing.T) {
 	sink.waitFor(t, "back", func(s *recSink) bool { return s.ready && s.key == b.Key })
 	if m.Faults("dc-k", client.ReasonWithdrawn) != 1 {
 		t.Fatalf("withdrawals %v", m.Faults("dc-k", client.ReasonWithdrawn))
+	}
+}
+
+// An Admit error that does not wrap ErrIncompatible is passing: the
+// Follower counts it, invalidates, and asks again after backoff until the
+// sink admits the pool, which is then followed. The backoff waits go
+// through Config.After, which fires at once here.
+func TestFollowerRetriesAPassingAdmitFailure(t *testing.T) {
+	pub := newTestPub()
+	g := pub.setGen(t, testSpec, 11, 1024)
+	addr, _ := serveReal(t, pub, nil)
+	sink := newRecSink(t)
+	passing := errors.New("ingestion pool rebuilding")
+	sink.admitErrs = []error{passing, passing, passing}
+	var mu sync.Mutex
+	var waits []time.Duration
+	_, m, _ := startFollower(t, addr, sink, func(c *client.Config) {
+		c.After = func(d time.Duration) <-chan time.Time {
+			mu.Lock()
+			waits = append(waits, d)
+			mu.Unlock()
+			ch := make(chan time.Time, 1)
+			ch <- time.Time{}
+			return ch
+		}
+	})
+	sink.waitFor(t, "install after three failed admissions", func(s *recSink) bool { return s.ready && s.key == g.Key })
+	sink.mu.Lock()
+	admits, events := sink.count("admit"), slices.Clone(sink.events)
+	sink.mu.Unlock()
+	if admits != 4 || m.Faults("dc-k", client.ReasonAdmitFailed) != 3 || m.Faults("dc-k", client.ReasonRefused) != 0 {
+		t.Fatalf("%d admits, %v admit_failed, %v refused; events %+v", admits, m.Faults("dc-k", client.ReasonAdmitFailed),
+			m.Faults("dc-k", client.ReasonRefused), events)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(waits) < 3 {
+		t.Fatalf("waits %v: each failed admission backs off", waits)
+	}
+}
+
+// A RetryHint in a passing Admit error retries as soon as it is ready,
+// without waiting for the backoff (which never ends here).
+func TestFollowerRetriesAdmitWhenTheSinksHintIsReady(t *testing.T) {
+	pub := newTestPub()
+	pub.setGen(t, testSpec, 11, 1024)
+	addr, _ := serveReal(t, pub, nil)
+	sink := newRecSink(t)
+	ready := make(chan struct{})
+	sink.admitErrs = []error{fmt.Errorf("admit: %w", &client.RetryHint{Ready: ready, Err: errors.New("worker down")})}
+	_, m, _ := startFollower(t, addr, sink, func(c *client.Config) {
+		c.After = func(time.Duration) <-chan time.Time { return make(chan time.Time) }
+	})
+	sink.waitFor(t, "a failed admission", func(s *recSink) bool { return s.has("invalidate", client.ReasonAdmitFailed) })
+	sink.mu.Lock()
+	installed := sink.has("install", "")
+	sink.mu.Unlock()
+	if installed {
+		t.Fatal("installed before the hint was ready")
+	}
+	close(ready)
+	sink.waitFor(t, "install once the hint is ready", func(s *recSink) bool { return s.ready })
+	if n := m.Faults("dc-k", client.ReasonAdmitFailed); n != 1 {
+		t.Fatalf("%v admit_failed, want 1", n)
 	}
 }

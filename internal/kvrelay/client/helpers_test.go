@@ -189,9 +189,12 @@ type recSink struct {
 	seq      uint64
 	key      kvrelay.ProducerKey
 	admitErr error
-	events   []event
-	signal   chan struct{}
-	busy     bool
+	// admitErrs, while not empty, answer the next Admit calls in order
+	// (before admitErr).
+	admitErrs []error
+	events    []event
+	signal    chan struct{}
+	busy      bool
 }
 
 func newRecSink(t *testing.T) *recSink { return &recSink{t: t, signal: make(chan struct{}, 1)} }
@@ -217,6 +220,9 @@ func (s *recSink) leave(e event) {
 func (s *recSink) Admit(sel client.Selection) error {
 	s.enter()
 	err := s.admitErr
+	if len(s.admitErrs) > 0 {
+		err, s.admitErrs = s.admitErrs[0], s.admitErrs[1:]
+	}
 	s.leave(event{op: "admit", key: sel.Key})
 	return err
 }

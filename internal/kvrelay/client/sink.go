@@ -10,9 +10,13 @@ import (
 // one goroutine at a time (see the package's concurrency contract).
 type LaneSink interface {
 	// Admit is asked, before subscribing, whether the selected pool can be
-	// mirrored at all (its CKF format and query semantics). An error refuses
-	// it: the Follower counts ReasonRefused, calls Invalidate and waits for
-	// the catalog to change.
+	// mirrored at all (its CKF format and query semantics), and again when
+	// the catalog changes the selected producer or its query semantics. An
+	// error wrapping ErrIncompatible refuses it for good: the Follower
+	// counts ReasonRefused, calls Invalidate and waits for the catalog to
+	// change. Any other error is passing: the Follower counts
+	// ReasonAdmitFailed, calls Invalidate and asks again after backoff (or
+	// once a wrapped RetryHint is ready).
 	Admit(sel Selection) error
 	// Install receives a completely assembled snapshot. s.Words is the
 	// caller's to keep. An error ends the stream (ReasonSink).

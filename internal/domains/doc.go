@@ -1,0 +1,20 @@
+// Package domains serves many domains (models) from one indexer process: a
+// registry maps each domain name to its own indexer.Service, so each domain
+// has its own transposed table (sized by its own format), its own lanes,
+// lane map watch, faults, rebuilds and readiness, and one domain's trouble
+// never reaches another's answers.
+//
+// Domains come from the configuration (Config.Domains) and, with
+// Config.Discover, from every lane map in the lease bucket: a domain is
+// created when the first relay registers a DC in it. Two bounds hold: the
+// number of domains (Config.MaxDomains) and the sum of their tables
+// (Config.MaxTableBytes). A domain over either is refused with a typed
+// *Error (ErrTooManyDomains, ErrTableMemory), logged and counted in
+// MetricRefused; nothing already served is dropped.
+//
+// The Registry is a queryapi.Backend: a query names its domain with
+// "model" (or "domain"); one that names none goes to the default domain
+// (the first configured one, or the only one). Each domain also answers
+// on its own NATS subject ckfq.<domain>.match. Every series of a domain's
+// service carries the label domain.
+package domains

@@ -1,0 +1,12 @@
+// Package pools runs many pools (one per domain, i.e. per model) of one DC
+// in one relay process. Each pool is an unchanged internal/relay.Relay: its
+// own input consumer on kvevents.<domain>.<dc>.>, its own lease and epoch,
+// lane, checkpoints, snapshot requests and limits, so a pool that faults,
+// is refused or is over budget never stalls another, and one process may
+// hold the lease of some pools while it stands by for others.
+//
+// Pools are declared in a file (File, YAML) and, where its allow patterns
+// admit the domain, appear on their first worker event: the manager
+// watches kvevents.*.<dc>.> and the input stream's subjects for domains it
+// does not run yet. Every pool's series carry the label domain.
+package pools

@@ -1,0 +1,322 @@
+package pools_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/ckfrelay/ckfrelay/internal/domains"
+	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/pools"
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+	"github.com/ckfrelay/ckfrelay/testenv"
+)
+
+const waitTotal = 30 * time.Second
+
+func logger(t testing.TB) zerolog.Logger {
+	if os.Getenv("CKF_TEST_LOG") != "" {
+		return zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)
+	}
+	return zerolog.Nop()
+}
+
+func TestParseFile(t *testing.T) {
+	f, err := pools.ParseFile([]byte("max_pools: 4\nallow: [\"q*\"]\npools:\n  - domain: llama\n    expected_blocks: 4096\n    mode: verbatim\n  - domain: mistral\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.MaxPools != 4 || len(f.Pools) != 2 || f.Pools[0].ExpectedBlocks != 4096 || !f.Allows("qwen") || f.Allows("gemma") {
+		t.Fatalf("%+v", f)
+	}
+	for _, bad := range []string{
+		"pools:\n  - domain: a.b\n",
+		"pools:\n  - domain: a\n  - domain: a\n",
+		"pools:\n  - domain: a\n    mode: fancy\n",
+		"allow: [\"[\"]\n",
+		"max_pools: 1\npools:\n  - domain: a\n  - domain: b\n",
+		"pool:\n  - domain: a\n",
+		"max_pools: -1\n",
+	} {
+		if _, err := pools.ParseFile([]byte(bad)); !errors.Is(err, pools.ErrFile) {
+			t.Fatalf("%q: %v, want ErrFile", bad, err)
+		}
+	}
+}
+
+type env struct {
+	srv *testenv.Server
+}
+
+// process is one relay process: a manager on its own connection; kill
+// closes the connection under it (kill -9: no lease is released).
+type process struct {
+	m      *pools.Manager
+	nc     *nats.Conn
+	reg    *prometheus.Registry
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func (e *env) process(t testing.TB, instance string, f pools.File) *process {
+	t.Helper()
+	nc := e.srv.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := relay.DefaultConfig("default", "dc-a")
+	c.Instance = instance
+	c.CKF = ckf.NewConfig(4096)
+	c.PublishInterval = 2 * time.Millisecond
+	c.HeartbeatInterval = 20 * time.Millisecond
+	c.LeaseTTL = 2 * time.Second
+	c.Streams = streams.Options{Memory: true}
+	c.Logger = logger(t).With().Str("proc", instance).Logger()
+	reg := prometheus.NewRegistry()
+	m, err := pools.New(nc, js, pools.Config{Base: c, File: f, Registerer: reg, Logger: c.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	p := &process{m: m, nc: nc, reg: reg, cancel: cancel, done: make(chan error, 1)}
+	go func() { p.done <- m.Run(ctx) }()
+	t.Cleanup(func() { p.kill(t) })
+	return p
+}
+
+func (p *process) kill(t testing.TB) {
+	t.Helper()
+	if p.cancel == nil {
+		return
+	}
+	p.nc.Close()
+	p.cancel()
+	select {
+	case <-p.done:
+	case <-time.After(waitTotal):
+		t.Errorf("manager did not stop")
+	}
+	p.cancel = nil
+}
+
+func (p *process) state(domain string) relay.State {
+	r, ok := p.m.Relay(domain)
+	if !ok {
+		return ""
+	}
+	return r.Status().State
+}
+
+// indexer runs a domains registry discovering every domain.
+func (e *env) indexer(t testing.TB) *domains.Registry {
+	t.Helper()
+	nc := e.srv.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := consumer.DefaultPoolConfig()
+	pc.MaxDirtyToAppliedAge = time.Minute
+	r, err := domains.New(nc, js, domains.Config{Discover: true, Logger: logger(t), Base: indexer.Config{
+		Pool: pc, Logger: logger(t), BootstrapBackoffMin: 10 * time.Millisecond, BootstrapBackoffMax: 100 * time.Millisecond,
+		StatePollInterval: 20 * time.Millisecond, Streams: streams.Options{Memory: true},
+		LeaseOptions: []lease.Option{lease.WithMemoryStorage()},
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return r
+}
+
+// workload: chain i of a domain stored to depth i%mod on worker 1.
+type workload struct {
+	domain string
+	chains [][]ckf.LocalBlockHash
+	mod    int
+	next   uint64
+}
+
+func newWorkload(domain string, seed uint64, n, mod int) *workload {
+	w := &workload{domain: domain, mod: mod}
+	for i := range n {
+		c := make([]ckf.LocalBlockHash, 8)
+		x := seed*1000 + uint64(i)
+		for j := range c {
+			x = x*0x9E3779B97F4A7C15 + 0xD1B54A32D192ED03
+			c[j] = ckf.LocalBlockHash(x ^ (x >> 29) | 1)
+		}
+		w.chains = append(w.chains, c)
+	}
+	return w
+}
+
+func (w *workload) publish(t testing.TB, e *env) {
+	t.Helper()
+	nc := e.srv.Connect(t)
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	subj, err := wire.WorkerEventsSubject(w.domain, "dc-a", 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTotal)
+	defer cancel()
+	if _, err := streams.EnsureEvents(ctx, js, streams.Options{Memory: true}); err != nil {
+		t.Fatal(err)
+	}
+	for i, c := range w.chains {
+		if i%w.mod == 0 {
+			continue
+		}
+		var blocks []string
+		for _, h := range c[:i%w.mod] {
+			blocks = append(blocks, fmt.Sprintf(`{"block_hash":%d,"tokens_hash":%d}`, uint64(h), uint64(h)))
+		}
+		w.next++
+		msg := fmt.Sprintf(`{"worker_id":1,"event":{"event_id":%d,"dp_rank":0,"data":{"stored":{"parent_hash":null,"blocks":[%s]}}}}`, w.next, strings.Join(blocks, ","))
+		if _, err := js.Publish(ctx, subj, []byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func (w *workload) exact(r *domains.Registry) error {
+	for i, c := range w.chains {
+		resp, err := r.Match(api.Query{Locals: c, Model: w.domain})
+		if err != nil {
+			return fmt.Errorf("%s chain %d: %w", w.domain, i, err)
+		}
+		if len(resp.Lanes) != 1 || int(resp.Lanes[0].Depth) != i%w.mod {
+			return fmt.Errorf("%s chain %d: %+v, exact depth %d", w.domain, i, resp.Lanes, i%w.mod)
+		}
+	}
+	return nil
+}
+
+func eventually(t testing.TB, what string, f func() error) {
+	t.Helper()
+	testenv.Eventually(t, waitTotal, 10*time.Millisecond, func() error {
+		if err := f(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		return nil
+	})
+}
+
+// A declared pool runs at once; an allowed domain's pool appears on its
+// first event, an unallowed one is refused and counted; every pool
+// answers exactly in the indexer; a removed pool leaves, the others go
+// on.
+func TestPoolsAppearOnFirstEventAndLeave(t *testing.T) {
+	e := &env{srv: testenv.StartServer(t)}
+	ix := e.indexer(t)
+	p := e.process(t, "relay-1", pools.File{Allow: []string{"q*"}, Pools: []pools.PoolSpec{{Domain: "llama"}}})
+	wl, wq, wg := newWorkload("llama", 1, 30, 5), newWorkload("qwen", 2, 30, 7), newWorkload("gemma", 3, 10, 3)
+	wl.publish(t, e)
+	eventually(t, "llama exact", func() error { return wl.exact(ix) })
+	if p.state("qwen") != "" {
+		t.Fatal("qwen runs before any event")
+	}
+	wq.publish(t, e)
+	wg.publish(t, e)
+	eventually(t, "qwen appeared and exact", func() error { return wq.exact(ix) })
+	eventually(t, "gemma refused", func() error {
+		if promtest.Count(p.reg, pools.MetricRefused+`{kind="not_allowed"}`) == 0 {
+			return errors.New("no refusal counted")
+		}
+		return nil
+	})
+	if p.state("gemma") != "" {
+		t.Fatal("gemma runs: it matches no allow pattern")
+	}
+	if got := p.m.Domains(); len(got) != 2 {
+		t.Fatalf("pools %v", got)
+	}
+	if promtest.Count(p.reg, `ckf_relay_lane_messages_total{domain="qwen"}`) == 0 && !strings.Contains(promtest.Text(p.reg), `domain="qwen"`) {
+		t.Fatalf("no series labelled domain=qwen:\n%s", promtest.Text(p.reg))
+	}
+	if !p.m.Remove("qwen") {
+		t.Fatal("qwen not removed")
+	}
+	if p.state("qwen") != "" {
+		t.Fatal("qwen still listed")
+	}
+	wl2 := newWorkload("llama", 4, 20, 4)
+	wl2.publish(t, e)
+	eventually(t, "llama still follows its input", func() error { return wl2.exact(ix) })
+}
+
+// Two processes, each active for some pools and standby for others; the
+// one holding llama and qwen is killed (its connection closed under it),
+// and the other takes over every pool while mistral, which it held all
+// along, never stops answering.
+func TestPerPoolTakeoverUnderKill(t *testing.T) {
+	e := &env{srv: testenv.StartServer(t)}
+	ix := e.indexer(t)
+	a := e.process(t, "relay-a", pools.File{Pools: []pools.PoolSpec{{Domain: "llama"}, {Domain: "qwen"}}})
+	eventually(t, "a active", func() error {
+		if a.state("llama") != relay.StateActive || a.state("qwen") != relay.StateActive {
+			return fmt.Errorf("llama %s qwen %s", a.state("llama"), a.state("qwen"))
+		}
+		return nil
+	})
+	b := e.process(t, "relay-b", pools.File{Pools: []pools.PoolSpec{{Domain: "llama"}, {Domain: "qwen"}, {Domain: "mistral"}}})
+	wl, wq, wm := newWorkload("llama", 1, 30, 5), newWorkload("qwen", 2, 30, 7), newWorkload("mistral", 3, 30, 3)
+	wl.publish(t, e)
+	wq.publish(t, e)
+	wm.publish(t, e)
+	eventually(t, "b active for mistral only", func() error {
+		if b.state("mistral") != relay.StateActive || b.state("llama") != relay.StateStandby || b.state("qwen") != relay.StateStandby {
+			return fmt.Errorf("mistral %s llama %s qwen %s", b.state("mistral"), b.state("llama"), b.state("qwen"))
+		}
+		return nil
+	})
+	for _, w := range []*workload{wl, wq, wm} {
+		eventually(t, w.domain+" exact", func() error { return w.exact(ix) })
+	}
+	a.kill(t)
+	eventually(t, "b took over", func() error {
+		for _, d := range []string{"llama", "qwen", "mistral"} {
+			if b.state(d) != relay.StateActive {
+				return fmt.Errorf("%s %s", d, b.state(d))
+			}
+		}
+		return nil
+	})
+	if err := wm.exact(ix); err != nil {
+		t.Fatalf("mistral during the takeover: %v", err)
+	}
+	wl2, wq2 := newWorkload("llama", 5, 20, 4), newWorkload("qwen", 6, 20, 6)
+	wl2.publish(t, e)
+	wq2.publish(t, e)
+	for _, w := range []*workload{wl, wq, wl2, wq2, wm} {
+		eventually(t, w.domain+" exact after the takeover", func() error { return w.exact(ix) })
+	}
+}
