@@ -73,6 +73,7 @@ type options struct {
 	http           httpserve.Config
 	maxMatches     int
 	kv             kvrelayOptions
+	route          routeOptions
 	domainsFrom    string
 	domainAllow    string
 	maxDomains     int
@@ -134,6 +135,7 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", indexer.SnapshotFetchBytesPerSecond>>20, indexer.DefaultSnapshotFetchAttempts-1))
 
 	o.kv.register(fs)
+	o.route.register(fs)
 	o.http.Register(fs)
 	fs.IntVar(&o.maxMatches, "http-max-matches", queryapi.DefaultMaxConcurrentMatches, "HTTP match requests in progress at most; more are answered 429 with Retry-After")
 	if err := cli.Parse(fs, args, env); err != nil {
@@ -268,6 +270,9 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 		return indexer.Config{}, err
 	}
 	cfg.KvRelay = kv
+	if cfg.Route, err = o.route.config(); err != nil {
+		return indexer.Config{}, err
+	}
 	cfg.Streams.Replicas = o.common.JSReplicas
 	cfg.LeaseOptions = append(cfg.LeaseOptions, lease.WithReplicas(o.common.JSReplicas))
 	if o.expectedBlocks > 0 {

@@ -48,6 +48,7 @@ func defaultOptions() options {
 		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
 		maxDomains: domains.DefaultMaxDomains, maxTableBytes: domains.DefaultMaxTableBytes,
 		kv: kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
+		route: routeOptions{policy: "cost", stale: "exclude", prefillRate: 10000, blockSize: indexer.DefaultRouteBlockSize},
 	}
 }
 
