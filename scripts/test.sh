@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The README's test command: hygiene (gofmt, go mod tidy, vet, staticcheck),
-# then every test with the race detector.
+# The README's test command: hygiene (gofmt, go mod tidy, vet, staticcheck,
+# the docs' links), then every test with the race detector.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH=$PATH:/usr/local/go/bin
@@ -19,5 +19,8 @@ fi
 go vet ./...
 go vet -tags ckftest ./pkg/consumer ./internal/indexer
 go run "$STATICCHECK" ./...
+# The documentation's links and cited paths, first, so a broken one fails
+# in seconds (docs/testing.md); go test ./... runs it again.
+go test -count=1 -run TestRepositoryDocs ./internal/doclinks
 go test -race -count=1 -timeout 40m ./...
 go test -race -count=1 -tags ckftest -run WorkerFailure ./internal/indexer/

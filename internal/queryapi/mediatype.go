@@ -33,10 +33,10 @@ func classifyBody(contentType string) (bodyKind, error) {
 	mt, params, _ := strings.Cut(contentType, ";")
 	mt = strings.TrimSpace(mt)
 	switch {
-	case strings.EqualFold(mt, api.ContentTypeSeqHashes):
+	case equalFoldASCII(mt, api.ContentTypeSeqHashes):
 		return bodySeqHashes, nil
-	case mt == "", strings.EqualFold(mt, "application/json"), strings.EqualFold(mt, "application/x-www-form-urlencoded"):
-		if cs, ok := charset(params); ok && !strings.EqualFold(cs, "utf-8") {
+	case mt == "", equalFoldASCII(mt, "application/json"), equalFoldASCII(mt, "application/x-www-form-urlencoded"):
+		if cs, ok := charset(params); ok && !equalFoldASCII(cs, "utf-8") {
 			return bodyJSON, &api.RequestError{Reason: fmt.Sprintf("charset %q is not accepted: JSON bodies are utf-8", cs)}
 		}
 		return bodyJSON, nil
@@ -51,7 +51,7 @@ func charset(params string) (string, bool) {
 		var p string
 		p, params, _ = strings.Cut(params, ";")
 		k, v, ok := strings.Cut(p, "=")
-		if ok && strings.EqualFold(strings.TrimSpace(k), "charset") {
+		if ok && equalFoldASCII(strings.TrimSpace(k), "charset") {
 			return strings.Trim(strings.TrimSpace(v), `"`), true
 		}
 	}
@@ -65,4 +65,26 @@ func maxBodyFor(k bodyKind, limit int64) int64 {
 		return maxSeqHashesBytes
 	}
 	return limit
+}
+
+// equalFoldASCII compares under ASCII case folding only: media types and
+// parameter names are ASCII (RFC 9110), and Unicode folding would let
+// "ſ" (U+017F) stand for "s".
+func equalFoldASCII(a, b string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := 0; i < len(a); i++ {
+		x, y := a[i], b[i]
+		if 'A' <= x && x <= 'Z' {
+			x += 'a' - 'A'
+		}
+		if 'A' <= y && y <= 'Z' {
+			y += 'a' - 'A'
+		}
+		if x != y {
+			return false
+		}
+	}
+	return true
 }

@@ -97,3 +97,32 @@ func TestBinaryBodyOverMaxBlocksIs413(t *testing.T) {
 		t.Fatalf("413s not counted:\n%s", out)
 	}
 }
+
+// Any Content-Type header is classified without panicking, and only the
+// accepted media types (case-insensitive, parameters after ';') are
+// accepted, each as its own kind.
+func FuzzClassifyBody(f *testing.F) {
+	for _, s := range []string{"", "application/json", "Application/JSON; charset=UTF-8", `application/json; charset="latin1"`,
+		api.ContentTypeSeqHashes + "; x=y", "text/plain", "application/xml", ";;;", "application/json;charset", "\x00\xff", "application/x-ckf-\u017feqhashes"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, contentType string) {
+		kind, err := classifyBody(contentType)
+		if err != nil {
+			return
+		}
+		mt, _, _ := strings.Cut(contentType, ";")
+		mt = strings.Map(func(r rune) rune {
+			if 'A' <= r && r <= 'Z' {
+				return r + 'a' - 'A'
+			}
+			return r
+		}, strings.TrimSpace(mt))
+		switch {
+		case kind == bodySeqHashes && mt == api.ContentTypeSeqHashes:
+		case kind == bodyJSON && (mt == "" || mt == "application/json" || mt == "application/x-www-form-urlencoded"):
+		default:
+			t.Fatalf("%q accepted as kind %d", contentType, kind)
+		}
+	})
+}

@@ -436,7 +436,11 @@ func (f *Follower) follow(ctx context.Context, rc kvrelayv1.KvEventRelayClient, 
 	if err != nil {
 		return fault(ReasonBadFrame, err, "producer format")
 	}
-	var installed bool
+	// assembling: a snapshot's chunk 0 was accepted and its last chunk not
+	// yet. cbi1's assembler restarts on a chunk 0 (the reference does); one
+	// pool stream carries one snapshot, so here a second chunk 0 before the
+	// first snapshot completes is out of order and fails (§5.3).
+	var installed, assembling bool
 	var seq uint64
 	for {
 		// The timer runs while the stream is awaited, not while the sink
@@ -469,10 +473,14 @@ func (f *Follower) follow(ctx context.Context, rc kvrelayv1.KvEventRelayClient, 
 			if installed {
 				return fault(ReasonChunkSequence, nil, "snapshot chunk at sequence %d after installation", u.GetSequence())
 			}
+			if assembling && fr.Chunk.Index == 0 {
+				return fault(ReasonChunkSequence, nil, "chunk 0 of sequence %d while a snapshot was being assembled", u.GetSequence())
+			}
 			snap, done, err := asm.Add(fr)
 			if err != nil {
 				return fault(ReasonChunkSequence, err, "sequence %d", u.GetSequence())
 			}
+			assembling = !done
 			if done {
 				if err := f.cfg.Sink.Install(Snapshot{Selection: sel, Sequence: snap.Epoch, Words: snap.Words}); err != nil {
 					return fault(ReasonSink, err, "install sequence %d", snap.Epoch)

@@ -140,6 +140,7 @@ func TestHostileRelayIsNeverAnsweredFrom(t *testing.T) {
 	otherRelay := delta(t, g, 5, cbi1.Image{Bucket: 1, Word: 1})
 	otherRelay.Relay = &kvrelayv1.RelayIdentity{DrtInstanceId: 9, RelayIncarnation: 9}
 	bigChunks := chunks(t, big, 0, make([]uint64, 1<<20))
+	restarted := chunks(t, big, 3, make([]uint64, 1<<20)) // another snapshot, begun again mid-assembly
 	oversized := frame(g, kvrelayv1.FilterUpdateKind_FILTER_UPDATE_KIND_DELTA, 5, 6, bytes.Repeat([]byte{1}, 9<<20))
 	unknownKind := frame(g, 99, 5, 5, nil)
 	dupDesc := proto.Clone(g.Descriptor).(*kvrelayv1.KvPoolDescriptor)
@@ -157,6 +158,8 @@ func TestHostileRelayIsNeverAnsweredFrom(t *testing.T) {
 		{name: "wrong producer key", h: &hostile{frames: then(snap(), keyed)}, want: client.ReasonWrongProducer, installed: true},
 		{name: "frame of another relay", h: &hostile{frames: then(snap(), otherRelay)}, want: client.ReasonRelayChanged, installed: true},
 		{name: "out-of-order chunk", h: &hostile{catalog: []*kvrelayv1.KvPoolCatalogUpdate{catalogOf(1, big.Descriptor)}, frames: []*kvrelayv1.FilterUpdate{bigChunks[1], bigChunks[0]}}, want: client.ReasonChunkSequence},
+		{name: "chunk 0 again before the snapshot completes", h: &hostile{catalog: []*kvrelayv1.KvPoolCatalogUpdate{catalogOf(1, big.Descriptor)},
+			frames: []*kvrelayv1.FilterUpdate{bigChunks[0], restarted[0], restarted[1]}}, want: client.ReasonChunkSequence},
 		{name: "chunk after installation", h: &hostile{frames: then(snap(), snap()...)}, want: client.ReasonChunkSequence, installed: true},
 		{name: "heartbeat before installation", h: &hostile{frames: []*kvrelayv1.FilterUpdate{frame(g, kvrelayv1.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT, 5, 5, nil)}}, want: client.ReasonHeartbeat},
 		{name: "heartbeat at another sequence", h: &hostile{frames: then(snap(), frame(g, kvrelayv1.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT, 4, 4, nil))}, want: client.ReasonHeartbeat, installed: true},
