@@ -47,7 +47,7 @@ func defaultOptions() options {
 		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport, loadMaxAge: indexer.DefaultLoadMaxAge,
 		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
 		maxDomains: domains.DefaultMaxDomains, maxTableBytes: domains.DefaultMaxTableBytes,
-		kv: kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
+		kv:    kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
 		route: routeOptions{policy: "cost", stale: "exclude", prefillRate: 10000, blockSize: indexer.DefaultRouteBlockSize},
 	}
 }
