@@ -44,7 +44,7 @@ func pairs[T any](flagName, s string, parse func(string) (T, error)) (map[string
 	for _, p := range strings.Split(s, ",") {
 		name, val, ok := strings.Cut(strings.TrimSpace(p), "=")
 		if !ok || name == "" {
-			return nil, fmt.Errorf("--%s %q: want dc=value,...", flagName, p)
+			return nil, fmt.Errorf("--%s %q: want a comma-separated list of dc=value", flagName, p)
 		}
 		if _, dup := out[name]; dup {
 			return nil, fmt.Errorf("--%s: %s given twice", flagName, name)
