@@ -7,7 +7,8 @@
 #   ./scripts/demo.sh            # replay at 20x, keep serving until Ctrl-C
 #   ./scripts/demo.sh --smoke    # fast replay of 2000 requests, verify, exit
 #
-# Environment: DOMAIN, NATS_PORT, HTTP_ADDR, SPEED, DCS, EXPECTED_BLOCKS, RELAY_PORT (first relay status port),
+# Environment: MODELS (comma-separated domains, one per model; default demo,demo-2: one indexer and
+# one relay per DC serve them all, each request goes to one of them), NATS_PORT, HTTP_ADDR, SPEED, DCS, EXPECTED_BLOCKS, RELAY_PORT (first relay status port),
 # KEEP_LOGS=1 (keep the log folder; it is kept anyway when the demo fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ export PATH=$PATH:/usr/local/go/bin
 
 smoke=0
 [ "${1:-}" = "--smoke" ] && smoke=1
-DOMAIN=${DOMAIN:-demo}
+MODELS=${MODELS:-${DOMAIN:-demo,demo-2}}
 NATS_PORT=${NATS_PORT:-4222}
 HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
 SPEED=${SPEED:-20}
@@ -27,8 +28,6 @@ if [ $smoke = 1 ]; then
   replay_args+=(--max-requests 2000 --query-every 10)
 fi
 
-mkdir -p bin
-go build -o bin/ ./cmd/...
 logs=$(mktemp -d -t ckfrelay-demo-XXXX)
 pids=()
 # The log folder goes away at exit unless the demo failed or KEEP_LOGS=1;
@@ -46,40 +45,93 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Progress: one line per phase with its elapsed seconds; on a terminal the
+# line counts up in place while the phase runs, elsewhere (CI logs) a plain
+# line every 15 s instead.
+tty=0
+[ -t 1 ] && tty=1
+phase_start() { # message
+  phase_msg=$1 phase_t0=$SECONDS phase_said=$SECONDS
+  if [ $tty = 1 ]; then printf 'demo: %s… 0s' "$phase_msg"; else echo "demo: $phase_msg…"; fi
+}
+phase_tick() {
+  local dt=$((SECONDS - phase_t0))
+  if [ $tty = 1 ]; then
+    printf '\r\033[Kdemo: %s… %ds' "$phase_msg" "$dt"
+  elif ((SECONDS - phase_said >= 15)); then
+    echo "demo: $phase_msg… ${dt}s"
+    phase_said=$SECONDS
+  fi
+}
+phase_end() { # outcome
+  local line="demo: $phase_msg: $1 after $((SECONDS - phase_t0))s"
+  if [ $tty = 1 ]; then printf '\r\033[K%s\n' "$line"; else echo "$line"; fi
+}
+
+# Only the three binaries the demo runs, in one go invocation so their
+# shared dependencies compile once.
+demo_bins=(global-indexer relay-producer trace-replayer)
+names=$(printf '%s, ' "${demo_bins[@]}")
+phase_start "building ${names%, } (first build downloads modules: ~1 min)"
+mkdir -p bin
+go build -o bin/ "${demo_bins[@]/#/./cmd/}" >"$logs/build.log" 2>&1 &
+build=$!
+while kill -0 "$build" 2>/dev/null; do
+  phase_tick
+  sleep 1
+done
+if ! wait "$build"; then
+  phase_end "failed"
+  cat "$logs/build.log" >&2
+  exit 1
+fi
+phase_end "built"
+
 wait_http() { # url, what
-  for _ in $(seq 1 100); do
-    if curl -sf -o /dev/null "$1"; then return 0; fi
+  local addr=${1#http://}
+  phase_start "waiting for $2 on ${addr%%/*}"
+  for i in $(seq 1 100); do
+    if curl -sf -o /dev/null "$1"; then
+      phase_end "up"
+      return 0
+    fi
+    ((i % 10)) || phase_tick
     sleep 0.1
   done
+  phase_end "not up"
   echo "demo: $2 did not come up; see $logs" >&2
   exit 1
 }
 
-bin/global-indexer --domain "$DOMAIN" --nats-port "$NATS_PORT" --http-addr "$HTTP_ADDR" \
+bin/global-indexer --domain "$MODELS" --nats-port "$NATS_PORT" --http-addr "$HTTP_ADDR" \
   --log-format json >"$logs/indexer.log" 2>&1 &
 pids+=($!)
-wait_http "http://$HTTP_ADDR/healthz" "global-indexer"
+wait_http "http://$HTTP_ADDR/healthz" "the indexer"
 
 port=${RELAY_PORT:-9091}
 IFS=, read -ra dcs <<<"$DCS"
+IFS=, read -ra models <<<"$MODELS"
+{ echo "pools:"; for m in "${models[@]}"; do echo "  - domain: $m"; done; } >"$logs/pools.yaml"
 for dc in "${dcs[@]}"; do
-  bin/relay-producer --nats-url "nats://127.0.0.1:$NATS_PORT" --domain "$DOMAIN" --dc "$dc" \
+  bin/relay-producer --nats-url "nats://127.0.0.1:$NATS_PORT" --pools-file "$logs/pools.yaml" --dc "$dc" \
     --expected-blocks "$EXPECTED_BLOCKS" --http-addr "127.0.0.1:$port" --log-format json >"$logs/relay-$dc.log" 2>&1 &
   pids+=($!)
-  wait_http "http://127.0.0.1:$port/healthz" "relay-producer $dc"
+  wait_http "http://127.0.0.1:$port/healthz" "relay $dc"
   echo "relay $dc: http://127.0.0.1:$port/v1/status  (metrics: /metrics)"
   port=$((port + 1))
 done
 
 cat <<MSG
 global indexer:  http://$HTTP_ADDR  (POST /v1/match, GET /v1/lanes, /readyz, /metrics)
-NATS:            nats://127.0.0.1:$NATS_PORT  (query subject ckfq.$DOMAIN.match)
+models:          $MODELS  (name one with "model" in the body; none: ${models[0]})
+NATS:            nats://127.0.0.1:$NATS_PORT  (query subjects ckfq.<model>.match)
 logs:            $logs  (removed at exit unless the demo fails or KEEP_LOGS=1)
 MSG
 
-bin/trace-replayer --nats-url "nats://127.0.0.1:$NATS_PORT" --domain "$DOMAIN" --dcs "$DCS" \
+bin/trace-replayer --nats-url "nats://127.0.0.1:$NATS_PORT" --domain "$MODELS" --dcs "$DCS" \
   --indexer-url "http://$HTTP_ADDR" --speed "$SPEED" "${replay_args[@]}"
 if [ $smoke = 1 ]; then
+  echo "demo: smoke run verified, ${SECONDS}s after the start"
   exit 0
 fi
 echo "replay finished; the pipeline keeps serving queries. Ctrl-C to stop."

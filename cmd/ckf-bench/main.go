@@ -49,6 +49,7 @@ type options struct {
 	requests   int
 	repeat     int
 	samples    int
+	pctSamples int
 	cpuProfile string
 	// queryRequests is the query suite's requests per side.
 	queryRequests int
@@ -78,6 +79,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.IntVar(&o.repeat, "e2e-repeat", 1, "e2e: runs of the throughput pair on fresh batches (rows show the medians, --json every run)")
 	fs.IntVar(&o.queryRequests, "query-requests", 20000, "query: distinct requests per side of each query-path pair")
 	fs.IntVar(&o.samples, "latency-samples", 300, "e2e: probes per side of the latency pair")
+	fs.IntVar(&o.pctSamples, "percentile-samples", 20000, "search: queries timed one by one behind each p50 and p99 (at least --queries)")
 	fs.StringVar(&o.benchtime, "benchtime", "1s", "run time of each micro-benchmark body (go test -benchtime syntax: 1s, 500ms, 10000x)")
 	rates := fs.String("e2e-rates", "10000,50000,100000", "e2e: comma-separated paced input rates in events/s (empty: no paced sweep)")
 	fs.DurationVar(&o.rateTime, "e2e-rate-duration", 2*time.Second, "e2e: send time per paced rate and side")
@@ -93,8 +95,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	if o.buckets == 0 || o.buckets&(o.buckets-1) != 0 {
 		return nil, fmt.Errorf("--buckets %d is not a power of two", o.buckets)
 	}
-	if o.blocks <= 0 || o.requests <= 0 || o.repeat <= 0 || o.samples <= 0 || o.queries <= 0 || o.hot <= 0 || o.queryRequests <= 0 {
-		return nil, fmt.Errorf("--blocks, --queries, --hot-queries, --e2e-requests, --query-requests and --latency-samples must be positive")
+	if o.blocks <= 0 || o.requests <= 0 || o.repeat <= 0 || o.samples <= 0 || o.pctSamples <= 0 || o.queries <= 0 || o.hot <= 0 || o.queryRequests <= 0 {
+		return nil, fmt.Errorf("--blocks, --queries, --hot-queries, --e2e-requests, --query-requests, --latency-samples and --percentile-samples must be positive")
 	}
 	if o.accuracy <= 0 || o.lanes < 1 || o.lanes > 16 {
 		return nil, fmt.Errorf("--accuracy-queries must be positive and --lanes within 1..16")
@@ -162,7 +164,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	}
 	cfg := bench.SuiteConfig{
 		Only:           suites,
-		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, Queries: o.queries, HotQueries: o.hot, ChainBlocks: o.chain, IngestRate: o.ingest, PoolMaxDirtyAge: o.dirtyAge},
+		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, Queries: o.queries, HotQueries: o.hot, ChainBlocks: o.chain, IngestRate: o.ingest, PoolMaxDirtyAge: o.dirtyAge, PercentileSamples: o.pctSamples},
 		Scale:          bench.ScaleConfig{Lanes: o.lanes, Buckets: o.buckets, HotQueries: o.hot, ColdQueries: o.queries, AccuracyQueries: o.accuracy, Radix: o.radix, RadixMaxMemberships: o.radixMax},
 		Rates:          bench.RateConfig{Rates: o.rates, Duration: o.rateTime},
 		NoRates:        len(o.rates) == 0,

@@ -16,7 +16,7 @@ func noEnv(string) string { return "" }
 
 func TestRunPrintsJSONRowsForTheSelectedSuite(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"--only", "search", "--buckets", "4096", "--blocks", "32", "--queries", "128", "--hot-queries", "8", "--benchtime", "20x", "--ingest-rate", "20000", "--pool-max-dirty-age", "1s", "--json", "--quiet"}, noEnv, &out, &errOut)
+	code := run(context.Background(), []string{"--only", "search", "--buckets", "4096", "--blocks", "32", "--queries", "128", "--hot-queries", "8", "--benchtime", "20x", "--percentile-samples", "500", "--ingest-rate", "20000", "--pool-max-dirty-age", "1s", "--json", "--quiet"}, noEnv, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
@@ -42,7 +42,7 @@ func TestRunPrintsJSONRowsForTheSelectedSuite(t *testing.T) {
 
 func TestRunPrintsATable(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := run(context.Background(), []string{"--only", "search", "--buckets", "4096", "--queries", "64", "--benchtime", "10x", "--ingest-rate", "20000", "--pool-max-dirty-age", "1s"}, noEnv, &out, &errOut); code != 0 {
+	if code := run(context.Background(), []string{"--only", "search", "--buckets", "4096", "--blocks", "32", "--queries", "64", "--benchtime", "10x", "--percentile-samples", "500", "--ingest-rate", "20000", "--pool-max-dirty-age", "1s"}, noEnv, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{"search/hot", "search/cold p99", "ns/op", "allocs/op", "ratio = subject / baseline"} {
@@ -63,6 +63,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--blocks", "64", "--chain-blocks", "32"},
 		{"--queries", "8", "--hot-queries", "16"},
 		{"--queries", "0"},
+		{"--percentile-samples", "0"},
 		{"--e2e-rates", "10000,fast"},
 		{"--e2e-rates", "-5"},
 		{"--e2e-rate-duration", "0s"},

@@ -264,8 +264,10 @@ func runInBackground(t *testing.T, args []string) (*syncBuffer, func() int) {
 			t.Fatalf("run exited early with %d: %s", code, out.String())
 		default:
 		}
-		if _, ok := out.field("addr"); !ok {
-			return errors.New("no addr logged yet")
+		// match_url is only in the serving line, logged after httpserve's
+		// own "serving HTTP" line, which also carries an addr.
+		if _, ok := out.field("match_url"); !ok {
+			return errors.New("not serving yet")
 		}
 		return nil
 	})

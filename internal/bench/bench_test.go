@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 
 func tinySuite() SuiteConfig {
 	return SuiteConfig{
-		Search:         SearchConfig{Buckets: 1 << 12, Blocks: 32, Queries: 64, HotQueries: 8, IngestRate: 50000, PoolMaxDirtyAge: time.Second, Seed: 3},
+		Search:         SearchConfig{Buckets: 1 << 12, Blocks: 32, Queries: 64, HotQueries: 8, IngestRate: 50000, PoolMaxDirtyAge: time.Second, PercentileSamples: 1000, Seed: 3},
 		Producer:       ProducerConfig{ExpectedBlocks: 1 << 12},
 		Pool:           PoolBenchConfig{ExpectedBlocks: 1 << 10, Sets: 8},
 		E2ERequests:    300,

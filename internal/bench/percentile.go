@@ -6,8 +6,9 @@ import (
 	"time"
 )
 
-// minPercentileSamples is the least number of timed calls behind a p99.
-const minPercentileSamples = 20000
+// defaultPercentileSamples is the least number of timed calls behind a
+// search p99 unless SearchConfig.PercentileSamples says otherwise.
+const defaultPercentileSamples = 20000
 
 // Latencies is a sorted set of per-call durations.
 type Latencies []time.Duration

@@ -44,6 +44,11 @@ type SearchConfig struct {
 	// (0: the default, 10ms). Tests under the race detector on one core
 	// raise it: a goroutine there may wait a whole 10ms time slice.
 	PoolMaxDirtyAge time.Duration
+	// PercentileSamples is the number of queries timed one by one behind
+	// each p50 and p99 (default 20,000, or Queries when larger). Tests
+	// checking the report's shape use a few hundred: under the race
+	// detector 20,000 linear probes of a 128-block query take minutes.
+	PercentileSamples int
 	// Seed makes the table and the queries reproducible.
 	Seed uint64
 }
@@ -66,6 +71,9 @@ func (c SearchConfig) withDefaults() SearchConfig {
 	}
 	if c.ChainBlocks == 0 {
 		c.ChainBlocks = 4 * c.Blocks
+	}
+	if c.PercentileSamples == 0 {
+		c.PercentileSamples = defaultPercentileSamples
 	}
 	return c
 }
@@ -119,8 +127,8 @@ type SearchFixture struct {
 // assigned and given a snapshot of its words. Close releases the pool.
 func NewSearchFixture(cfg SearchConfig) (*SearchFixture, error) {
 	cfg = cfg.withDefaults()
-	if cfg.Blocks <= 0 || cfg.Queries <= 0 || cfg.HotQueries <= 0 || cfg.HotQueries > cfg.Queries || cfg.ChainBlocks < cfg.Blocks {
-		return nil, fmt.Errorf("bench: search needs positive blocks and queries, at most as many hot queries as queries and chains at least as long as queries, got %d, %d, %d and %d", cfg.Blocks, cfg.Queries, cfg.HotQueries, cfg.ChainBlocks)
+	if cfg.Blocks <= 0 || cfg.Queries <= 0 || cfg.HotQueries <= 0 || cfg.HotQueries > cfg.Queries || cfg.ChainBlocks < cfg.Blocks || cfg.PercentileSamples < 0 {
+		return nil, fmt.Errorf("bench: search needs positive blocks and queries, at most as many hot queries as queries, chains at least as long as queries and no negative sample count, got %d, %d, %d, %d and %d", cfg.Blocks, cfg.Queries, cfg.HotQueries, cfg.ChainBlocks, cfg.PercentileSamples)
 	}
 	fx := &SearchFixture{cfg: cfg}
 	// Expected stored positions per lane: E[min(U(0..chain), blocks)].
@@ -285,7 +293,7 @@ func (f *SearchFixture) BenchFindPrefixMatches(b *testing.B, qs [][]ckf.LocalBlo
 	}
 	b.StopTimer()
 	var failed error
-	lat := TimeEach(max(len(qs), minPercentileSamples), func(k int) {
+	lat := TimeEach(max(len(qs), f.cfg.PercentileSamples), func(k int) {
 		if err := f.ix.FindPrefixMatches(qs[(i+k)%len(qs)], &s, &out); err != nil {
 			failed = err
 		}
@@ -306,7 +314,7 @@ func (f *SearchFixture) BenchLinearProbe(b *testing.B, qs [][]ckf.LocalBlockHash
 		i++
 	}
 	b.StopTimer()
-	reportPercentiles(b, TimeEach(max(len(qs), minPercentileSamples), func(k int) {
+	reportPercentiles(b, TimeEach(max(len(qs), f.cfg.PercentileSamples), func(k int) {
 		f.linear.Depths(qs[(i+k)%len(qs)], &depths)
 	}))
 }

@@ -170,7 +170,7 @@ func RunSuite(ctx context.Context, cfg SuiteConfig) (*Report, error) {
 					NewMetric(name, "allocs/op", AllocsPerOp(s), AllocsPerOp(b), false))
 			}
 			cfg.Progress("search: cold queries while a consumer.Pool applies %.0f images/s", sc.IngestRate)
-			ui, err := fx.QueryUnderIngest(sc.Queries, minPercentileSamples, sc.IngestRate)
+			ui, err := fx.QueryUnderIngest(sc.Queries, sc.PercentileSamples, sc.IngestRate)
 			if err != nil {
 				return rep, err
 			}

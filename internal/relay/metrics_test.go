@@ -23,6 +23,11 @@ func TestMetricsCarryTheDCAndPublishExemplars(t *testing.T) {
 	_, js, reg := activeRelay(t, cfg)
 	publishEvents(t, js, "a", traceEvents(t, 20))
 	testenv.WaitFor(t, 0, "a delta", func() bool { return promtest.Count(reg, "ckf_relay_deltas_published_total") > 0 })
+	// A heartbeat samples the lane's occupied slots (State.OccupiedSlots).
+	testenv.WaitFor(t, 0, "occupied slots sampled", func() bool {
+		v, ok, err := promtest.Value(reg, "ckf_relay_occupied_slots")
+		return err == nil && ok && v > 0
+	})
 
 	mfs, err := reg.Gather()
 	if err != nil {

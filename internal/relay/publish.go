@@ -319,7 +319,7 @@ func (e *epochRun) heartbeat() error {
 	if err := e.flush(); err != nil {
 		return err
 	}
-	e.r.m.occupiedSlots.Set(float64(e.state.Stats().OccupiedSlots))
+	e.r.m.occupiedSlots.Set(float64(e.state.OccupiedSlots()))
 	seq := e.pub.LastSequence()
 	if seq != e.lastDrain {
 		dm, ok := e.pub.ExactDrainMarker()

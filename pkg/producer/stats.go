@@ -90,3 +90,16 @@ func (st Stats) String() string {
 // UniqueBlocks is the number of tracked full hashes, in O(1): Stats scans
 // the lane and the tables, this does not.
 func (s *State) UniqueBlocks() int { return s.owners.len() }
+
+// OccupiedSlots is Stats().OccupiedSlots: a scan of the lane alone, without
+// Stats' walks of the ownership tables, for callers that sample it often
+// (the relay's gauge, once per heartbeat).
+func (s *State) OccupiedSlots() int {
+	n := 0
+	for _, w := range s.mut.words {
+		if w != 0 {
+			n += ckf.OccupiedSlots(w)
+		}
+	}
+	return n
+}

@@ -56,6 +56,9 @@ func TestStatsAgreeWithThePublicViews(t *testing.T) {
 		ExactBytesEstimate: uint64(16*contributions) + uint64(unique)*(8+uint64(unsafe.Sizeof(BlockOwnership{}))) +
 			uint64(members)*(uint64(unsafe.Sizeof(Member{}))+8),
 	}
+	if got := s.OccupiedSlots(); got != slots {
+		t.Fatalf("OccupiedSlots %d, want %d", got, slots)
+	}
 	if st != want {
 		t.Fatalf("stats\n%+v\nwant\n%+v", st, want)
 	}
