@@ -7,7 +7,8 @@
 #   ./scripts/demo.sh            # replay at 20x, keep serving until Ctrl-C
 #   ./scripts/demo.sh --smoke    # fast replay of 2000 requests, verify, exit
 #
-# Environment: DOMAIN, NATS_PORT, HTTP_ADDR, SPEED, DCS, EXPECTED_BLOCKS, RELAY_PORT (first relay status port),
+# Environment: MODELS (comma-separated domains, one per model; default demo,demo-2: one indexer and
+# one relay per DC serve them all, each request goes to one of them), NATS_PORT, HTTP_ADDR, SPEED, DCS, EXPECTED_BLOCKS, RELAY_PORT (first relay status port),
 # KEEP_LOGS=1 (keep the log folder; it is kept anyway when the demo fails).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,7 +16,7 @@ export PATH=$PATH:/usr/local/go/bin
 
 smoke=0
 [ "${1:-}" = "--smoke" ] && smoke=1
-DOMAIN=${DOMAIN:-demo}
+MODELS=${MODELS:-${DOMAIN:-demo,demo-2}}
 NATS_PORT=${NATS_PORT:-4222}
 HTTP_ADDR=${HTTP_ADDR:-127.0.0.1:8080}
 SPEED=${SPEED:-20}
@@ -102,15 +103,17 @@ wait_http() { # url, what
   exit 1
 }
 
-bin/global-indexer --domain "$DOMAIN" --nats-port "$NATS_PORT" --http-addr "$HTTP_ADDR" \
+bin/global-indexer --domain "$MODELS" --nats-port "$NATS_PORT" --http-addr "$HTTP_ADDR" \
   --log-format json >"$logs/indexer.log" 2>&1 &
 pids+=($!)
 wait_http "http://$HTTP_ADDR/healthz" "the indexer"
 
 port=${RELAY_PORT:-9091}
 IFS=, read -ra dcs <<<"$DCS"
+IFS=, read -ra models <<<"$MODELS"
+{ echo "pools:"; for m in "${models[@]}"; do echo "  - domain: $m"; done; } >"$logs/pools.yaml"
 for dc in "${dcs[@]}"; do
-  bin/relay-producer --nats-url "nats://127.0.0.1:$NATS_PORT" --domain "$DOMAIN" --dc "$dc" \
+  bin/relay-producer --nats-url "nats://127.0.0.1:$NATS_PORT" --pools-file "$logs/pools.yaml" --dc "$dc" \
     --expected-blocks "$EXPECTED_BLOCKS" --http-addr "127.0.0.1:$port" --log-format json >"$logs/relay-$dc.log" 2>&1 &
   pids+=($!)
   wait_http "http://127.0.0.1:$port/healthz" "relay $dc"
@@ -120,11 +123,12 @@ done
 
 cat <<MSG
 global indexer:  http://$HTTP_ADDR  (POST /v1/match, GET /v1/lanes, /readyz, /metrics)
-NATS:            nats://127.0.0.1:$NATS_PORT  (query subject ckfq.$DOMAIN.match)
+models:          $MODELS  (name one with "model" in the body; none: ${models[0]})
+NATS:            nats://127.0.0.1:$NATS_PORT  (query subjects ckfq.<model>.match)
 logs:            $logs  (removed at exit unless the demo fails or KEEP_LOGS=1)
 MSG
 
-bin/trace-replayer --nats-url "nats://127.0.0.1:$NATS_PORT" --domain "$DOMAIN" --dcs "$DCS" \
+bin/trace-replayer --nats-url "nats://127.0.0.1:$NATS_PORT" --domain "$MODELS" --dcs "$DCS" \
   --indexer-url "http://$HTTP_ADDR" --speed "$SPEED" "${replay_args[@]}"
 if [ $smoke = 1 ]; then
   echo "demo: smoke run verified, ${SECONDS}s after the start"

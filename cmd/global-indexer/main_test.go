@@ -28,6 +28,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -61,6 +62,10 @@ func TestParseFlagsDefaultsEnvAndPrecedence(t *testing.T) {
 	}
 	if o.maxApplyLag == ckf.DefaultMaxDirtyToAppliedAge {
 		t.Fatal("the binary must not default to the seed's 10ms apply lag")
+	}
+	// pkg/client's Mirror takes lanerules.Defaults() for a zero rule.
+	if r := o.rules(); r != lanerules.Defaults() || r.WithDefaults() != (lanerules.Rules{}).WithDefaults() {
+		t.Fatalf("the flags' lane rules %+v are not lanerules.Defaults() %+v", r, lanerules.Defaults())
 	}
 
 	env := envOf(map[string]string{

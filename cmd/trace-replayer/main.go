@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -78,7 +79,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.StringVar(&o.dcNatsURLs, "dc-nats-urls", "", "per-DC NATS servers the DC's workers publish to, dc=url,... (e.g. dc-a=nats://nats-dc-a:4222); other DCs use --nats-url")
 	fs.IntVar(&o.hashSpace, "hash-space", 0, "first hash space of the replay (runs with distinct values store distinct blocks)")
 	fs.StringVar(&o.queryVia, "query-via", "http", "how verification queries reach the indexer: http (--indexer-url) or nats (request on ckfq.<domain>.match through --nats-url, served by every indexer replica's queue group)")
-	fs.StringVar(&o.domain, "domain", "default", "indexer domain")
+	fs.StringVar(&o.domain, "domain", "default", "indexer domain; a comma-separated list replays one model per domain, each request going to one of them by a hash of its first blocks (its conversation), each verified on its own")
 	fs.StringVar(&o.dcs, "dcs", "dc-a,dc-b", "comma-separated DC names (each needs a relay-producer)")
 	fs.StringVar(&o.traceFile, "trace", "", "trace JSONL (optionally gzip) file; empty uses the embedded Mooncake trace")
 	fs.StringVar(&o.indexerURL, "indexer-url", "http://127.0.0.1:8080", "global-indexer HTTP API for verification queries (empty disables)")
@@ -109,8 +110,10 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 		}
 		o.rcfg.DCs = append(o.rcfg.DCs, dc)
 	}
-	if err := wire.ValidateToken("domain", o.domain); err != nil {
-		return nil, err
+	for _, d := range strings.Split(o.domain, ",") {
+		if err := wire.ValidateToken("domain", d); err != nil {
+			return nil, err
+		}
 	}
 	if err := o.security.Validate(); err != nil {
 		return nil, err
@@ -124,6 +127,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	switch {
 	case o.engineMode != engineDynamo && o.engineMode != engineVLLMZMQ:
 		return nil, fmt.Errorf("--engine %q: want %s or %s", o.engineMode, engineDynamo, engineVLLMZMQ)
+	case o.engineMode == engineVLLMZMQ && strings.Contains(o.domain, ","):
+		return nil, fmt.Errorf("--engine %s replays one model: give one --domain", engineVLLMZMQ)
 	case o.zmqFormat != "map" && o.zmqFormat != "array":
 		return nil, fmt.Errorf("--zmq-format %q: want map or array", o.zmqFormat)
 	case o.zmqBasePort < 0 || o.zmqBasePort > 65535:
@@ -144,13 +149,16 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "trace-replayer: %v\n", err)
 		return 2
 	}
-	if err := replayTrace(ctx, o, stdout, stderr); err != nil {
+	err = replayTrace(ctx, o, stdout, stderr)
+	if ctx.Err() != nil {
+		// Interrupted, at any step: the errors of the steps it cut short
+		// (context canceled) would only hide why.
+		fmt.Fprintf(stderr, "trace-replayer: stopped before the end of the replay (%s)\n", cli.StopReason(ctx))
+		return 130
+	}
+	if err != nil {
 		fmt.Fprintf(stderr, "trace-replayer: %v\n", err)
 		return 1
-	}
-	if ctx.Err() != nil {
-		fmt.Fprintf(stderr, "trace-replayer: stopped before the end of the replay (%s)\n", cli.StopReason(ctx))
-		return 130 // interrupted: the replay did not finish
 	}
 	return 0
 }
@@ -292,6 +300,9 @@ func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 		return err
 	}
 	defer closePubs()
+	if models := strings.Split(o.domain, ","); len(models) > 1 {
+		return replayModels(ctx, o, models, reqs, stdout, stderr)
+	}
 	q := &querier{client: &http.Client{Timeout: 5 * time.Second}, url: o.indexerURL}
 	if o.queryVia == "nats" {
 		nc, err := connect(o.natsURL, o, log)
@@ -329,6 +340,111 @@ func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 			return nil
 		}
 	}
+}
+
+// replayModels splits the trace over models by a hash of each request's
+// first blocks (the turns of a conversation share them, so they go to one
+// model) and replays each share concurrently as its own model: its own
+// workers, ground truth, events on kvevents.<model>.<dc>.*, queries naming
+// "model", and verification.
+func replayModels(ctx context.Context, o *options, models []string, reqs []replay.Request, stdout, stderr io.Writer) error {
+	shares := make([][]replay.Request, len(models))
+	for _, r := range reqs {
+		// The first blocks stand for the conversation: its turns share
+		// them (and stay on one model) while a shared system prompt alone
+		// does not pin every request to one model.
+		var key uint64
+		for _, h := range r.HashIDs[:min(len(r.HashIDs), conversationBlocks)] {
+			key = modelHash(key ^ h)
+		}
+		m := int(key % uint64(len(models)))
+		shares[m] = append(shares[m], r)
+	}
+	errs := make([]error, len(models))
+	var wg sync.WaitGroup
+	var outMu sync.Mutex // the models' lines share stdout
+	for i, model := range models {
+		mo := *o
+		mo.domain = model
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = replayShare(ctx, &mo, shares[i], &prefixWriter{mu: &outMu, w: stdout, prefix: "[" + model + "] "}, stderr)
+			if errs[i] != nil {
+				errs[i] = fmt.Errorf("model %s: %w", model, errs[i])
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// conversationBlocks is how many leading blocks of a request name its
+// conversation when the trace is split over models.
+const conversationBlocks = 4
+
+// modelHash spreads trace hash ids (small consecutive integers) evenly
+// over the models: the SplitMix64 finalizer.
+func modelHash(x uint64) uint64 {
+	x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9
+	x = (x ^ (x >> 27)) * 0x94D049BB133111EB
+	return x ^ (x >> 31)
+}
+
+// replayShare replays one model's share of the trace.
+func replayShare(ctx context.Context, o *options, reqs []replay.Request, stdout, stderr io.Writer) error {
+	if len(reqs) == 0 {
+		fmt.Fprintln(stdout, "no request of the trace went to this model")
+		return nil
+	}
+	log := zerolog.New(cli.ConsoleWriter(stderr, time.TimeOnly)).With().Timestamp().Str("model", o.domain).Logger()
+	pubs, closePubs, err := publishers(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	defer closePubs()
+	q := &querier{client: &http.Client{Timeout: 5 * time.Second}, url: o.indexerURL, model: o.domain}
+	if o.queryVia == "nats" {
+		nc, err := connect(o.natsURL, o, log)
+		if err != nil {
+			return err
+		}
+		defer nc.Close()
+		q.nc, q.subject = nc, indexer.MatchSubject(o.domain)
+	} else if o.indexerURL == "" {
+		q = nil
+	}
+	for pass := 0; ; pass++ {
+		cfg := o.rcfg
+		cfg.Seed += uint64(pass)
+		rp, err := replay.New(cfg, reqs)
+		if err != nil {
+			return err
+		}
+		rp.SetHashSpace(o.hashSpace + pass*cfg.Duplication)
+		if err := onePass(ctx, o, pubs, nil, q, rp, stdout); err != nil {
+			return err
+		}
+		if !o.repeat || ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// prefixWriter prefixes every write (one status line each) with the model.
+type prefixWriter struct {
+	mu     *sync.Mutex
+	w      io.Writer
+	prefix string
+}
+
+func (p *prefixWriter) Write(b []byte) (int, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if _, err := io.WriteString(p.w, p.prefix+string(b)); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }
 
 func onePass(ctx context.Context, o *options, pubs map[string]*eventpub.Publisher, fleet *zmqFleet, q *querier, rp *replay.Replayer, stdout io.Writer) error {
@@ -424,6 +540,7 @@ func exampleQuery(w io.Writer, url string, locals []ckf.LocalBlockHash) {
 type querier struct {
 	client  *http.Client
 	url     string
+	model   string // named in the body when set
 	nc      *nats.Conn
 	subject string
 }
@@ -433,7 +550,11 @@ func (q *querier) match(ctx context.Context, locals []ckf.LocalBlockHash) (api.M
 	for i, h := range locals {
 		hs[i] = uint64(h)
 	}
-	body, _ := json.Marshal(map[string]any{"local_hashes": hs})
+	fields := map[string]any{"local_hashes": hs}
+	if q.model != "" {
+		fields["model"] = q.model
+	}
+	body, _ := json.Marshal(fields)
 	if q.nc != nil {
 		return q.matchNATS(ctx, body)
 	}

@@ -72,7 +72,7 @@ func TestBrokenReferencesFail(t *testing.T) {
 		"docs/broken.md:3: gone.md: no such file in the repository",
 		"docs/broken.md:4: guide.md#no-such-heading: no heading with anchor #no-such-heading in docs/guide.md",
 		"docs/broken.md:5: ../../elsewhere/DESIGN.md: points outside the repository",
-		"docs/broken.md:6: ../shared/DESIGN.md: points outside the repository",
+		"docs/broken.md:6: ../reference/CARD.md: points outside the repository",
 		"docs/broken.md:6: scripts/gone.sh: no such file in the repository",
 		"docs/broken.md:6: docs/*.txt: no file in the repository matches",
 		"docs/broken.md:7: ../scripts/missing.sh: no such file in the repository",

@@ -12,6 +12,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -20,9 +21,9 @@ import (
 const (
 	DefaultBootstrapBackoffMin = 50 * time.Millisecond
 	DefaultBootstrapBackoffMax = 2 * time.Second
-	// DefaultLaneStaleAfter is the default LaneStaleAfter: five of the
-	// relay's default heartbeat intervals.
-	DefaultLaneStaleAfter = 5 * time.Second
+	// DefaultLaneStaleAfter is the default LaneStaleAfter (the binary's:
+	// lanerules).
+	DefaultLaneStaleAfter = lanerules.DefaultLaneStaleAfter
 	// DefaultStatePollInterval is how often an active lane runner checks
 	// the pool's admission state, in case a fault notification was dropped.
 	DefaultStatePollInterval = 250 * time.Millisecond
@@ -33,7 +34,7 @@ const (
 	// DefaultSnapshotFetchTimeout is the base deadline of one attempt to
 	// read a snapshot body from the Object Store; each attempt also gets
 	// SnapshotFetchBytesPerSecond's share of the body size on top.
-	DefaultSnapshotFetchTimeout = 10 * time.Second
+	DefaultSnapshotFetchTimeout = lanerules.DefaultSnapshotFetchTimeout
 	// DefaultSupersededFaultAfter is how long an active lane may drop
 	// superseded traffic without seeing any of its installed epoch before
 	// it reports a superseded_traffic fault and bootstraps again.
@@ -260,6 +261,24 @@ func validateFormat(f ckf.FormatIdentity) error {
 
 // What a stale lane does (Config.StaleLanes).
 const (
-	StaleReport  = "report"
-	StaleExclude = "exclude"
+	StaleReport  = lanerules.StaleReport
+	StaleExclude = lanerules.StaleExclude
 )
+
+// WithRules returns c following its lanes by r (zero fields of r take the
+// global-indexer binary's defaults): the pool's size, apply-lag bound and
+// control timeout, the format, staleness and the snapshot read deadline.
+// The binary and pkg/client's Mirror both build their config this way.
+func (c Config) WithRules(r lanerules.Rules) (Config, error) {
+	if err := r.Validate(); err != nil {
+		return c, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "rules", Err: err}
+	}
+	r = r.WithDefaults()
+	f, _ := r.Format() // checked by Validate
+	c.Pool = r.PoolConfig()
+	c.Format = f
+	c.LaneStaleAfter = r.LaneStaleAfter
+	c.StaleLanes = r.StaleLanes
+	c.SnapshotFetchTimeout = r.SnapshotFetchTimeout
+	return c, nil
+}

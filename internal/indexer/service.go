@@ -113,6 +113,9 @@ type Service struct {
 	// lane's snapshot requests and of the rebuild limiter; tests replace it
 	// before Run (it must be safe for concurrent use).
 	now func() time.Time
+	// newPool builds an ingestion pool; tests replace it (before Run) to
+	// give the pool's lag watchdog a clock of their own.
+	newPool func(*consumer.Indexer, consumer.PoolConfig) (*consumer.Pool, error)
 }
 
 // New validates cfg and builds a service on nc and js (which must be bound
@@ -188,6 +191,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		kvMetrics: kvm,
 		kvRefused: map[string]bool{},
 		now:       time.Now,
+		newPool:   consumer.NewPool,
 	}
 	s.labels.Store(&[ckf.LaneCount]laneLabel{})
 	s.scratch.New = func() any { return new(consumer.QueryScratch) }
@@ -487,7 +491,7 @@ func (s *Service) ensurePool(format ckf.FormatIdentity) (*poolGen, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := consumer.NewPool(ix, s.cfg.Pool)
+	p, err := s.newPool(ix, s.cfg.Pool)
 	if err != nil {
 		return nil, err
 	}

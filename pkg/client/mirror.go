@@ -15,12 +15,20 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 )
 
 // MirrorConfig configures a Mirror. Domain is required; the rest defaults
-// as the global indexer does.
+// as the global-indexer binary does.
 type MirrorConfig struct {
 	Domain string
+	// Rules are the lane rules, one field per global-indexer flag
+	// (--max-apply-lag, --expected-blocks, --lane-stale-after,
+	// --stale-lanes, --workers, --queue, --control-timeout,
+	// --snapshot-fetch-timeout). A zero field takes the binary's default
+	// (lanerules.Defaults), so a mirror keeps and retires lanes as an
+	// indexer run with the same flags does.
+	Rules lanerules.Rules
 	// Logger receives the lane machinery's logs (zero value: none).
 	Logger zerolog.Logger
 	// Tracer provides lane_apply spans (nil: none).
@@ -63,10 +71,14 @@ func NewMirror(nc *nats.Conn, cfg MirrorConfig) (*Mirror, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: mirror: %w", err)
 	}
-	svc, err := indexer.New(nc, js, indexer.Config{
+	icfg, err := indexer.Config{
 		Domain: cfg.Domain, Logger: cfg.Logger, Tracer: cfg.Tracer, Metrics: cfg.Metrics,
 		NoMatchEndpoint: true,
-	})
+	}.WithRules(cfg.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("client: mirror: %w", err)
+	}
+	svc, err := indexer.New(nc, js, icfg)
 	if err != nil {
 		return nil, fmt.Errorf("client: mirror: %w", err)
 	}

@@ -9,6 +9,10 @@ type outstandingDelta struct {
 	id          uint64
 	images      uint64
 	submittedAt time.Time
+	// installMark is the worker's install time (worker.installTime) at
+	// submission: what it adds later is time the delta waited behind
+	// snapshot installs, which its lag does not count.
+	installMark int64
 }
 
 // deltaRing is a FIFO of outstanding deltas that reuses its backing array.

@@ -170,6 +170,34 @@ type worker struct {
 	// nothing, so no claim outlives the worker.
 	attachMu sync.Mutex
 	released bool
+
+	// installStart is when the worker began the snapshot install it is
+	// running (unix nanoseconds of Pool.now; 0: none) and installNanos the
+	// total length of its finished installs. A lane's deltas that wait
+	// behind another lane's install (a bootstrap, a kvrelay source's
+	// resubscription) are not late by their own lane's doing: the lag
+	// bound excludes that time (installTime), so one lane's snapshots
+	// cannot retire the others sharing its worker.
+	installStart atomic.Int64
+	installNanos atomic.Int64
+}
+
+// installTime is the worker's time spent installing snapshots up to now,
+// in nanoseconds, the install under way included.
+func (w *worker) installTime(now time.Time) int64 {
+	t := w.installNanos.Load()
+	if s := w.installStart.Load(); s != 0 {
+		t += max(0, now.UnixNano()-s)
+	}
+	return t
+}
+
+// lag is how long d has waited for application at now, less the time its
+// worker spent installing snapshots meanwhile.
+func (p *Pool) lag(c *laneControl, d outstandingDelta, now time.Time) time.Duration {
+	waited := now.Sub(d.submittedAt)
+	behind := time.Duration(p.workers[c.worker].installTime(now) - d.installMark)
+	return waited - max(behind, 0)
 }
 
 // Pool is GlobalCkfIngestionPool: bounded lane-sticky ingestion for one
@@ -548,7 +576,7 @@ func (p *Pool) SubmitDelta(d *ckf.Delta) error {
 	epoch := c.adm.epoch
 	images := uint64(len(d.Images))
 	now := p.now()
-	if oldest, ok := c.adm.outstanding.front(); ok && now.Sub(oldest.submittedAt) >= c.maxAge {
+	if oldest, ok := c.adm.outstanding.front(); ok && p.lag(c, oldest, now) >= c.maxAge {
 		lease := c.adm.lease
 		_ = p.retireLocked(c)
 		c.mu.Unlock()
@@ -575,7 +603,7 @@ func (p *Pool) SubmitDelta(d *ckf.Delta) error {
 	id := c.adm.nextDeltaID + 1
 	c.adm.nextDeltaID = id
 	c.adm.outstandingImages = requested
-	c.adm.outstanding.push(outstandingDelta{id: id, images: images, submittedAt: now})
+	c.adm.outstanding.push(outstandingDelta{id: id, images: images, submittedAt: now, installMark: p.workers[c.worker].installTime(now)})
 	// Enqueue under the admission lock so queue order matches delta ids and a
 	// full queue retires exactly the generation that was admitted.
 	select {

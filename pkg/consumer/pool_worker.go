@@ -124,7 +124,11 @@ func (p *Pool) process(w *worker, cmd *command) {
 		cmd.ctl.reply <- controlReply{assignErr: err}
 	case opSnapshot:
 		s := cmd.ctl.snapshot
+		began := p.now()
+		w.installStart.Store(began.UnixNano())
 		out := p.installGuarded(c, ing, epoch, s)
+		w.installNanos.Add(int64(max(0, p.now().Sub(began))))
+		w.installStart.Store(0)
 		disp, hasDisp := ing.LastFailureDisposition()
 		p.observeOutcome(c, epoch, s.Lease, out, disp, hasDisp)
 		cmd.ctl.reply <- controlReply{outcome: out, disposition: disp, hasDisposition: hasDisp}

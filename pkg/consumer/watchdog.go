@@ -22,7 +22,8 @@ func (p *Pool) runWatchdog() {
 }
 
 // fenceExpiredLanes retires every active lane whose oldest outstanding delta
-// is at least MaxDirtyToAppliedAge old at now.
+// is at least MaxDirtyToAppliedAge old at now, not counting the time its
+// worker spent installing snapshots meanwhile (Pool.lag).
 func (p *Pool) fenceExpiredLanes(now time.Time) {
 	for _, c := range p.lanes {
 		if !c.configured.Load() {
@@ -30,7 +31,7 @@ func (p *Pool) fenceExpiredLanes(now time.Time) {
 		}
 		c.mu.Lock()
 		oldest, ok := c.adm.outstanding.front()
-		if c.adm.state != AdmissionActive || !ok || now.Sub(oldest.submittedAt) < c.maxAge {
+		if c.adm.state != AdmissionActive || !ok || p.lag(c, oldest, now) < c.maxAge {
 			c.mu.Unlock()
 			continue
 		}

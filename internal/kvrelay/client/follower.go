@@ -226,7 +226,7 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 	// admit asks the sink to admit s and follows it when it does. A
 	// refusal for good waits for the catalog to change; a passing failure
 	// is retried after backoff, or earlier when the sink hints so.
-	admit := func(s Selection) {
+	admit := func(s Selection, woken bool) {
 		pending, admitRetry, admitWake = nil, nil, nil
 		err := f.cfg.Sink.Admit(s)
 		if err == nil {
@@ -246,10 +246,15 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 		pending, admitRetry = &s, f.cfg.After(d)
 		var hint *RetryHint
 		if errors.As(err, &hint) {
-			select {
-			case <-hint.Ready: // ready already: no earlier retry than the backoff's
-			default:
-				admitWake = hint.Ready
+			admitWake = hint.Ready
+			if woken {
+				// A hint that is ready already after a woken retry would
+				// spin: this retry waits for the backoff only.
+				select {
+				case <-hint.Ready:
+					admitWake = nil
+				default:
+				}
 			}
 		}
 	}
@@ -280,9 +285,9 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 				start(*sel)
 			}
 		case <-admitRetry:
-			admit(*pending)
+			admit(*pending, false)
 		case <-admitWake:
-			admit(*pending)
+			admit(*pending, true)
 		case m := <-updates:
 			if m.err != nil {
 				stopped()
@@ -331,7 +336,7 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 					rev, next.Key.ProducerIncarnation, next.Key.LayoutGeneration))
 			}
 			bo.Reset() // a new producer or new semantics is new evidence
-			admit(*next)
+			admit(*next, false)
 		}
 	}
 }

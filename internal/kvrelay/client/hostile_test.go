@@ -150,6 +150,9 @@ func TestHostileRelayIsNeverAnsweredFrom(t *testing.T) {
 		h         *hostile
 		want      client.Reason
 		installed bool // the valid prefix installs before the fault
+		// slow: frames of 4 MiB follow each other; a loaded machine may
+		// take longer than the stall timeout between them.
+		slow bool
 	}{
 		{name: "bad checksum in a chunk", h: &hostile{frames: []*kvrelayv1.FilterUpdate{corrupt(snap()[0])}}, want: client.ReasonBadFrame},
 		{name: "bad checksum in a delta", h: &hostile{frames: then(snap(), corrupt(delta(t, g, 5, cbi1.Image{Bucket: 1, Word: 1})))}, want: client.ReasonBadFrame, installed: true},
@@ -159,7 +162,7 @@ func TestHostileRelayIsNeverAnsweredFrom(t *testing.T) {
 		{name: "frame of another relay", h: &hostile{frames: then(snap(), otherRelay)}, want: client.ReasonRelayChanged, installed: true},
 		{name: "out-of-order chunk", h: &hostile{catalog: []*kvrelayv1.KvPoolCatalogUpdate{catalogOf(1, big.Descriptor)}, frames: []*kvrelayv1.FilterUpdate{bigChunks[1], bigChunks[0]}}, want: client.ReasonChunkSequence},
 		{name: "chunk 0 again before the snapshot completes", h: &hostile{catalog: []*kvrelayv1.KvPoolCatalogUpdate{catalogOf(1, big.Descriptor)},
-			frames: []*kvrelayv1.FilterUpdate{bigChunks[0], restarted[0], restarted[1]}}, want: client.ReasonChunkSequence},
+			frames: []*kvrelayv1.FilterUpdate{bigChunks[0], restarted[0], restarted[1]}}, want: client.ReasonChunkSequence, slow: true},
 		{name: "chunk after installation", h: &hostile{frames: then(snap(), snap()...)}, want: client.ReasonChunkSequence, installed: true},
 		{name: "heartbeat before installation", h: &hostile{frames: []*kvrelayv1.FilterUpdate{frame(g, kvrelayv1.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT, 5, 5, nil)}}, want: client.ReasonHeartbeat},
 		{name: "heartbeat at another sequence", h: &hostile{frames: then(snap(), frame(g, kvrelayv1.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT, 4, 4, nil))}, want: client.ReasonHeartbeat, installed: true},
@@ -185,7 +188,11 @@ func TestHostileRelayIsNeverAnsweredFrom(t *testing.T) {
 			}
 			addr := serveFake(t, tc.h)
 			sink := newRecSink(t)
-			_, m, stop := startFollower(t, addr, sink, func(c *client.Config) { c.FrameTimeout = 300 * time.Millisecond })
+			timeout := 300 * time.Millisecond
+			if tc.slow {
+				timeout = waitTotal / 2
+			}
+			_, m, stop := startFollower(t, addr, sink, func(c *client.Config) { c.FrameTimeout = timeout })
 			sink.waitFor(t, string(tc.want), func(s *recSink) bool { return s.has("invalidate", tc.want) })
 			stop()
 			sink.mu.Lock()
