@@ -64,11 +64,13 @@ type options struct {
 	maxApplyLag    time.Duration
 	staleAfter     time.Duration
 	staleLanes     string
+	loadMaxAge     time.Duration
 	controlTimeout time.Duration
 	fetchTimeout   time.Duration
 	http           httpserve.Config
 	maxMatches     int
 	kv             kvrelayOptions
+	route          routeOptions
 	domainsFrom    string
 	domainAllow    string
 	maxDomains     int
@@ -127,10 +129,13 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		"mark a lane stale when it has not heard from its relay (heartbeats included) for this long")
 	fs.StringVar(&o.staleLanes, "stale-lanes", def.StaleLanes,
 		"what a stale lane does: report (kept in answers, marked stale, never best) or exclude (left out of answers and /readyz)")
+	fs.DurationVar(&o.loadMaxAge, "load-max-age", indexer.DefaultLoadMaxAge,
+		"drop a lane's load (from its relay's load windows or kvrelay load streams) older than this, by local receive time; it then counts as missing, never as zero")
 	fs.DurationVar(&o.fetchTimeout, "snapshot-fetch-timeout", def.SnapshotFetchTimeout,
 		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", indexer.SnapshotFetchBytesPerSecond>>20, indexer.DefaultSnapshotFetchAttempts-1))
 
 	o.kv.register(fs)
+	o.route.register(fs)
 	o.http.Register(fs)
 	fs.IntVar(&o.maxMatches, "http-max-matches", queryapi.DefaultMaxConcurrentMatches, "HTTP match requests in progress at most; more are answered 429 with Retry-After")
 	if err := cli.Parse(fs, args, env); err != nil {
@@ -178,6 +183,8 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		return options{}, bad("max-apply-lag", "want a positive duration")
 	case o.controlTimeout <= 0:
 		return options{}, bad("control-timeout", "want a positive duration")
+	case o.loadMaxAge <= 0:
+		return options{}, bad("load-max-age", "want a positive duration")
 	case o.fetchTimeout <= 0:
 		return options{}, bad("snapshot-fetch-timeout", "want a positive duration")
 	case o.httpAddr == "":
@@ -266,6 +273,10 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 		return indexer.Config{}, err
 	}
 	cfg.KvRelay = kv
+	cfg.LoadMaxAge = o.loadMaxAge
+	if cfg.Route, err = o.route.config(); err != nil {
+		return indexer.Config{}, err
+	}
 	cfg.Streams.Replicas = o.common.JSReplicas
 	cfg.LeaseOptions = append(cfg.LeaseOptions, lease.WithReplicas(o.common.JSReplicas))
 	return cfg, cfg.Validate()

@@ -45,10 +45,11 @@ func defaultOptions() options {
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
 		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
-		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport,
+		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport, loadMaxAge: indexer.DefaultLoadMaxAge,
 		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
 		maxDomains: domains.DefaultMaxDomains, maxTableBytes: domains.DefaultMaxTableBytes,
-		kv: kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
+		kv:    kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
+		route: routeOptions{policy: "cost", stale: "exclude", prefillRate: 10000, blockSize: indexer.DefaultRouteBlockSize},
 	}
 }
 

@@ -130,6 +130,11 @@ type Config struct {
 	// keeps it in answers, marked and never best; StaleExclude leaves it
 	// out of answers and of the ready set until it is fresh again.
 	StaleLanes string
+	// LoadMaxAge drops a lane's load older than this, by local receive
+	// time (default DefaultLoadMaxAge): it then counts as missing.
+	LoadMaxAge time.Duration
+	// Route configures routes (route.go).
+	Route RouteConfig
 	// NoMatchEndpoint leaves out the ckfq.<domain>.match micro service:
 	// an in-process mirror (pkg/client.Mirror) answers its own process
 	// only and must not join the indexers' queue group.
@@ -184,6 +189,9 @@ func (c Config) withDefaults() Config {
 	if c.StaleLanes == "" {
 		c.StaleLanes = StaleReport
 	}
+	if c.LoadMaxAge == 0 {
+		c.LoadMaxAge = DefaultLoadMaxAge
+	}
 	if c.KvRelay.StaleAfter == 0 {
 		c.KvRelay.StaleAfter = DefaultKvRelayStaleAfter
 	}
@@ -232,6 +240,12 @@ func (c Config) Validate() error {
 	}
 	if c.LaneStaleAfter < 0 {
 		return configError("lane_stale_after", "negative duration %s", c.LaneStaleAfter)
+	}
+	if err := c.Route.validate(); err != nil {
+		return err
+	}
+	if c.LoadMaxAge < 0 {
+		return configError("load_max_age", "negative duration %s", c.LoadMaxAge)
 	}
 	if c.StaleLanes != StaleReport && c.StaleLanes != StaleExclude {
 		return configError("stale_lanes", "%q: want %s or %s", c.StaleLanes, StaleReport, StaleExclude)

@@ -85,6 +85,14 @@ type Service struct {
 	staleAfter [ckf.LaneCount]atomic.Int64
 	// kvMetrics are the kvrelay followers' series.
 	kvMetrics *client.Metrics
+	// lm and loads are the load plane's (load.go): each lane's last load.
+	lm    *loadMetrics
+	loads [ckf.LaneCount]laneLoad
+	// owners is each lane's installed (identity, epoch) (load.go), read by
+	// queries without locking.
+	owners [ckf.LaneCount]atomic.Pointer[laneOwner]
+	// routing answers routes (route.go).
+	routing *routing
 
 	mu      sync.Mutex // guards the fields below
 	runners [ckf.LaneCount]*laneRunner
@@ -159,6 +167,10 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
+	lm, err := newLoadMetrics(reg)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
+	}
 	tp := cfg.Tracer
 	if tp == nil {
 		tp = noop.NewTracerProvider()
@@ -189,6 +201,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 			}
 		},
 		kvMetrics: kvm,
+		lm:        lm,
+		routing:   newRouting(cfg.Route),
 		kvRefused: map[string]bool{},
 		now:       time.Now,
 		newPool:   consumer.NewPool,
@@ -251,6 +265,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.res, s.coord = res, coord
 
+	loadSub, err := s.subscribeLoad()
+	if err != nil {
+		return fmt.Errorf("indexer: subscribe to load windows: %w", err)
+	}
+	defer loadSub.Unsubscribe() //nolint:errcheck // the connection may be closed already
 	var svc micro.Service
 	if !s.cfg.NoMatchEndpoint {
 		if svc, err = s.startMicro(); err != nil {
@@ -356,6 +375,7 @@ func (s *Service) shutdown(cancel context.CancelFunc, svc micro.Service) {
 	for _, r := range s.runners {
 		if r != nil {
 			r.m.remove()
+			s.lm.removeLane(r.lane, r.dc)
 		}
 	}
 	s.mu.Unlock()
@@ -435,6 +455,7 @@ func (s *Service) startLaneLocked(lane int, e *lease.LaneEntry) {
 	r := newLaneRunner(s, lane, e.DcName, e.Pool, subj, log, lm)
 	s.runners[lane] = r
 	s.heard[lane].Store(0)
+	s.owners[lane].Store(nil)
 	labels := *s.labels.Load()
 	labels[lane] = laneLabel{dc: e.DcName, pool: e.Pool.String()}
 	s.labels.Store(&labels)

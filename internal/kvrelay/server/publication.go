@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
@@ -31,6 +32,20 @@ type Publication interface {
 	// Load returns the pool's KV occupancy for the load windows (§6.3);
 	// zero fields are unknown and sent as 0.
 	Load() PoolLoad
+	// ServingLoad returns the pool's serving load for the serving load
+	// windows (§6.4) and true when it is complete; false sends the pool as
+	// DATA_STATUS_UNAVAILABLE.
+	ServingLoad() (ServingLoad, bool)
+}
+
+// ServingLoad is a pool's complete scheduler load (§6.4's pool gauges).
+type ServingLoad struct {
+	ActivePrefillTokens uint64
+	ActiveDecodeBlocks  uint64
+	// SourceTime is the oldest contributing report (source_observed_ms).
+	SourceTime time.Time
+	// Workers is the number of workers the load sums (live_workers).
+	Workers uint64
 }
 
 // Generation is one producer generation of the pool.
