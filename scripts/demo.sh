@@ -113,8 +113,10 @@ IFS=, read -ra dcs <<<"$DCS"
 IFS=, read -ra models <<<"$MODELS"
 { echo "pools:"; for m in "${models[@]}"; do echo "  - domain: $m"; done; } >"$logs/pools.yaml"
 for dc in "${dcs[@]}"; do
+  # --kv-capacity-blocks: the replayer's 4 workers of 4,096 blocks per DC, so the
+  # load windows carry KV occupancy for POST /v1/route.
   bin/relay-producer --nats-url "nats://127.0.0.1:$NATS_PORT" --pools-file "$logs/pools.yaml" --dc "$dc" \
-    --expected-blocks "$EXPECTED_BLOCKS" --http-addr "127.0.0.1:$port" --log-format json >"$logs/relay-$dc.log" 2>&1 &
+    --kv-capacity-blocks 16384 --expected-blocks "$EXPECTED_BLOCKS" --http-addr "127.0.0.1:$port" --log-format json >"$logs/relay-$dc.log" 2>&1 &
   pids+=($!)
   wait_http "http://127.0.0.1:$port/healthz" "relay $dc"
   echo "relay $dc: http://127.0.0.1:$port/v1/status  (metrics: /metrics)"
@@ -122,7 +124,7 @@ for dc in "${dcs[@]}"; do
 done
 
 cat <<MSG
-global indexer:  http://$HTTP_ADDR  (POST /v1/match, GET /v1/lanes, /readyz, /metrics)
+global indexer:  http://$HTTP_ADDR  (POST /v1/match, POST /v1/route, GET /v1/lanes, /readyz, /metrics)
 models:          $MODELS  (name one with "model" in the body; none: ${models[0]})
 NATS:            nats://127.0.0.1:$NATS_PORT  (query subjects ckfq.<model>.match)
 logs:            $logs  (removed at exit unless the demo fails or KEEP_LOGS=1)

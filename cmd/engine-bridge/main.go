@@ -67,7 +67,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	o.common.Register(fs)
 	fs.StringVar(&o.cfg.Domain, "domain", "default", "indexer domain (one logical KV index namespace)")
 	fs.StringVar(&o.cfg.DC, "dc", "", "data center whose relay consumes this bridge's output (required)")
-	fs.Var(&o.engines, "engine", "engine as WORKER_ID=PUB_ENDPOINT[,replay=REPLAY_ENDPOINT][,rank=N][,topic=PREFIX], e.g. 7=tcp://10.0.0.5:5557,replay=tcp://10.0.0.5:5558 (repeatable)")
+	fs.Var(&o.engines, "engine", "engine as WORKER_ID=PUB_ENDPOINT[,replay=REPLAY_ENDPOINT][,rank=N][,topic=PREFIX][,metrics=http://HOST:PORT/metrics], e.g. 7=tcp://10.0.0.5:5557,replay=tcp://10.0.0.5:5558 (repeatable)")
 	fs.StringVar(&o.enginesFile, "engines-file", "", "file with one --engine value per line (# comments allowed)")
 	fs.IntVar(&o.cfg.BlockSize, "block-size", 0, "router kv_block_size: stores with another block_size are dropped (0 accepts each event's own)")
 	fs.BoolVar(&o.cfg.IndexHostPinned, "index-host-pinned", false, "also index host-pinned (CPU) blocks; by default only device (GPU) blocks are indexed")
@@ -76,6 +76,7 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.DurationVar(&o.cfg.ReplayIdleTimeout, "replay-idle-timeout", 2*time.Second, "longest silence between two replay replies before a replay is abandoned")
 	fs.IntVar(&o.cfg.MaxInFlight, "max-in-flight", 1024, "unacknowledged KVEVENTS publishes per engine")
 	fs.DurationVar(&o.cfg.CheckpointInterval, "checkpoint-interval", 250*time.Millisecond, "period of resume-point writes")
+	fs.DurationVar(&o.cfg.LoadInterval, "load-interval", bridge.DefaultLoadInterval, "period of the scrapes of the engines' metrics endpoints (an --engine's metrics=URL) and of the worker load reports on ckfload.<domain>.<dc>.worker.<worker_id>")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:9091", "health, status and metrics listen address (empty disables)")
 	if err := cli.Parse(fs, args, getenv); err != nil {
 		return nil, err

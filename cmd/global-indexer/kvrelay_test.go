@@ -86,9 +86,10 @@ func TestBadKvRelayFlagsExit2(t *testing.T) {
 // staticPub publishes one generation of an empty lane over kvrelay.
 type staticPub struct{ gen server.Generation }
 
-func (p staticPub) Generation() (server.Generation, bool) { return p.gen, true }
-func (p staticPub) Changed() <-chan struct{}              { return nil }
-func (p staticPub) Load() server.PoolLoad                 { return server.PoolLoad{} }
+func (p staticPub) Generation() (server.Generation, bool)   { return p.gen, true }
+func (p staticPub) Changed() <-chan struct{}                { return nil }
+func (p staticPub) Load() server.PoolLoad                   { return server.PoolLoad{} }
+func (p staticPub) ServingLoad() (server.ServingLoad, bool) { return server.ServingLoad{}, false }
 func (p staticPub) Subscribe(_ context.Context, key kvrelay.ProducerKey, limits server.QueueLimits) (*server.Feed, error) {
 	if key != p.gen.Key {
 		return nil, kvrelay.ErrProducerChanged

@@ -31,7 +31,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 )
 
@@ -47,9 +47,6 @@ const (
 	serviceName = "global-indexer"
 	// natsName is the NATS connection (and embedded server) name.
 	natsName = "ckf-global-indexer"
-	// defaultMaxApplyLag is the binary's default for --max-apply-lag; see
-	// the flag help for why it differs from the library's.
-	defaultMaxApplyLag = 100 * time.Millisecond
 )
 
 func main() {
@@ -67,11 +64,13 @@ type options struct {
 	maxApplyLag    time.Duration
 	staleAfter     time.Duration
 	staleLanes     string
+	loadMaxAge     time.Duration
 	controlTimeout time.Duration
 	fetchTimeout   time.Duration
 	http           httpserve.Config
 	maxMatches     int
 	kv             kvrelayOptions
+	route          routeOptions
 	domainsFrom    string
 	domainAllow    string
 	maxDomains     int
@@ -117,20 +116,26 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	fs.IntVar(&o.maxDomains, "max-domains", domains.DefaultMaxDomains, "domains served at most; one more is refused (logged, ckf_indexer_domains_refused_total)")
 	fs.Uint64Var(&o.maxTableBytes, "max-table-bytes", domains.DefaultMaxTableBytes, "sum of the domains' tables (16 lanes x buckets x 8 bytes each) at most; a domain whose table passes it is refused")
 	fs.StringVar(&o.httpAddr, "http-addr", "127.0.0.1:8080", "HTTP listen address of the query API, health and metrics")
-	fs.Uint64Var(&o.expectedBlocks, "expected-blocks", 0, "expected blocks per DC fixing the CKF format (0: learn it from the first snapshot)")
-	fs.IntVar(&o.workers, "workers", ckf.DefaultIngestionWorkers, "ingestion workers")
-	fs.IntVar(&o.queue, "queue", ckf.DefaultIngestionQueue, "queue capacity of each ingestion worker")
-	fs.DurationVar(&o.maxApplyLag, "max-apply-lag", defaultMaxApplyLag,
+	// The lane rules' defaults are lanerules', shared with pkg/client's
+	// Mirror.
+	def := lanerules.Defaults()
+	fs.Uint64Var(&o.expectedBlocks, "expected-blocks", def.ExpectedBlocks, "expected blocks per DC fixing the CKF format (0: learn it from the first snapshot)")
+	fs.IntVar(&o.workers, "workers", def.Workers, "ingestion workers")
+	fs.IntVar(&o.queue, "queue", def.Queue, "queue capacity of each ingestion worker")
+	fs.DurationVar(&o.maxApplyLag, "max-apply-lag", def.MaxApplyLag,
 		fmt.Sprintf("retire a lane whose oldest admitted delta is not applied within this age; the seed's %s (still the library default) retires lanes spuriously on a loaded host", ckf.DefaultMaxDirtyToAppliedAge))
-	fs.DurationVar(&o.controlTimeout, "control-timeout", ckf.DefaultControlTimeout, "bound on each ingestion pool control operation (assign, snapshot install, drain)")
-	fs.DurationVar(&o.staleAfter, "lane-stale-after", indexer.DefaultLaneStaleAfter,
+	fs.DurationVar(&o.controlTimeout, "control-timeout", def.ControlTimeout, "bound on each ingestion pool control operation (assign, snapshot install, drain)")
+	fs.DurationVar(&o.staleAfter, "lane-stale-after", def.LaneStaleAfter,
 		"mark a lane stale when it has not heard from its relay (heartbeats included) for this long")
-	fs.StringVar(&o.staleLanes, "stale-lanes", indexer.StaleReport,
+	fs.StringVar(&o.staleLanes, "stale-lanes", def.StaleLanes,
 		"what a stale lane does: report (kept in answers, marked stale, never best) or exclude (left out of answers and /readyz)")
-	fs.DurationVar(&o.fetchTimeout, "snapshot-fetch-timeout", indexer.DefaultSnapshotFetchTimeout,
+	fs.DurationVar(&o.loadMaxAge, "load-max-age", indexer.DefaultLoadMaxAge,
+		"drop a lane's load (from its relay's load windows or kvrelay load streams) older than this, by local receive time; it then counts as missing, never as zero")
+	fs.DurationVar(&o.fetchTimeout, "snapshot-fetch-timeout", def.SnapshotFetchTimeout,
 		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", indexer.SnapshotFetchBytesPerSecond>>20, indexer.DefaultSnapshotFetchAttempts-1))
 
 	o.kv.register(fs)
+	o.route.register(fs)
 	o.http.Register(fs)
 	fs.IntVar(&o.maxMatches, "http-max-matches", queryapi.DefaultMaxConcurrentMatches, "HTTP match requests in progress at most; more are answered 429 with Retry-After")
 	if err := cli.Parse(fs, args, env); err != nil {
@@ -178,6 +183,8 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		return options{}, bad("max-apply-lag", "want a positive duration")
 	case o.controlTimeout <= 0:
 		return options{}, bad("control-timeout", "want a positive duration")
+	case o.loadMaxAge <= 0:
+		return options{}, bad("load-max-age", "want a positive duration")
 	case o.fetchTimeout <= 0:
 		return options{}, bad("snapshot-fetch-timeout", "want a positive duration")
 	case o.httpAddr == "":
@@ -237,22 +244,26 @@ func logFlagsError(c cli.Common) *logFlagError {
 	return nil
 }
 
+// rules are the lane rules the options describe.
+func (o options) rules() lanerules.Rules {
+	return lanerules.Rules{
+		ExpectedBlocks: o.expectedBlocks, Workers: o.workers, Queue: o.queue,
+		MaxApplyLag: o.maxApplyLag, ControlTimeout: o.controlTimeout,
+		LaneStaleAfter: o.staleAfter, StaleLanes: o.staleLanes, SnapshotFetchTimeout: o.fetchTimeout,
+	}
+}
+
 // config builds the indexer config the options describe. tp may be nil (no
 // tracing).
 func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.TracerProvider) (indexer.Config, error) {
-	pc := consumer.DefaultPoolConfig()
-	pc.WorkerCount, pc.QueueCapacity = o.workers, o.queue
-	pc.MaxDirtyToAppliedAge, pc.ControlTimeout = o.maxApplyLag, o.controlTimeout
-	cfg := indexer.Config{
+	cfg, err := indexer.Config{
 		Domain:  o.defaultDomain(),
-		Pool:    pc,
 		Logger:  log,
 		Metrics: reg,
 		Tracer:  tp,
-
-		SnapshotFetchTimeout: o.fetchTimeout,
-		LaneStaleAfter:       o.staleAfter,
-		StaleLanes:           o.staleLanes,
+	}.WithRules(o.rules())
+	if err != nil {
+		return indexer.Config{}, err
 	}
 	// The indexer learns its NATS lanes from the lane map at run time, so
 	// a collision with one is refused there (logged, counted); here the
@@ -262,15 +273,12 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 		return indexer.Config{}, err
 	}
 	cfg.KvRelay = kv
+	cfg.LoadMaxAge = o.loadMaxAge
+	if cfg.Route, err = o.route.config(); err != nil {
+		return indexer.Config{}, err
+	}
 	cfg.Streams.Replicas = o.common.JSReplicas
 	cfg.LeaseOptions = append(cfg.LeaseOptions, lease.WithReplicas(o.common.JSReplicas))
-	if o.expectedBlocks > 0 {
-		f, err := ckf.NewConfig(o.expectedBlocks).Format()
-		if err != nil {
-			return indexer.Config{}, fmt.Errorf("--expected-blocks %d: %w", o.expectedBlocks, err)
-		}
-		cfg.Format = &f
-	}
 	return cfg, cfg.Validate()
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -44,10 +45,11 @@ func defaultOptions() options {
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
 		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
-		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport,
+		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport, loadMaxAge: indexer.DefaultLoadMaxAge,
 		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
 		maxDomains: domains.DefaultMaxDomains, maxTableBytes: domains.DefaultMaxTableBytes,
-		kv: kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
+		kv:    kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
+		route: routeOptions{policy: "cost", stale: "exclude", prefillRate: 10000, blockSize: indexer.DefaultRouteBlockSize},
 	}
 }
 
@@ -61,6 +63,10 @@ func TestParseFlagsDefaultsEnvAndPrecedence(t *testing.T) {
 	}
 	if o.maxApplyLag == ckf.DefaultMaxDirtyToAppliedAge {
 		t.Fatal("the binary must not default to the seed's 10ms apply lag")
+	}
+	// pkg/client's Mirror takes lanerules.Defaults() for a zero rule.
+	if r := o.rules(); r != lanerules.Defaults() || r.WithDefaults() != (lanerules.Rules{}).WithDefaults() {
+		t.Fatalf("the flags' lane rules %+v are not lanerules.Defaults() %+v", r, lanerules.Defaults())
 	}
 
 	env := envOf(map[string]string{

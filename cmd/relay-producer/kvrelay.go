@@ -23,6 +23,7 @@ import (
 type kvrelayOptions struct {
 	listen    string
 	model     string
+	source    string
 	aliases   listFlag
 	roles     listFlag
 	endpoint  string
@@ -53,7 +54,8 @@ func (l *listFlag) Set(v string) error {
 
 func (k *kvrelayOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.listen, "kvrelay-listen", "", "serve Dynamo's dynamo.kvrelay.v1 gRPC relay protocol on HOST:PORT so a Dynamo Global Router can use this DC (empty: off)")
-	fs.StringVar(&k.model, "kvrelay-model", "", "canonical model id of the pool (also the card source path of its cache-semantics digest); required with --kvrelay-listen")
+	fs.StringVar(&k.model, "kvrelay-model", "", "canonical model id of the pool: the served name routers look it up by; required with --kvrelay-listen")
+	fs.StringVar(&k.source, "kvrelay-source-path", "", "the model card's source path (e.g. the Hugging Face repo id the weights come from), from which the pool's cache-semantics digest is derived as Dynamo derives it; pools of one source path share an indexer domain whatever their served names (default: --kvrelay-model)")
 	fs.Var(&k.aliases, "kvrelay-alias", "extra model name the router may look the pool up by (repeatable, or comma-separated)")
 	fs.Var(&k.roles, "kvrelay-roles", "pool roles the pool's card declares: AGGREGATED (the default, the role Dynamo's Global Router follows), PREFILL, DECODE, ENCODE, or LEGACY alone for a role-less card (repeatable, or comma-separated)")
 	fs.StringVar(&k.endpoint, "kvrelay-endpoint", "", "serving endpoint NAMESPACE/COMPONENT/ENDPOINT of the pool's workers; required with --kvrelay-listen")
@@ -67,7 +69,7 @@ func (k *kvrelayOptions) register(fs *flag.FlagSet) {
 // validate checks the flags and, when the service is on, sets cfg.KvRelay.
 func (k *kvrelayOptions) validate(cfg *relay.Config) error {
 	if k.listen == "" {
-		for name, v := range map[string]string{"--kvrelay-model": k.model, "--kvrelay-endpoint": k.endpoint, "--kvrelay-tls-cert": k.tlsCert, "--kvrelay-roles": k.roles.String()} {
+		for name, v := range map[string]string{"--kvrelay-model": k.model, "--kvrelay-source-path": k.source, "--kvrelay-endpoint": k.endpoint, "--kvrelay-tls-cert": k.tlsCert, "--kvrelay-roles": k.roles.String()} {
 			if v != "" {
 				return fmt.Errorf("%s needs --kvrelay-listen", name)
 			}
@@ -91,10 +93,10 @@ func (k *kvrelayOptions) validate(cfg *relay.Config) error {
 	if err != nil {
 		return err
 	}
-	k.spec = server.PoolSpec{Model: k.model, Aliases: k.aliases, Namespace: parts[0], Component: parts[1], Endpoint: parts[2],
+	k.spec = server.PoolSpec{Model: k.model, SourcePath: k.source, Aliases: k.aliases, Namespace: parts[0], Component: parts[1], Endpoint: parts[2],
 		BlockSize: uint32(k.blockSize), Roles: roles}
 	if err := k.spec.Validate(); err != nil {
-		return fmt.Errorf("--kvrelay-model/--kvrelay-alias/--kvrelay-endpoint: %w", err)
+		return fmt.Errorf("--kvrelay-model/--kvrelay-source-path/--kvrelay-alias/--kvrelay-endpoint: %w", err)
 	}
 	k.cfg = server.DefaultConfig()
 	k.cfg.PoolHeartbeat, k.cfg.CatalogHeartbeat, k.cfg.ReadinessHeartbeat = k.heartbeat, k.heartbeat, k.heartbeat

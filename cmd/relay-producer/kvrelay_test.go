@@ -33,6 +33,27 @@ func TestKvRelayFlags(t *testing.T) {
 	if gen, err := spec.Generation(kvrelay.DcID("a"), 1, 1, f); err != nil || gen.Key.DcID != kvrelay.DcID("a") {
 		t.Fatalf("generation: %v", err)
 	}
+	// --kvrelay-source-path: the card's source path derives the cache
+	// semantics, the model stays the canonical id; without it the model is
+	// the source path.
+	if spec.SourcePath != "" {
+		t.Fatalf("source path %q without the flag, want empty (the model)", spec.SourcePath)
+	}
+	o2, err := parse(append(slices.Clone(kvArgs), "--kvrelay-source-path", "meta/llama"), env(nil), &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withSource, err := o2.cfg.KvRelay.Generation(kvrelay.DcID("a"), 1, 1, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := kvrelay.DefaultCacheSemantics("meta/llama", 64, kvrelayv1.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := withSource.Descriptor.Producer.PoolId.IndexerDomain.CacheSemantics; !bytes.Equal(got.Digest, want.Digest) || withSource.Descriptor.Registrations[0].CanonicalModelId != "llama" {
+		t.Fatalf("with --kvrelay-source-path meta/llama: cache semantics %x, canonical id %q; want %x and llama", got.Digest, withSource.Descriptor.Registrations[0].CanonicalModelId, want.Digest)
+	}
 	if !slices.Equal(spec.Roles, []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_AGGREGATED}) {
 		t.Fatalf("default roles %v, want [AGGREGATED] (the role Dynamo's Global Router follows)", spec.Roles)
 	}
@@ -63,6 +84,7 @@ func TestBadKvRelayFlagsExit2(t *testing.T) {
 		{[]string{"--dc", "a", "--kvrelay-listen", "nohost"}, "--kvrelay-listen"},
 		{[]string{"--dc", "a", "--kvrelay-listen", ":7000"}, "--kvrelay-model is required"},
 		{[]string{"--dc", "a", "--kvrelay-model", "llama"}, "needs --kvrelay-listen"},
+		{[]string{"--dc", "a", "--kvrelay-source-path", "meta/llama"}, "--kvrelay-source-path needs --kvrelay-listen"},
 		{with("--kvrelay-endpoint", "prod/generate"), "NAMESPACE/COMPONENT/ENDPOINT"},
 		{with("--kvrelay-endpoint", "prod/ backend/generate"), "--kvrelay-endpoint"},
 		{with("--kvrelay-block-size", "0"), "--kvrelay-block-size"},

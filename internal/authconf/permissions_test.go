@@ -18,6 +18,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
@@ -25,6 +26,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/eventpub"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -282,6 +284,25 @@ func TestRolesDoTheirJobAndForbiddenActsAreRefused(t *testing.T) {
 		return nil
 	})
 
+	// Each DC's workers report their load to their relay (the engine
+	// bridge's job), which the relays' load windows carry to the indexer.
+	for _, dc := range testDCs {
+		rep := wire.WorkerLoad{WorkerID: 1001, Sequence: 1, Time: time.Now(), Flags: wire.LoadRequests, Serving: wire.ServingLoad{Running: 1}}
+		b, _ := wire.AppendWorkerLoad(nil, &rep)
+		subj, _ := wire.WorkerLoadSubject(testDomain, dc, 1001)
+		if err := workers[dc].nc.Publish(subj, b); err != nil {
+			t.Fatal(err)
+		}
+		_ = workers[dc].nc.Flush()
+	}
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		for _, dc := range testDCs {
+			if promtest.Count(ix.Metrics(), `ckf_indexer_load_windows_total{dc="`+dc+`",outcome="accepted"}`) == 0 {
+				return fmt.Errorf("no load window of %s accepted", dc)
+			}
+		}
+		return nil
+	})
 	for _, dc := range testDCs {
 		requireNoViolation(t, "relay "+dc, relays[dc])
 		requireNoViolation(t, "worker "+dc, workers[dc])
@@ -298,6 +319,10 @@ func TestRolesDoTheirJobAndForbiddenActsAreRefused(t *testing.T) {
 	refused(t, "relay dc-a", relays["dc-a"], "$KV.ckf-leases.lease.sec.dc-b")
 	refused(t, "relay dc-a", relays["dc-a"], "$JS.API.STREAM.DELETE.KVEVENTS")
 	refused(t, "relay dc-a", relays["dc-a"], "$JS.API.CONSUMER.CREATE.KVEVENTS.steal.kvevents.sec.dc-b.*")
+	refused(t, "relay dc-a", relays["dc-a"], "ckfload.sec.dc-b.pool")
+	refused(t, "worker dc-a", workers["dc-a"], "ckfload.sec.dc-b.worker.1001")
+	refused(t, "worker dc-a", workers["dc-a"], "ckfload.sec.dc-a.pool")
+	refused(t, "indexer", ixConn, "ckfload.sec.dc-a.pool")
 	refused(t, "worker dc-a", workers["dc-a"], "ckf.sec.dc-a.delta")
 	refused(t, "worker dc-a", workers["dc-a"], "kvevents.sec.dc-b.1001")
 	refused(t, "worker dc-a", workers["dc-a"], "$KV.ckf-leases.lanes.sec")

@@ -209,6 +209,8 @@ func (e *Env) StartPipeline(ctx context.Context) error {
 		c := relay.DefaultConfig(e.cfg.Domain, dc)
 		c.Instance = "bench-relay-" + dc
 		c.CKF = ckf.NewConfig(e.cfg.ExpectedBlocks)
+		// A known capacity, so routes read real KV occupancy.
+		c.KVCapacityBlocks = 4 * e.cfg.ExpectedBlocks
 		c.PublishInterval = e.cfg.PublishInterval
 		c.HeartbeatInterval = 25 * time.Millisecond
 		c.SnapshotInterval = time.Hour

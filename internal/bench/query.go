@@ -326,5 +326,20 @@ func (e *Env) QueryPaths(ctx context.Context, cfg QueryConfig) ([]QueryPath, err
 	}
 	add("mirror", "bare net/http round trip, JSON body, same answer size (the hop the mirror saves)", s, b)
 	out[len(out)-1].TableBytes = mirror.TableBytes()
+
+	// The route against the match it adds to: the same stack, body and
+	// connection, alternating rounds in one run. The route also reads
+	// every lane's load and runs the cost policy, and its answer is larger.
+	routeAsk := httpAsk(hc, "http://"+srv.Addr().String()+"/v1/route", "application/json")
+	rsize, err := routeAsk(ctx, bodies.json[0])
+	if err != nil {
+		return nil, fmt.Errorf("bench: route: %w", err)
+	}
+	s, b, err = timeAsks(ctx, cfg, bodies.json, bodies.json, routeAsk, jsonAsk)
+	if err != nil {
+		return nil, fmt.Errorf("bench: http route: %w", err)
+	}
+	add("http route", "POST /v1/match, same stack and body", s, b)
+	out[len(out)-1].Bytes = rsize
 	return out, nil
 }

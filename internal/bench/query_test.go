@@ -37,7 +37,7 @@ func TestQueryPathsMeasureEveryPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"http json", "http binary", "nats json", "mirror"}
+	want := []string{"http json", "http binary", "nats json", "mirror", "http route"}
 	if len(paths) != len(want) {
 		t.Fatalf("paths %+v", paths)
 	}

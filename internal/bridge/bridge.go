@@ -22,6 +22,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"sync"
 	"time"
 
@@ -63,6 +64,13 @@ type Config struct {
 	AckTimeout time.Duration
 	// CheckpointInterval paces resume-point writes.
 	CheckpointInterval time.Duration
+	// LoadInterval paces the scrapes of the engines' metrics endpoints and
+	// the worker load reports (default DefaultLoadInterval).
+	LoadInterval time.Duration
+	// HTTPClient scrapes the metrics endpoints (nil: one with a timeout of
+	// LoadInterval).
+	HTTPClient *http.Client
+
 	// ResubscribeCheck is how long after connecting the bridge replays
 	// once more if no live batch arrived (ZMQ's slow-joiner window).
 	ResubscribeCheck time.Duration
@@ -104,6 +112,12 @@ func (c *Config) defaults() {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	if c.LoadInterval <= 0 {
+		c.LoadInterval = DefaultLoadInterval
+	}
+	if c.HTTPClient == nil {
+		c.HTTPClient = &http.Client{Timeout: c.LoadInterval}
 	}
 }
 
@@ -223,6 +237,9 @@ func (b *Bridge) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	for _, s := range srcs {
 		wg.Go(func() { s.run(ctx) })
+	}
+	if w := b.loadWorkers(); len(w) > 0 {
+		wg.Go(func() { b.reportLoad(ctx, b.js.Conn(), w) })
 	}
 	t := time.NewTicker(b.cfg.CheckpointInterval)
 	defer t.Stop()

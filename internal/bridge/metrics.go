@@ -22,6 +22,8 @@ type bridgeMetrics struct {
 	clears        *prometheus.CounterVec
 	reconnects    prometheus.Counter
 	checkpoints   *prometheus.CounterVec
+	loadScrapes   *prometheus.CounterVec
+	loadReports   prometheus.Counter
 	connected     *prometheus.GaugeVec
 	lastSeq       *prometheus.GaugeVec
 }
@@ -77,12 +79,15 @@ func newBridgeMetrics(reg prometheus.Registerer) (*bridgeMetrics, error) {
 		clears:        counterVec("ckf_bridge_worker_clears_total", "Worker clears the bridge published, by reason.", "reason"),
 		reconnects:    counter("ckf_bridge_reconnects_total", "ZMQ (re)connection attempts after a failure."),
 		checkpoints:   counterVec("ckf_bridge_checkpoints_total", "Per-engine resume checkpoints, by outcome.", "outcome"),
-		connected:     gaugeVec("ckf_bridge_engine_connected", "1 while the engine's live socket is connected.", "worker_id", "endpoint"),
-		lastSeq:       gaugeVec("ckf_bridge_engine_last_sequence", "Last applied engine sequence.", "worker_id", "endpoint"),
+		loadScrapes:   counterVec("ckf_bridge_load_scrapes_total", "Scrapes of the engines' metrics endpoints, by outcome (ok, error).", "outcome"),
+		loadReports: prometheus.NewCounter(prometheus.CounterOpts{Name: "ckf_bridge_load_reports_total",
+			Help: "Worker load reports published for the relay (one per worker whose every engine was scraped)."}),
+		connected: gaugeVec("ckf_bridge_engine_connected", "1 while the engine's live socket is connected.", "worker_id", "endpoint"),
+		lastSeq:   gaugeVec("ckf_bridge_engine_last_sequence", "Last applied engine sequence.", "worker_id", "endpoint"),
 	}
 	for _, c := range []prometheus.Collector{m.batches, m.malformed, m.unknownFields, m.events, m.dropped, m.blocks,
 		m.published, m.publishErrors, m.resent, m.duplicates, m.replays, m.gaps, m.gapBatches, m.restarts, m.clears,
-		m.reconnects, m.checkpoints, m.connected, m.lastSeq} {
+		m.reconnects, m.checkpoints, m.connected, m.lastSeq, m.loadScrapes, m.loadReports} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strconv"
 	"strings"
 )
@@ -28,6 +29,9 @@ type EngineSpec struct {
 	DPRank uint32
 	// Topic is the SUB prefix filter ("" = everything).
 	Topic string
+	// Metrics is the engine's Prometheus endpoint (http(s)://HOST:PORT/metrics)
+	// the bridge scrapes for the worker's serving load ("" = none).
+	Metrics string
 }
 
 func (s EngineSpec) String() string {
@@ -40,6 +44,9 @@ func (s EngineSpec) String() string {
 	}
 	if s.Topic != "" {
 		out += ",topic=" + s.Topic
+	}
+	if s.Metrics != "" {
+		out += ",metrics=" + s.Metrics
 	}
 	return out
 }
@@ -79,6 +86,12 @@ func ParseEngine(v string) (EngineSpec, error) {
 			s.DPRank = uint32(r)
 		case "topic":
 			s.Topic = val
+		case "metrics":
+			u, err := url.Parse(val)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return EngineSpec{}, fmt.Errorf("%w %q: metrics: want http(s)://HOST:PORT/PATH", ErrBadEngine, v)
+			}
+			s.Metrics = val
 		default:
 			return EngineSpec{}, fmt.Errorf("%w %q: unknown option %q", ErrBadEngine, v, k)
 		}

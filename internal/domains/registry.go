@@ -447,6 +447,16 @@ func (r *Registry) Match(q api.Query) (api.MatchResponse, error) {
 	return d.svc.Match(q)
 }
 
+// Route answers a route from the domain q names (or the default one).
+func (r *Registry) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, error) {
+	d, err := r.lookup(q.Model)
+	if err != nil {
+		return api.RouteResponse{}, err
+	}
+	q.Model = ""
+	return d.svc.Route(q, o)
+}
+
 // Lanes lists every domain's lanes, by domain then lane.
 func (r *Registry) Lanes() []api.LaneStatus {
 	out := []api.LaneStatus{}
@@ -476,4 +486,7 @@ func (r *Registry) DomainReady(name string) (ready, known bool) {
 	return d.svc.Ready(), true
 }
 
-var _ queryapi.DomainBackend = (*Registry)(nil)
+var (
+	_ queryapi.DomainBackend = (*Registry)(nil)
+	_ queryapi.RouteBackend  = (*Registry)(nil)
+)

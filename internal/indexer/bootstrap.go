@@ -90,6 +90,7 @@ func (r *laneRunner) bootstrap(ctx context.Context, at *markerAt) error {
 		return laneError(ErrInstall, r.lane, nil, "install sequence %d: %s", mk.Sequence, out)
 	}
 	r.cur = current{identity: mk.Identity, epoch: mk.Lease.Epoch, lease: lease, streamSeq: at.streamSeq}
+	r.setOwner(mk.Identity, mk.Lease.Epoch)
 	r.supersededSince = time.Time{}
 	r.distrusted = 0
 	r.awaiting = 0

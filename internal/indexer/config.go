@@ -12,6 +12,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -20,9 +21,9 @@ import (
 const (
 	DefaultBootstrapBackoffMin = 50 * time.Millisecond
 	DefaultBootstrapBackoffMax = 2 * time.Second
-	// DefaultLaneStaleAfter is the default LaneStaleAfter: five of the
-	// relay's default heartbeat intervals.
-	DefaultLaneStaleAfter = 5 * time.Second
+	// DefaultLaneStaleAfter is the default LaneStaleAfter (the binary's:
+	// lanerules).
+	DefaultLaneStaleAfter = lanerules.DefaultLaneStaleAfter
 	// DefaultStatePollInterval is how often an active lane runner checks
 	// the pool's admission state, in case a fault notification was dropped.
 	DefaultStatePollInterval = 250 * time.Millisecond
@@ -33,7 +34,7 @@ const (
 	// DefaultSnapshotFetchTimeout is the base deadline of one attempt to
 	// read a snapshot body from the Object Store; each attempt also gets
 	// SnapshotFetchBytesPerSecond's share of the body size on top.
-	DefaultSnapshotFetchTimeout = 10 * time.Second
+	DefaultSnapshotFetchTimeout = lanerules.DefaultSnapshotFetchTimeout
 	// DefaultSupersededFaultAfter is how long an active lane may drop
 	// superseded traffic without seeing any of its installed epoch before
 	// it reports a superseded_traffic fault and bootstraps again.
@@ -129,6 +130,11 @@ type Config struct {
 	// keeps it in answers, marked and never best; StaleExclude leaves it
 	// out of answers and of the ready set until it is fresh again.
 	StaleLanes string
+	// LoadMaxAge drops a lane's load older than this, by local receive
+	// time (default DefaultLoadMaxAge): it then counts as missing.
+	LoadMaxAge time.Duration
+	// Route configures routes (route.go).
+	Route RouteConfig
 	// NoMatchEndpoint leaves out the ckfq.<domain>.match micro service:
 	// an in-process mirror (pkg/client.Mirror) answers its own process
 	// only and must not join the indexers' queue group.
@@ -183,6 +189,9 @@ func (c Config) withDefaults() Config {
 	if c.StaleLanes == "" {
 		c.StaleLanes = StaleReport
 	}
+	if c.LoadMaxAge == 0 {
+		c.LoadMaxAge = DefaultLoadMaxAge
+	}
 	if c.KvRelay.StaleAfter == 0 {
 		c.KvRelay.StaleAfter = DefaultKvRelayStaleAfter
 	}
@@ -232,6 +241,12 @@ func (c Config) Validate() error {
 	if c.LaneStaleAfter < 0 {
 		return configError("lane_stale_after", "negative duration %s", c.LaneStaleAfter)
 	}
+	if err := c.Route.validate(); err != nil {
+		return err
+	}
+	if c.LoadMaxAge < 0 {
+		return configError("load_max_age", "negative duration %s", c.LoadMaxAge)
+	}
 	if c.StaleLanes != StaleReport && c.StaleLanes != StaleExclude {
 		return configError("stale_lanes", "%q: want %s or %s", c.StaleLanes, StaleReport, StaleExclude)
 	}
@@ -260,6 +275,24 @@ func validateFormat(f ckf.FormatIdentity) error {
 
 // What a stale lane does (Config.StaleLanes).
 const (
-	StaleReport  = "report"
-	StaleExclude = "exclude"
+	StaleReport  = lanerules.StaleReport
+	StaleExclude = lanerules.StaleExclude
 )
+
+// WithRules returns c following its lanes by r (zero fields of r take the
+// global-indexer binary's defaults): the pool's size, apply-lag bound and
+// control timeout, the format, staleness and the snapshot read deadline.
+// The binary and pkg/client's Mirror both build their config this way.
+func (c Config) WithRules(r lanerules.Rules) (Config, error) {
+	if err := r.Validate(); err != nil {
+		return c, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "rules", Err: err}
+	}
+	r = r.WithDefaults()
+	f, _ := r.Format() // checked by Validate
+	c.Pool = r.PoolConfig()
+	c.Format = f
+	c.LaneStaleAfter = r.LaneStaleAfter
+	c.StaleLanes = r.StaleLanes
+	c.SnapshotFetchTimeout = r.SnapshotFetchTimeout
+	return c, nil
+}

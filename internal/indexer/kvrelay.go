@@ -168,7 +168,7 @@ func (s *Service) startKvLaneLocked(lane int, src KvRelaySource) {
 	kv := &kvLane{r: r, src: src}
 	r.kv = kv
 	k := s.cfg.KvRelay
-	f, err := client.New(client.Config{Name: src.Name, Addr: src.Addr, Model: k.Model, AcceptLegacy: k.AcceptLegacy, Sink: kv,
+	f, err := client.New(client.Config{Name: src.Name, Addr: src.Addr, Model: k.Model, AcceptLegacy: k.AcceptLegacy, Sink: kv, Load: kv,
 		SubscriberBase: "ckfrelay-" + s.requester, TLS: k.TLS, DialOptions: k.DialOptions,
 		FrameTimeout: k.FrameTimeout, BackoffMin: k.BackoffMin, BackoffMax: k.BackoffMax,
 		Metrics: s.kvMetrics, Logger: log})
@@ -184,6 +184,7 @@ func (s *Service) startKvLaneLocked(lane int, src KvRelaySource) {
 	}
 	s.runners[lane] = r
 	s.heard[lane].Store(0)
+	s.owners[lane].Store(nil)
 	s.staleAfter[lane].Store(int64(k.StaleAfter))
 	labels := *s.labels.Load()
 	labels[lane] = laneLabel{dc: src.Name, pool: pool.String()}
@@ -337,6 +338,7 @@ func (k *kvLane) Install(s client.Snapshot) error {
 	k.identity, k.lease, k.localSeq, k.installed = id, ls, s.Sequence, true
 	// faultOutcome matches pool faults against the installed lease.
 	r.cur = current{identity: id, epoch: id.ProducerIncarnation, lease: ls}
+	r.setOwner(id, id.ProducerIncarnation)
 	r.drainFaults()
 	r.m.bootstrap("installed")
 	r.setInstalled(id.ProducerIncarnation, s.Sequence)

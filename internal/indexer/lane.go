@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/internal/backoff"
@@ -35,6 +36,9 @@ type laneRunner struct {
 	// kv is set for a dynamo.kvrelay.v1 lane (kvrelay.go): its follower's
 	// goroutine is then the run goroutine. Set before the runner starts.
 	kv *kvLane
+	// owner is the installed (identity, epoch), for the load plane's fence
+	// (load.go); nil until the first install.
+	owner atomic.Pointer[laneOwner]
 
 	// Run goroutine only.
 	localEpoch uint64

@@ -23,7 +23,13 @@ const (
 	MicroEndpointName = "match"
 	// MatchSubjectT is the endpoint subject (the contract is in pkg/api).
 	MatchSubjectT = api.MatchSubjectT
+	// MicroRouteEndpointName names the route endpoint (subject
+	// api.RouteSubjectT).
+	MicroRouteEndpointName = "route"
 )
+
+// RouteSubject returns the NATS micro route endpoint subject of a domain.
+func RouteSubject(domain string) string { return api.RouteSubject(domain) }
 
 // MatchSubject returns the NATS micro endpoint subject of a domain.
 func MatchSubject(domain string) string { return api.MatchSubject(domain) }
@@ -49,7 +55,30 @@ func (s *Service) startMicro() (micro.Service, error) {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("indexer: add match endpoint: %w", err)
 	}
+	err = svc.AddEndpoint(MicroRouteEndpointName, micro.HandlerFunc(s.handleRoute),
+		micro.WithEndpointSubject(RouteSubject(s.cfg.Domain)),
+		micro.WithEndpointQueueGroup(MicroQueueGroup))
+	if err != nil {
+		_ = svc.Stop()
+		return nil, fmt.Errorf("indexer: add route endpoint: %w", err)
+	}
 	return svc, nil
+}
+
+// handleRoute serves RouteSubject(domain) as handleMatch serves matches;
+// a binary body takes its options from the api.HeaderRouteOptions header.
+func (s *Service) handleRoute(req micro.Request) {
+	h := req.Headers()
+	resp, status, err := queryapi.Route(context.Background(), s, s.apiM, h.Get("Content-Type"), h.Get(api.HeaderRouteOptions), req.Data())
+	if err != nil {
+		if rerr := req.Error(strconv.Itoa(status), err.Error(), api.ErrorJSON(err)); rerr != nil {
+			s.log.Warn().Err(rerr).Msg("replying to a route request")
+		}
+		return
+	}
+	if err := req.Respond(resp.AppendJSON(nil)); err != nil {
+		s.log.Warn().Err(err).Msg("replying to a route request")
+	}
 }
 
 func (s *Service) handleMatch(req micro.Request) {

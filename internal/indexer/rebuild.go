@@ -138,7 +138,7 @@ func (s *Service) replacePool(g *poolGen) (done bool, err error) {
 	}
 	s.limiter.record(now)
 	_ = g.pool.Close() // always nil; idempotent when retried
-	p, err := consumer.NewPool(g.pool.Indexer(), s.cfg.Pool)
+	p, err := s.newPool(g.pool.Indexer(), s.cfg.Pool)
 	if err != nil {
 		return false, err
 	}

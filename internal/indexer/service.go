@@ -85,6 +85,14 @@ type Service struct {
 	staleAfter [ckf.LaneCount]atomic.Int64
 	// kvMetrics are the kvrelay followers' series.
 	kvMetrics *client.Metrics
+	// lm and loads are the load plane's (load.go): each lane's last load.
+	lm    *loadMetrics
+	loads [ckf.LaneCount]laneLoad
+	// owners is each lane's installed (identity, epoch) (load.go), read by
+	// queries without locking.
+	owners [ckf.LaneCount]atomic.Pointer[laneOwner]
+	// routing answers routes (route.go).
+	routing *routing
 
 	mu      sync.Mutex // guards the fields below
 	runners [ckf.LaneCount]*laneRunner
@@ -113,6 +121,9 @@ type Service struct {
 	// lane's snapshot requests and of the rebuild limiter; tests replace it
 	// before Run (it must be safe for concurrent use).
 	now func() time.Time
+	// newPool builds an ingestion pool; tests replace it (before Run) to
+	// give the pool's lag watchdog a clock of their own.
+	newPool func(*consumer.Indexer, consumer.PoolConfig) (*consumer.Pool, error)
 }
 
 // New validates cfg and builds a service on nc and js (which must be bound
@@ -156,6 +167,10 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
+	lm, err := newLoadMetrics(reg)
+	if err != nil {
+		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
+	}
 	tp := cfg.Tracer
 	if tp == nil {
 		tp = noop.NewTracerProvider()
@@ -186,8 +201,11 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 			}
 		},
 		kvMetrics: kvm,
+		lm:        lm,
+		routing:   newRouting(cfg.Route),
 		kvRefused: map[string]bool{},
 		now:       time.Now,
+		newPool:   consumer.NewPool,
 	}
 	s.labels.Store(&[ckf.LaneCount]laneLabel{})
 	s.scratch.New = func() any { return new(consumer.QueryScratch) }
@@ -247,6 +265,11 @@ func (s *Service) Run(ctx context.Context) error {
 	}
 	s.res, s.coord = res, coord
 
+	loadSub, err := s.subscribeLoad()
+	if err != nil {
+		return fmt.Errorf("indexer: subscribe to load windows: %w", err)
+	}
+	defer loadSub.Unsubscribe() //nolint:errcheck // the connection may be closed already
 	var svc micro.Service
 	if !s.cfg.NoMatchEndpoint {
 		if svc, err = s.startMicro(); err != nil {
@@ -352,6 +375,7 @@ func (s *Service) shutdown(cancel context.CancelFunc, svc micro.Service) {
 	for _, r := range s.runners {
 		if r != nil {
 			r.m.remove()
+			s.lm.removeLane(r.lane, r.dc)
 		}
 	}
 	s.mu.Unlock()
@@ -431,6 +455,7 @@ func (s *Service) startLaneLocked(lane int, e *lease.LaneEntry) {
 	r := newLaneRunner(s, lane, e.DcName, e.Pool, subj, log, lm)
 	s.runners[lane] = r
 	s.heard[lane].Store(0)
+	s.owners[lane].Store(nil)
 	labels := *s.labels.Load()
 	labels[lane] = laneLabel{dc: e.DcName, pool: e.Pool.String()}
 	s.labels.Store(&labels)
@@ -487,7 +512,7 @@ func (s *Service) ensurePool(format ckf.FormatIdentity) (*poolGen, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := consumer.NewPool(ix, s.cfg.Pool)
+	p, err := s.newPool(ix, s.cfg.Pool)
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,6 @@
 // Package queryapi serves the indexer's query surface over HTTP: POST
-// /v1/match (the contract is pkg/api; the NATS micro endpoint shares Match),
+// /v1/match and POST /v1/route (the contract is pkg/api; the NATS micro
+// endpoints share Match and Route),
 // GET /v1/lanes, /healthz, /readyz, /metrics and the status page at /.
 package queryapi
 
@@ -63,6 +64,8 @@ func domainReady(w http.ResponseWriter, b Backend, d string) {
 type Metrics struct {
 	Requests *prometheus.CounterVec
 	Latency  prometheus.Histogram
+	// RouteLatency is the route latency (search, load and policy).
+	RouteLatency prometheus.Histogram
 }
 
 // MetricMatchDuration is the match latency histogram.
@@ -80,8 +83,11 @@ func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 		Latency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricMatchDuration,
 			Help:    "Match latency inside the server; exemplars carry the request's trace id.",
 			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 20)}),
+		RouteLatency: prometheus.NewHistogram(prometheus.HistogramOpts{Name: MetricRouteDuration,
+			Help:    "Route latency inside the server (prefix search, lane load, policy); exemplars carry the request's trace id.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 2, 20)}),
 	}
-	for _, c := range []prometheus.Collector{m.Requests, m.Latency} {
+	for _, c := range []prometheus.Collector{m.Requests, m.Latency, m.RouteLatency} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -198,69 +204,28 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 	large := semaphore.NewWeighted(lim.MaxLargeBodyBytes)
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", statusHandler(b, m, ho.info, ho.now))
-	mux.HandleFunc("POST /v1/match", func(w http.ResponseWriter, r *http.Request) {
-		select {
-		case slots <- struct{}{}:
-			defer func() { <-slots }()
-		default:
-			overloaded(w, m, &api.RequestError{Reason: fmt.Sprintf("more than %d match requests in progress; retry later", lim.MaxConcurrentMatches)})
-			return
-		}
-		kind, err := classifyBody(r.Header.Get("Content-Type"))
+	qh := queryHandler{lim: lim, slots: slots, large: large, m: m}
+	mux.HandleFunc("POST /v1/match", qh.serve("match", func(ctx context.Context, kind bodyKind, body []byte, _ *http.Request, dst []byte) ([]byte, int, error) {
+		q, err := decodeBody(kind, body)
 		if err != nil {
-			m.Requests.WithLabelValues("match", "unsupported_media_type").Inc()
-			writeError(w, http.StatusUnsupportedMediaType, err)
-			return
-		}
-		limit := maxBodyFor(kind, lim.MaxBodyBytes)
-		if r.ContentLength > limit {
-			m.Requests.WithLabelValues("match", "too_large").Inc()
-			writeError(w, http.StatusRequestEntityTooLarge, tooLargeError(limit))
-			return
-		}
-		small := bodies.get()
-		defer bodies.put(small)
-		buf := small
-		budget := largeBodyBudget{sem: large, wait: lim.LargeBodyWait, ctx: r.Context()}
-		defer budget.release()
-		if r.ContentLength > PooledBodyBytes {
-			// The declared length is what net/http will deliver: take it
-			// from the budget and read into a buffer of exactly that size.
-			if err := budget.take(r.ContentLength); err != nil {
-				overloaded(w, m, err)
-				return
-			}
-			big := make([]byte, 0, r.ContentLength)
-			buf = &big
-		}
-		body := &cappedBody{r: http.MaxBytesReader(w, r.Body, limit)}
-		// A body of unknown length that outgrows the pooled buffer takes
-		// the largest body's share.
-		q, err := readQuery(kind, body, buf, &budget, limit)
-		switch {
-		case body.exceeded:
-			m.Requests.WithLabelValues("match", "too_large").Inc()
-			writeError(w, http.StatusRequestEntityTooLarge, tooLargeError(limit))
-			return
-		case err != nil && isOverBudget(err):
-			overloaded(w, m, err)
-			return
-		case err != nil:
 			m.Requests.WithLabelValues("match", "bad_request").Inc()
-			writeError(w, http.StatusBadRequest, err)
-			return
+			return nil, http.StatusBadRequest, err
 		}
-		resp, status, err := matchQuery(r.Context(), b, m, q)
+		resp, status, err := matchQuery(ctx, b, m, q)
 		if err != nil {
-			writeError(w, status, err)
-			return
+			return nil, status, err
 		}
-		// The same bytes httpserve.WriteJSON would write, without
-		// reflection, into the request's body buffer (no longer needed).
-		*buf = append(resp.AppendJSON((*buf)[:0]), '\n')
-		w.Header().Set("Content-Type", "application/json")
-		w.Write(*buf) //nolint:errcheck // the client went away; nothing to answer
-	})
+		return resp.AppendJSON(dst), http.StatusOK, nil
+	}))
+	if rb, ok := b.(RouteBackend); ok {
+		mux.HandleFunc("POST /v1/route", qh.serve("route", func(ctx context.Context, kind bodyKind, body []byte, r *http.Request, dst []byte) ([]byte, int, error) {
+			resp, status, err := routeBody(ctx, rb, m, kind, body, r.URL.RawQuery)
+			if err != nil {
+				return nil, status, err
+			}
+			return resp.AppendJSON(dst), http.StatusOK, nil
+		}))
+	}
 	mux.HandleFunc("GET /v1/lanes", func(w http.ResponseWriter, r *http.Request) {
 		m.Requests.WithLabelValues("lanes", "ok").Inc()
 		httpserve.WriteJSON(w, http.StatusOK, map[string]any{"lanes": b.Lanes()})
@@ -283,6 +248,87 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 		mux.Handle("GET /metrics", promx.Handler(reg))
 	}
 	return mux
+}
+
+// queryHandler is the HTTP side shared by match and route: the bound on
+// requests in progress, the media type, the body limits and the
+// large-body budget, then answer.
+type queryHandler struct {
+	lim   Limits
+	slots chan struct{}
+	large *semaphore.Weighted
+	m     *Metrics
+}
+
+// answerFunc decodes a body read whole and appends the JSON answer to
+// dst, or returns the error and its status (counted by the callee).
+type answerFunc func(ctx context.Context, kind bodyKind, body []byte, r *http.Request, dst []byte) ([]byte, int, error)
+
+func (h *queryHandler) serve(endpoint string, answer answerFunc) http.HandlerFunc {
+	lim, m := h.lim, h.m
+	return func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case h.slots <- struct{}{}:
+			defer func() { <-h.slots }()
+		default:
+			overloaded(w, m, endpoint, &api.RequestError{Reason: fmt.Sprintf("more than %d match requests in progress; retry later", lim.MaxConcurrentMatches)})
+			return
+		}
+		kind, err := classifyBody(r.Header.Get("Content-Type"))
+		if err != nil {
+			m.Requests.WithLabelValues(endpoint, "unsupported_media_type").Inc()
+			writeError(w, http.StatusUnsupportedMediaType, err)
+			return
+		}
+		limit := maxBodyFor(kind, lim.MaxBodyBytes)
+		if r.ContentLength > limit {
+			m.Requests.WithLabelValues(endpoint, "too_large").Inc()
+			writeError(w, http.StatusRequestEntityTooLarge, tooLargeError(limit))
+			return
+		}
+		small := bodies.get()
+		defer bodies.put(small)
+		buf := small
+		budget := largeBodyBudget{sem: h.large, wait: lim.LargeBodyWait, ctx: r.Context()}
+		defer budget.release()
+		if r.ContentLength > PooledBodyBytes {
+			// The declared length is what net/http will deliver: take it
+			// from the budget and read into a buffer of exactly that size.
+			if err := budget.take(r.ContentLength); err != nil {
+				overloaded(w, m, endpoint, err)
+				return
+			}
+			big := make([]byte, 0, r.ContentLength)
+			buf = &big
+		}
+		body := &cappedBody{r: http.MaxBytesReader(w, r.Body, limit)}
+		// A body of unknown length that outgrows the pooled buffer takes
+		// the largest body's share.
+		b, err := readBody(body, buf, &budget, limit)
+		switch {
+		case body.exceeded:
+			m.Requests.WithLabelValues(endpoint, "too_large").Inc()
+			writeError(w, http.StatusRequestEntityTooLarge, tooLargeError(limit))
+			return
+		case err != nil && isOverBudget(err):
+			overloaded(w, m, endpoint, err)
+			return
+		case err != nil:
+			m.Requests.WithLabelValues(endpoint, "bad_request").Inc()
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		// The answer goes into the body's buffer (no longer needed): the
+		// same bytes httpserve.WriteJSON would write, without reflection.
+		out, status, err := answer(r.Context(), kind, b, r, (*buf)[:0])
+		if err != nil {
+			writeError(w, status, err)
+			return
+		}
+		*buf = append(out, '\n')
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(*buf) //nolint:errcheck // the client went away; nothing to answer
+	}
 }
 
 // Match decodes body as contentType (see classifyBody: JSON or the binary
@@ -403,26 +449,25 @@ func (l *largeBodyBudget) release() {
 	}
 }
 
-func overloaded(w http.ResponseWriter, m *Metrics, err error) {
-	m.Requests.WithLabelValues("match", "overloaded").Inc()
+func overloaded(w http.ResponseWriter, m *Metrics, endpoint string, err error) {
+	m.Requests.WithLabelValues(endpoint, "overloaded").Inc()
 	w.Header().Set("Retry-After", strconv.Itoa(RetryAfterSeconds))
 	writeError(w, http.StatusTooManyRequests, err)
 }
 
-// readQuery reads the whole body into buf (bounded by the caller's
-// MaxBytesReader) and decodes it as kind. Once buf has grown past
-// PooledBodyBytes, budget's share is raised to growTo (its error ends the
-// read).
-func readQuery(kind bodyKind, r io.Reader, buf *[]byte, budget *largeBodyBudget, growTo int64) (api.Query, error) {
+// readBody reads the whole body into buf (bounded by the caller's
+// MaxBytesReader). Once buf has grown past PooledBodyBytes, budget's share
+// is raised to growTo (its error ends the read).
+func readBody(r io.Reader, buf *[]byte, budget *largeBodyBudget, growTo int64) ([]byte, error) {
 	b, err := readAll(r, (*buf)[:0], budget, growTo)
 	*buf = b
 	if err != nil && isOverBudget(err) {
-		return api.Query{}, err
+		return nil, err
 	}
 	if err != nil {
-		return api.Query{}, &api.RequestError{Reason: "reading the body: " + err.Error()}
+		return nil, &api.RequestError{Reason: "reading the body: " + err.Error()}
 	}
-	return decodeBody(kind, b)
+	return b, nil
 }
 
 // readAll is io.ReadAll into dst's spare capacity. A full dst is grown

@@ -94,6 +94,15 @@ type Config struct {
 	// open the lease bucket, register the lane) while NATS or the hub's
 	// JetStream is not reachable yet. The zero value uses retry's defaults.
 	Setup retry.Policy
+	// KVCapacityBlocks is the pool's KV capacity in blocks (the sum over
+	// its workers) for the load windows' occupancy; 0 takes the capacities
+	// the workers declare in their load reports (none: occupancy unknown).
+	KVCapacityBlocks uint64
+	// LoadInterval paces the load windows (default DefaultLoadInterval).
+	LoadInterval time.Duration
+	// WorkerLoadFresh is how long a worker's load report counts (default
+	// DefaultWorkerLoadFresh, three of the bridge's 1 s scrapes).
+	WorkerLoadFresh time.Duration
 	// KvRelay, when set, makes the relay a dynamo.kvrelay.v1 publication
 	// (Relay.Publication) of this pool, described by the spec.
 	KvRelay *server.PoolSpec
@@ -167,6 +176,20 @@ func (c *Config) maxTrackedBlocks() uint64 {
 	return DefaultTrackedBlocksFactor * c.CKF.ExpectedBlocksPerDC
 }
 
+func (c *Config) loadInterval() time.Duration {
+	if c.LoadInterval > 0 {
+		return c.LoadInterval
+	}
+	return DefaultLoadInterval
+}
+
+func (c *Config) workerLoadFresh() time.Duration {
+	if c.WorkerLoadFresh > 0 {
+		return c.WorkerLoadFresh
+	}
+	return DefaultWorkerLoadFresh
+}
+
 func (c *Config) restartBackoff() (lo, hi time.Duration) {
 	lo, hi = c.RestartBackoffMin, c.RestartBackoffMax
 	if lo <= 0 {
@@ -222,6 +245,8 @@ func (c *Config) Validate() error {
 		return bad("input retention must not be negative")
 	case c.Streams.EventMaxAge > 0 && c.CheckpointInterval > 0 && c.Streams.EventMaxAge < 2*c.CheckpointInterval:
 		return bad("input max age %s is less than twice the checkpoint interval %s: a restart could find events already dropped", c.Streams.EventMaxAge, c.CheckpointInterval)
+	case c.LoadInterval < 0 || c.WorkerLoadFresh < 0:
+		return bad("load interval and worker load freshness must not be negative (0: the defaults)")
 	case c.UploadMinRate < 0:
 		return bad("upload min rate must not be negative (0: %d bytes/s)", DefaultUploadMinRate)
 	case c.MaxDeltaImages <= 0 || c.MaxDeltaImages > wire.MaxDeltaImages:

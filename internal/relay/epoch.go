@@ -67,6 +67,12 @@ type epochRun struct {
 	// dynamo.kvrelay.v1 (kvrelay.go): the generation's key, its fanout
 	// (nil while not live or when the service is off) and a reusable
 	// image buffer.
+	// The load plane (load.go): the window sequence of this epoch, the
+	// encode buffer and the subject.
+	loadSeq     uint64
+	loadBuf     []byte
+	loadSubject string
+
 	kvKey    kvrelay.ProducerKey
 	fan      *server.Fanout
 	kvImages []cbi1.Image
@@ -100,6 +106,7 @@ func (r *Relay) serve(parent context.Context, coord *lease.Coordinator, res *str
 		return err
 	}
 	defer e.kvEnd()
+	defer r.lastLoad.Store(nil) // no window of an ended epoch is served
 	if err := e.kvBegin(); err != nil {
 		return err
 	}
@@ -237,6 +244,14 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 	defer snapTick.Stop()
 	hb := time.NewTicker(r.cfg.HeartbeatInterval)
 	defer hb.Stop()
+	loadTick := time.NewTicker(r.cfg.loadInterval())
+	defer loadTick.Stop()
+	loadSubject, err := wire.PoolLoadSubject(r.cfg.Domain, r.cfg.DC)
+	if err != nil {
+		return err
+	}
+	e.loadSubject = loadSubject
+	e.publishLoad() // the first window as the epoch goes live
 	var cpTick <-chan time.Time
 	if r.cfg.CheckpointInterval > 0 {
 		t := time.NewTicker(r.cfg.CheckpointInterval)
@@ -321,6 +336,8 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 			if err := e.heartbeat(); err != nil {
 				return err
 			}
+		case <-loadTick.C:
+			e.publishLoad()
 		case req := <-e.kvRequests():
 			if err := e.kvSubscribe(req); err != nil {
 				return err

@@ -22,6 +22,7 @@ import (
 // layout_generation 1, so a takeover (or a new epoch of the same relay) is a
 // new generation and the old key gets PRODUCER_CHANGED.
 type kvPublication struct {
+	r    *Relay // the load windows' source
 	spec server.PoolSpec
 	dcID uint64
 	reqs chan kvSubscribeReq // unbuffered: accepted only by a live publishLoop
@@ -43,8 +44,8 @@ type kvSubscribeReply struct {
 	err  error
 }
 
-func newKvPublication(spec server.PoolSpec, dc ckf.DcID) *kvPublication {
-	return &kvPublication{spec: spec, dcID: uint64(dc), reqs: make(chan kvSubscribeReq), changed: make(chan struct{})}
+func newKvPublication(spec server.PoolSpec, dc ckf.DcID, r *Relay) *kvPublication {
+	return &kvPublication{r: r, spec: spec, dcID: uint64(dc), reqs: make(chan kvSubscribeReq), changed: make(chan struct{})}
 }
 
 // Publication returns the relay's dynamo.kvrelay.v1 publication, nil when
@@ -68,9 +69,17 @@ func (p *kvPublication) Changed() <-chan struct{} {
 	return p.changed
 }
 
-// Load: the relay sees KV events, not worker capacity or usage reports, so
-// the occupancy is unknown (0) for every field (§6.3).
-func (p *kvPublication) Load() server.PoolLoad { return server.PoolLoad{} }
+// Load is the occupancy of the last load window (§6.3): unknown (0) until
+// the pool's capacity is known (--kv-capacity-blocks or the workers'
+// declared capacities).
+func (p *kvPublication) Load() server.PoolLoad { return kvPoolLoad(p.r.lastLoad.Load()) }
+
+// ServingLoad is the pool's serving load of the last window (§6.4) when it
+// is complete and holds both token gauges; false otherwise (sent as
+// DATA_STATUS_UNAVAILABLE).
+func (p *kvPublication) ServingLoad() (server.ServingLoad, bool) {
+	return servingPoolLoad(p.r.lastLoad.Load(), 2*p.r.cfg.loadInterval(), p.r.now())
+}
 
 func (p *kvPublication) set(gen server.Generation, ok bool) {
 	p.mu.Lock()

@@ -39,6 +39,9 @@ type relayMetrics struct {
 	fault             *prometheus.GaugeVec
 	setupFailures     *prometheus.CounterVec
 	refusedEvents     prometheus.Counter
+
+	loadWindows *prometheus.CounterVec
+	workerLoads *prometheus.CounterVec
 }
 
 // newRelayMetrics registers the relay's series on reg (a private registry
@@ -98,11 +101,15 @@ func newRelayMetrics(reg prometheus.Registerer, dc string) (*relayMetrics, error
 			"Failed (re)creations of the JetStream resources, the lease coordinator or the lane registration, by step; retried with bounded backoff.", "step"),
 		refusedEvents: counter("ckf_relay_refused_events_total",
 			"Stored events refused because the pool tracks --max-tracked-blocks blocks (their blocks are missing from the index)."),
+		loadWindows: counterVec("ckf_relay_load_windows_total",
+			"Load windows of the pool by outcome: published, publish_error, encode_error.", "outcome"),
+		workerLoads: counterVec("ckf_relay_worker_load_reports_total",
+			"Worker load reports received by outcome: accepted, malformed, bad_subject.", "outcome"),
 	}
 	for _, c := range []prometheus.Collector{m.events, m.badEvents, m.eventErrors, m.unknownRemovals, m.deltas, m.images,
 		m.snapshots, m.drains, m.heartbeats, m.fences, m.epoch, m.sequence, m.state, m.inputPending, m.uniqueBlocks,
 		m.occupiedSlots, m.publishSeconds, m.checkpoints, m.inputGap, m.rebuildTailDropped, m.checkpointSeconds,
-		m.setupRetries, m.laneForeignWrites, m.fault, m.setupFailures, m.refusedEvents} {
+		m.setupRetries, m.laneForeignWrites, m.fault, m.setupFailures, m.refusedEvents, m.loadWindows, m.workerLoads} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

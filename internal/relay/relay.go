@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -38,6 +40,13 @@ type Relay struct {
 	pool ckf.PoolID
 	subj wire.LaneSubjects
 	kv   *kvPublication // nil unless Config.KvRelay is set
+
+	// The load plane (load.go): the workers' reports and the last window
+	// built (read by the kvrelay load streams).
+	loads    workerLoads
+	lastLoad atomic.Pointer[wire.PoolLoad]
+	// now is the load plane's clock (tests replace it before Run).
+	now func() time.Time
 
 	mu     sync.Mutex
 	status Status
@@ -77,10 +86,11 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Relay, error) {
 		pool:   ckf.PoolID{Domain: dom, Dc: ckf.DcIDFromName(cfg.DC)},
 		subj:   subj,
 		status: Status{State: StateStarting, Domain: cfg.Domain, DC: cfg.DC, Instance: cfg.Instance, Lane: -1},
+		now:    time.Now,
 	}
 	r.baseLog = r.log
 	if cfg.KvRelay != nil {
-		r.kv = newKvPublication(*cfg.KvRelay, r.pool.Dc)
+		r.kv = newKvPublication(*cfg.KvRelay, r.pool.Dc, r)
 	}
 	r.setState(StateStarting)
 	return r, nil

@@ -26,6 +26,11 @@ import (
 // costs one epoch per backoff period, never a hot loop.
 func (r *Relay) Run(ctx context.Context) error {
 	defer r.setState(StateStopped)
+	sub, err := r.subscribeWorkerLoads()
+	if err != nil {
+		return fmt.Errorf("relay: subscribe to worker load reports: %w", err)
+	}
+	defer sub.Unsubscribe() //nolint:errcheck // the connection may be closed already
 	var (
 		res   *streams.Resources
 		coord *lease.Coordinator

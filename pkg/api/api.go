@@ -52,6 +52,9 @@ func (e *RequestError) Error() string {
 type Query struct {
 	Locals []ckf.LocalBlockHash
 	Seqs   []ckf.SequenceHash
+	// BlockSize is the block size of a tokens request (0 for the other
+	// forms); a route uses it to count the tokens a DC holds.
+	BlockSize int
 	// Model is the domain (model) the request names with "model" or
 	// "domain"; empty when it names none, and an indexer serving one
 	// domain (or a default one) answers from that.

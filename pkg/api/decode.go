@@ -38,6 +38,8 @@ type matchDecoder struct {
 	tokensStreamed bool // hashed while read: salts may not follow
 	localsGiven    bool
 	seqsGiven      bool
+	// route, when set, takes a route request's options (route.go).
+	route *RouteOptions
 }
 
 func (d *matchDecoder) decode() (Query, error) {
@@ -107,6 +109,9 @@ func (d *matchDecoder) field(key string) error {
 		d.seqsGiven, err = readArray(d.dec, key, &d.seqs)
 		return err
 	default:
+		if d.route != nil {
+			return d.routeField(key)
+		}
 		return &RequestError{Field: key, Reason: "unknown field"}
 	}
 }
@@ -244,7 +249,7 @@ func (d *matchDecoder) query() (Query, error) {
 			return Query{}, &RequestError{Field: "block_size", Reason: "required with tokens"}
 		}
 		if d.tokensStreamed {
-			return Query{Locals: d.locals}, nil
+			return Query{Locals: d.locals, BlockSize: *d.blockSize}, nil
 		}
 		bs := *d.blockSize
 		if err := checkBlockSize(bs); err != nil {
@@ -253,7 +258,7 @@ func (d *matchDecoder) query() (Query, error) {
 		if len(d.tokens)/bs > MaxBlocks {
 			return Query{}, &RequestError{Field: "tokens", Reason: fmt.Sprintf("more than %d blocks", MaxBlocks)}
 		}
-		return Query{Locals: ckf.LocalBlockHashesWith(make([]ckf.LocalBlockHash, 0, len(d.tokens)/bs), d.tokens, bs, d.options())}, nil
+		return Query{Locals: ckf.LocalBlockHashesWith(make([]ckf.LocalBlockHash, 0, len(d.tokens)/bs), d.tokens, bs, d.options()), BlockSize: bs}, nil
 	case d.blockSize != nil:
 		return Query{}, &RequestError{Field: "block_size", Reason: "only valid with tokens"}
 	case d.lora != nil:

@@ -12,8 +12,14 @@ import (
 // returns false and the caller runs the streaming decoder, which owns
 // every error message. So its answers are exactly the streaming decoder's
 // (FuzzDecodeFastAgreesWithTheStreamingDecoder holds it to that).
-func decodeFast(b []byte) (Query, bool) {
+func decodeFast(b []byte) (Query, bool) { return decodeFastRoute(b, nil) }
+
+// decodeFastRoute is decodeFast for a route request: with ro set it also
+// takes input_tokens and output_tokens as plain unsigned integers (any
+// other route option goes to the streaming decoder).
+func decodeFastRoute(b []byte, ro *RouteOptions) (Query, bool) {
 	s := fastScanner{b: b}
+	var haveIn, haveOut bool
 	if !s.eat('{') {
 		return Query{}, false
 	}
@@ -95,6 +101,20 @@ func decodeFast(b []byte) (Query, bool) {
 				return Query{}, false
 			}
 			blockSize = v
+		case "input_tokens", "output_tokens":
+			in := string(key) == "input_tokens"
+			if ro == nil || (in && haveIn) || (!in && haveOut) {
+				return Query{}, false
+			}
+			v, ok := s.uint()
+			if !ok || v > MaxRouteTokens {
+				return Query{}, false
+			}
+			if in {
+				haveIn, ro.InputTokens = true, int(v)
+			} else {
+				haveOut, ro.OutputTokens = true, int(v)
+			}
 		default:
 			return Query{}, false
 		}
@@ -111,7 +131,7 @@ func decodeFast(b []byte) (Query, bool) {
 		if nTokens/bs > MaxBlocks {
 			return Query{}, false
 		}
-		return Query{Locals: hashTokens(&tokens, nTokens, bs), Model: q.Model}, true
+		return Query{Locals: hashTokens(&tokens, nTokens, bs), BlockSize: bs, Model: q.Model}, true
 	}
 	return Query{}, false
 }

@@ -57,7 +57,7 @@ func referenceDecode(body []byte) (Query, error) {
 		var o ckf.BlockOptions
 		o.Seed = ckf.SaltedSeed(deref(req.LoraName), deref(req.CacheNamespace))
 		o.Eagle = req.Eagle != nil && *req.Eagle
-		return Query{Locals: ckf.LocalBlockHashesWith(make([]ckf.LocalBlockHash, 0, len(*req.Tokens)/bs), *req.Tokens, bs, o)}, nil
+		return Query{Locals: ckf.LocalBlockHashesWith(make([]ckf.LocalBlockHash, 0, len(*req.Tokens)/bs), *req.Tokens, bs, o), BlockSize: bs}, nil
 	case req.BlockSize != nil:
 		return Query{}, &RequestError{Field: "block_size", Reason: "only valid with tokens"}
 	case req.LoraName != nil:

@@ -52,27 +52,37 @@ func (c *HTTP) MatchSequenceHashes(ctx context.Context, hashes []uint64) (api.Ma
 }
 
 func (c *HTTP) post(ctx context.Context, contentType string, body []byte) (api.MatchResponse, error) {
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
+	b, err := c.exchange(ctx, "match", c.url, contentType, body)
 	if err != nil {
-		return api.MatchResponse{}, fmt.Errorf("client: %w", err)
+		return api.MatchResponse{}, err
+	}
+	return decodeAnswer(b)
+}
+
+// exchange POSTs body to url and returns a 200 answer's bytes (bounded by
+// MaxResponseBytes), or a *StatusError for a refusal.
+func (c *HTTP) exchange(ctx context.Context, what, url, contentType string, body []byte) ([]byte, error) {
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
 	}
 	hreq.Header.Set("Content-Type", contentType)
 	resp, err := c.hc.Do(hreq)
 	if err != nil {
-		return api.MatchResponse{}, fmt.Errorf("client: match: %w", err)
+		return nil, fmt.Errorf("client: %s: %w", what, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
 	if err != nil {
-		return api.MatchResponse{}, fmt.Errorf("client: read answer: %w", err)
+		return nil, fmt.Errorf("client: read answer: %w", err)
 	}
 	if len(b) > MaxResponseBytes {
-		return api.MatchResponse{}, fmt.Errorf("%w: answer exceeds %d bytes", ErrBadResponse, MaxResponseBytes)
+		return nil, fmt.Errorf("%w: answer exceeds %d bytes", ErrBadResponse, MaxResponseBytes)
 	}
 	if resp.StatusCode != http.StatusOK {
-		return api.MatchResponse{}, statusError(resp.StatusCode, b, resp.Header.Get("Retry-After"))
+		return nil, statusError(resp.StatusCode, b, resp.Header.Get("Retry-After"))
 	}
-	return decodeAnswer(b)
+	return b, nil
 }
 
 var _ Matcher = (*HTTP)(nil)

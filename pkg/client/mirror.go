@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -15,12 +16,21 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
+	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
 // MirrorConfig configures a Mirror. Domain is required; the rest defaults
-// as the global indexer does.
+// as the global-indexer binary does.
 type MirrorConfig struct {
 	Domain string
+	// Rules are the lane rules, one field per global-indexer flag
+	// (--max-apply-lag, --expected-blocks, --lane-stale-after,
+	// --stale-lanes, --workers, --queue, --control-timeout,
+	// --snapshot-fetch-timeout). A zero field takes the binary's default
+	// (lanerules.Defaults), so a mirror keeps and retires lanes as an
+	// indexer run with the same flags does.
+	Rules lanerules.Rules
 	// Logger receives the lane machinery's logs (zero value: none).
 	Logger zerolog.Logger
 	// Tracer provides lane_apply spans (nil: none).
@@ -31,6 +41,15 @@ type MirrorConfig struct {
 	// JSDomain is the JetStream domain holding the lanes (e.g. "hub" when
 	// the router's NATS is a leaf of the hub); empty: the connection's.
 	JSDomain string
+	// Route configures Route as global-indexer's --route-* flags do (the
+	// zero value: pkg/route's defaults); RoutePrefillRate is each DC's
+	// prefill speed in tokens/s (--dc-prefill-rate), RouteBlockSize the
+	// block size of requests given as hashes (--route-block-size, 0: 16).
+	Route            route.Config
+	RoutePrefillRate map[string]float64
+	RouteBlockSize   int
+	// LoadMaxAge drops lane load older than this (--load-max-age; 0: 5 s).
+	LoadMaxAge time.Duration
 }
 
 // Mirror follows one domain's lanes from JetStream in this process and
@@ -63,10 +82,16 @@ func NewMirror(nc *nats.Conn, cfg MirrorConfig) (*Mirror, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: mirror: %w", err)
 	}
-	svc, err := indexer.New(nc, js, indexer.Config{
+	icfg, err := indexer.Config{
 		Domain: cfg.Domain, Logger: cfg.Logger, Tracer: cfg.Tracer, Metrics: cfg.Metrics,
 		NoMatchEndpoint: true,
-	})
+	}.WithRules(cfg.Rules)
+	if err != nil {
+		return nil, fmt.Errorf("client: mirror: %w", err)
+	}
+	icfg.Route = indexer.RouteConfig{Policy: cfg.Route, PrefillRate: cfg.RoutePrefillRate, BlockSize: cfg.RouteBlockSize}
+	icfg.LoadMaxAge = cfg.LoadMaxAge
+	svc, err := indexer.New(nc, js, icfg)
 	if err != nil {
 		return nil, fmt.Errorf("client: mirror: %w", err)
 	}

@@ -42,21 +42,31 @@ func (c *NATS) MatchSequenceHashes(ctx context.Context, hashes []uint64) (api.Ma
 }
 
 func (c *NATS) request(ctx context.Context, m *nats.Msg) (api.MatchResponse, error) {
+	b, err := c.exchange(ctx, "match", m)
+	if err != nil {
+		return api.MatchResponse{}, err
+	}
+	return decodeAnswer(b)
+}
+
+// exchange sends m and returns the answer's bytes, or a *StatusError for
+// a service error.
+func (c *NATS) exchange(ctx context.Context, what string, m *nats.Msg) ([]byte, error) {
 	msg, err := c.nc.RequestMsgWithContext(ctx, m)
 	if err != nil {
-		return api.MatchResponse{}, fmt.Errorf("client: match over NATS: %w", err)
+		return nil, fmt.Errorf("client: %s over NATS: %w", what, err)
 	}
 	if len(msg.Data) > MaxResponseBytes {
-		return api.MatchResponse{}, fmt.Errorf("%w: answer exceeds %d bytes", ErrBadResponse, MaxResponseBytes)
+		return nil, fmt.Errorf("%w: answer exceeds %d bytes", ErrBadResponse, MaxResponseBytes)
 	}
 	if code := msg.Header.Get(api.HeaderErrorCode); code != "" {
 		status, err := strconv.Atoi(code)
 		if err != nil || status < 100 || status > 999 {
-			return api.MatchResponse{}, fmt.Errorf("%w: service error code %q", ErrBadResponse, code)
+			return nil, fmt.Errorf("%w: service error code %q", ErrBadResponse, code)
 		}
-		return api.MatchResponse{}, statusError(status, msg.Data, "")
+		return nil, statusError(status, msg.Data, "")
 	}
-	return decodeAnswer(msg.Data)
+	return msg.Data, nil
 }
 
 var _ Matcher = (*NATS)(nil)

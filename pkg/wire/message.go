@@ -27,6 +27,10 @@ func (k MessageKind) String() string {
 		return suffixDrain
 	case KindHeartbeat:
 		return suffixHeartbeat
+	case KindPoolLoad:
+		return "load"
+	case KindWorkerLoad:
+		return "worker_load"
 	}
 	return fmt.Sprintf("MessageKind(%d)", uint8(k))
 }

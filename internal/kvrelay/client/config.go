@@ -53,6 +53,9 @@ type Config struct {
 	AcceptLegacy bool
 	// Sink receives the lane.
 	Sink LaneSink
+	// Load, when set, receives the followed pool's load from the relay's
+	// load streams (load.go); nil does not subscribe them.
+	Load LoadSink
 	// SubscriberBase prefixes the subscriber ids (default
 	// DefaultSubscriberBase; at most 118 bytes).
 	SubscriberBase string

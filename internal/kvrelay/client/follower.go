@@ -40,6 +40,9 @@ type Follower struct {
 
 	mu sync.Mutex // guards st
 	st Status
+	// selected is the admitted selection being followed (nil: none), for
+	// the load streams.
+	selected atomic.Pointer[Selection]
 }
 
 // Status is a Follower's state for status pages.
@@ -180,6 +183,14 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 		}
 	}()
 
+	if f.cfg.Load != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.loadStreams(ectx, rc, info.GetRelay())
+		}()
+	}
+	defer f.selected.Store(nil)
 	var (
 		relay = info.GetRelay()
 		rev   uint64
@@ -231,6 +242,7 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 		err := f.cfg.Sink.Admit(s)
 		if err == nil {
 			sel = &s
+			f.selected.Store(sel)
 			f.setStatus(func(st *Status) { st.Phase = PhaseAssembling; st.Producer = keyText(s.Key) })
 			start(s)
 			return
@@ -316,6 +328,7 @@ func (f *Follower) epoch(ctx context.Context, rc kvrelayv1.KvEventRelayClient, b
 			judgedKey = nil
 			stopped()
 			sel, retry = nil, nil
+			f.selected.Store(nil)
 			pending, admitRetry, admitWake = nil, nil, nil
 			if next == nil {
 				if hadPool && flt.Reason == ReasonNoDescriptor {

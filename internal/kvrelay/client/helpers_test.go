@@ -38,6 +38,10 @@ type testPub struct {
 	fan     *server.Fanout
 	words   []uint64
 	seq     uint64
+
+	load      server.PoolLoad
+	serving   server.ServingLoad
+	servingOK bool
 }
 
 func newTestPub() *testPub { return &testPub{changed: make(chan struct{})} }
@@ -102,7 +106,28 @@ func (p *testPub) Subscribe(_ context.Context, key kvrelay.ProducerKey, limits s
 	return p.fan.Add(slices.Clone(p.words), p.seq, limits), nil
 }
 
-func (p *testPub) Load() server.PoolLoad { return server.PoolLoad{} }
+func (p *testPub) Load() server.PoolLoad {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.load
+}
+
+func (p *testPub) ServingLoad() (server.ServingLoad, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.serving, p.servingOK
+}
+
+// setLoad sets what the load windows report from the next window on.
+func (p *testPub) setLoad(kv server.PoolLoad, serving *server.ServingLoad) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.load = kv
+	p.servingOK = serving != nil
+	if serving != nil {
+		p.serving = *serving
+	}
+}
 
 // serve serves srv (a *server.Server or any registration) on loopback
 // until the test ends and returns the address.

@@ -29,19 +29,22 @@ type Metrics struct {
 	installs  *prometheus.CounterVec
 	epochs    *prometheus.CounterVec
 	installed *prometheus.GaugeVec
+	// loadWindows counts the load streams' windows (load.go).
+	loadWindows *prometheus.CounterVec
 }
 
 // NewMetrics registers the follower series on reg (nil: unregistered).
 func NewMetrics(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
-		faults:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricFaults, Help: "dynamo.kvrelay.v1 lane invalidations by reason."}, []string{"source", "reason"}),
-		frames:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricFrames, Help: "dynamo.kvrelay.v1 pool stream frames accepted, by kind."}, []string{"source", "kind"}),
-		installs:  prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricInstalls, Help: "dynamo.kvrelay.v1 snapshots installed."}, []string{"source"}),
-		epochs:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricEpochs, Help: "dynamo.kvrelay.v1 connection epochs started."}, []string{"source"}),
-		installed: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricInstalled, Help: "1 while the source's lane is installed."}, []string{"source"}),
+		faults:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricFaults, Help: "dynamo.kvrelay.v1 lane invalidations by reason."}, []string{"source", "reason"}),
+		frames:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricFrames, Help: "dynamo.kvrelay.v1 pool stream frames accepted, by kind."}, []string{"source", "kind"}),
+		installs:    prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricInstalls, Help: "dynamo.kvrelay.v1 snapshots installed."}, []string{"source"}),
+		epochs:      prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricEpochs, Help: "dynamo.kvrelay.v1 connection epochs started."}, []string{"source"}),
+		installed:   prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: MetricInstalled, Help: "1 while the source's lane is installed."}, []string{"source"}),
+		loadWindows: newLoadWindowsVec(),
 	}
 	if reg != nil {
-		for _, c := range []prometheus.Collector{m.faults, m.frames, m.installs, m.epochs, m.installed} {
+		for _, c := range []prometheus.Collector{m.faults, m.frames, m.installs, m.epochs, m.installed, m.loadWindows} {
 			if err := reg.Register(c); err != nil {
 				return nil, err
 			}

@@ -7,6 +7,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
@@ -121,6 +122,54 @@ func TestPoolSpecDescriptorIsValidAndKeyed(t *testing.T) {
 	bad.BlockSize = 0
 	if err := bad.Validate(); err == nil {
 		t.Fatal("block size 0 accepted")
+	}
+}
+
+// Dynamo's relay derives a pool's cache semantics from its model card's
+// source path and takes the canonical model id from the served name. On
+// Dynamo's golden fixture (§7.4: served name "display", source path
+// "meta/llama", block size 512, endpoint prod/router/generate) the
+// descriptor carries Dynamo's frozen digests and registers "display";
+// without a source path the served name is the source path, as before.
+func TestPoolSpecDerivesCacheSemanticsFromTheSourcePath(t *testing.T) {
+	const (
+		cacheDigest   = "7d31eb9019357572470605f4a8be687e"
+		routingDigest = "18270d3ba03effaec8d167ba02c7752d"
+	)
+	f := ckf.NewFormatIdentity(ckf.DefaultSeed, 1024)
+	golden := server.PoolSpec{Model: "display", SourcePath: "meta/llama", Namespace: "prod", Component: "router", Endpoint: "generate", BlockSize: 512}
+	gen, err := golden.Generation(kvrelay.DcID("dc-a"), 1, 1, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dom := gen.Descriptor.Producer.PoolId.IndexerDomain
+	if got := hexs(dom.CacheSemantics.Digest); got != cacheDigest || dom.CacheSemantics.Source != kvrelayv1.IdentitySource_IDENTITY_SOURCE_DEFAULT_DERIVED {
+		t.Fatalf("cache semantics %s (%v), want Dynamo's %s (DEFAULT_DERIVED)", got, dom.CacheSemantics.Source, cacheDigest)
+	}
+	if got := hexs(dom.RoutingScope.Digest); got != routingDigest {
+		t.Fatalf("routing scope %s, want %s", got, routingDigest)
+	}
+	reg := gen.Descriptor.Registrations
+	if len(reg) != 1 || reg[0].CanonicalModelId != "display" || reg[0].GetTarget().GetBase().GetBaseModel() != "display" {
+		t.Fatalf("registrations %v, want canonical id display with a Base target", reg)
+	}
+	if gen.Key.CacheSemantics != [16]byte(dom.CacheSemantics.Digest) {
+		t.Fatalf("producer key cache semantics %x, descriptor %x", gen.Key.CacheSemantics, dom.CacheSemantics.Digest)
+	}
+
+	// No source path: the served name is the card's source path.
+	same := server.PoolSpec{Model: "meta/llama", Namespace: "prod", Component: "router", Endpoint: "generate", BlockSize: 512}
+	if g, err := same.Generation(kvrelay.DcID("dc-a"), 1, 1, f); err != nil || hexs(g.Descriptor.Producer.PoolId.IndexerDomain.CacheSemantics.Digest) != cacheDigest {
+		t.Fatalf("model meta/llama without a source path: %v, want cache semantics %s", err, cacheDigest)
+	}
+	named := golden
+	named.SourcePath = ""
+	g, err := named.Generation(kvrelay.DcID("dc-a"), 1, 1, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hexs(g.Descriptor.Producer.PoolId.IndexerDomain.CacheSemantics.Digest); got == cacheDigest {
+		t.Fatalf("the served name %q derived the source path's digest %s", named.Model, got)
 	}
 }
 

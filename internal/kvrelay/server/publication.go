@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
@@ -31,6 +32,20 @@ type Publication interface {
 	// Load returns the pool's KV occupancy for the load windows (§6.3);
 	// zero fields are unknown and sent as 0.
 	Load() PoolLoad
+	// ServingLoad returns the pool's serving load for the serving load
+	// windows (§6.4) and true when it is complete; false sends the pool as
+	// DATA_STATUS_UNAVAILABLE.
+	ServingLoad() (ServingLoad, bool)
+}
+
+// ServingLoad is a pool's complete scheduler load (§6.4's pool gauges).
+type ServingLoad struct {
+	ActivePrefillTokens uint64
+	ActiveDecodeBlocks  uint64
+	// SourceTime is the oldest contributing report (source_observed_ms).
+	SourceTime time.Time
+	// Workers is the number of workers the load sums (live_workers).
+	Workers uint64
 }
 
 // Generation is one producer generation of the pool.
@@ -55,9 +70,14 @@ type PoolLoad struct {
 // learn from its events: the model, the serving endpoint and the query
 // semantics.
 type PoolSpec struct {
-	// Model is the canonical model id; it is also the card source path of
-	// the default cache-semantics digest (§7.1).
+	// Model is the canonical model id, the served name a router looks the
+	// pool up by (the registration's canonical_model_id and Base target).
 	Model string
+	// SourcePath is the model card's source_path, from which the default
+	// cache-semantics digest is derived (§7.1), as Dynamo's relay derives
+	// it: two pools serving the same weights under different names share
+	// an indexer domain. Empty: Model.
+	SourcePath string
 	// Aliases are extra lookup names (sorted, deduplicated, the model
 	// itself dropped).
 	Aliases []string
@@ -82,7 +102,7 @@ func (p PoolSpec) Generation(dcID, incarnation, layout uint64, format ckf.Format
 	if hf == kvrelayv1.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_UNSPECIFIED {
 		hf = kvrelayv1.KvQueryHashFormat_KV_QUERY_HASH_FORMAT_DYNAMO_STANDARD_V1
 	}
-	cs, err := kvrelay.DefaultCacheSemantics(p.Model, p.BlockSize, hf)
+	cs, err := kvrelay.DefaultCacheSemantics(p.sourcePath(), p.BlockSize, hf)
 	if err != nil {
 		return Generation{}, err
 	}
@@ -134,6 +154,14 @@ func (p PoolSpec) Generation(dcID, incarnation, layout uint64, format ckf.Format
 }
 
 // Validate reports a spec that cannot make a valid descriptor.
+// sourcePath is the card source path of the cache-semantics digest.
+func (p PoolSpec) sourcePath() string {
+	if p.SourcePath == "" {
+		return p.Model
+	}
+	return p.SourcePath
+}
+
 func (p PoolSpec) Validate() error {
 	_, err := p.Generation(1, 1, 1, ckf.NewFormatIdentity(ckf.DefaultSeed, 1024))
 	return err

@@ -73,6 +73,9 @@ type window struct {
 	gen   Generation
 	ok    bool
 	load  PoolLoad
+	// serving is the pool's serving load when servingOK (§6.4).
+	serving   ServingLoad
+	servingOK bool
 }
 
 // New builds a server for pub; Serve starts it.
@@ -356,6 +359,7 @@ func (s *Server) loadWindow(w *window) (window, time.Time) {
 		*w = window{seq: seq, built: true, at: now, gen: gen, ok: ok}
 		if ok {
 			w.load = s.pub.Load()
+			w.serving, w.servingOK = s.pub.ServingLoad()
 		}
 	}
 	return *w, next
@@ -416,8 +420,10 @@ func (s *Server) SubscribeKvPoolLoad(req *kvrelayv1.SubscribeKvPoolLoadRequest, 
 	}, fail)
 }
 
-// SubscribeServingLoad streams serving-load windows (§6.4). The relay has no
-// scheduler or frontend load, so every entry is DATA_STATUS_UNAVAILABLE.
+// SubscribeServingLoad streams serving-load windows (§6.4). The pool's view
+// is COMPLETE, with its two token gauges, when the relay has a complete
+// serving load from its workers' reports; otherwise UNAVAILABLE. The
+// relay sees no frontend, so the model's view is always UNAVAILABLE.
 func (s *Server) SubscribeServingLoad(req *kvrelayv1.SubscribeServingLoadRequest, ss kvrelayv1.KvEventRelay_SubscribeServingLoadServer) error {
 	const rpc = "SubscribeServingLoad"
 	fail, done, err := s.openStream(rpc, ss, req.GetSubscriberId(), kvrelay.ValidateSubscribeServingLoadRequest(req), &s.servingLoadSubs, "serving load subscriber")
@@ -433,11 +439,21 @@ func (s *Server) SubscribeServingLoad(req *kvrelayv1.SubscribeServingLoadRequest
 		if w.ok {
 			d := w.gen.Descriptor
 			zero := uint64(0)
-			u.Pools = []*kvrelayv1.PoolServingLoad{{
+			pool := &kvrelayv1.PoolServingLoad{
 				Producer:   d.Producer,
 				Load:       &kvrelayv1.LoadView{Tokens: &kvrelayv1.TokenLoadStats{}, Status: kvrelayv1.DataStatus_DATA_STATUS_UNAVAILABLE},
 				Deployment: &kvrelayv1.PoolDeploymentStatus{},
-			}}
+			}
+			if w.servingOK {
+				prefill, decode, workers := w.serving.ActivePrefillTokens, w.serving.ActiveDecodeBlocks, w.serving.Workers
+				pool.Load = &kvrelayv1.LoadView{
+					Tokens:           &kvrelayv1.TokenLoadStats{ActivePrefillTokens: &prefill, ActiveDecodeBlocks: &decode},
+					Status:           kvrelayv1.DataStatus_DATA_STATUS_COMPLETE,
+					SourceObservedMs: ms(w.serving.SourceTime),
+				}
+				pool.Deployment = &kvrelayv1.PoolDeploymentStatus{LiveWorkers: &workers}
+			}
+			u.Pools = []*kvrelayv1.PoolServingLoad{pool}
 			u.Models = []*kvrelayv1.ModelServingLoad{{
 				Namespace: d.ServingEndpoint.Namespace, CanonicalModelId: d.Registrations[0].CanonicalModelId,
 				Load: &kvrelayv1.LoadView{

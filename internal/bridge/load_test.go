@@ -1,0 +1,109 @@
+package bridge
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+	"github.com/ckfrelay/ckfrelay/testenv"
+)
+
+// The bridge scrapes each engine's real HTTP metrics endpoint and
+// publishes one report per worker, summed over its engines (two vLLM
+// engine processes of worker 7 here); a worker one of whose engines does
+// not answer is not reported at all, and a worker with an engine without
+// an endpoint is never reported.
+func TestBridgeReportsEachWorkersServingLoadFromItsEnginesMetrics(t *testing.T) {
+	vllm, err := os.ReadFile("../enginemetrics/testdata/vllm.prom")
+	if err != nil {
+		t.Fatal(err)
+	}
+	serve := func(body []byte, status int) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.WriteHeader(status)
+			w.Write(body)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	a, b, down := serve(vllm, 200), serve(vllm, 200), serve(nil, 503)
+	srv := testenv.StartServer(t)
+	nc := srv.Connect(t)
+	cfg := Config{Domain: "d", DC: "dc-a", BlockSize: 16, LoadInterval: 20 * time.Millisecond, Engines: []EngineSpec{
+		{WorkerID: 7, Pub: "tcp://127.0.0.1:1", Metrics: a.URL + "/metrics"},
+		{WorkerID: 7, Pub: "tcp://127.0.0.1:2", DPRank: 1, Metrics: b.URL + "/metrics"},
+		{WorkerID: 8, Pub: "tcp://127.0.0.1:3", Metrics: down.URL + "/metrics"},
+		{WorkerID: 9, Pub: "tcp://127.0.0.1:4", Metrics: a.URL + "/metrics"},
+		{WorkerID: 9, Pub: "tcp://127.0.0.1:5", DPRank: 1},
+	}}
+	br, err := New(cfg, srv.JetStream(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	workers := br.loadWorkers()
+	if len(workers) != 2 || len(workers[7]) != 2 || len(workers[8]) != 1 {
+		t.Fatalf("workers %v: want 7 (two engines) and 8; 9 has an engine without an endpoint", workers)
+	}
+	got := make(chan wire.WorkerLoad, 64)
+	sub, err := nc.Subscribe("ckfload.d.dc-a.worker.*", func(m *nats.Msg) {
+		w, err := wire.DecodeWorkerLoad(m.Data)
+		if err != nil {
+			t.Errorf("report does not decode: %v", err)
+			return
+		}
+		if id, err := wire.ParseWorkerLoadSubject(m.Subject, "d", "dc-a"); err != nil || id != w.WorkerID {
+			t.Errorf("report of worker %d on %s", w.WorkerID, m.Subject)
+		}
+		got <- w
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); br.reportLoad(ctx, nc, workers) }()
+	defer func() { cancel(); <-done }()
+	var last uint64
+	for i := 0; i < 3; i++ {
+		select {
+		case w := <-got:
+			if w.WorkerID != 7 {
+				t.Fatalf("worker %d reported", w.WorkerID)
+			}
+			want := wire.ServingLoad{Running: 10, Waiting: 10, ActiveDecodeBlocks: 12000}
+			if w.Flags != wire.LoadRequests|wire.LoadKV|wire.LoadDecode || w.Serving != want || w.KVCapacityBlocks != 32000 || w.Sequence <= last {
+				t.Fatalf("report %+v: want twice one engine's load, a rising sequence", w)
+			}
+			last = w.Sequence
+		case <-time.After(20 * time.Second):
+			t.Fatal("no report")
+		}
+	}
+	var m dto.Metric
+	if err := br.m.loadScrapes.WithLabelValues("error").Write(&m); err != nil || m.GetCounter().GetValue() == 0 {
+		t.Fatal("failed scrapes of worker 8 not counted")
+	}
+}
+
+func TestEngineSpecTakesAMetricsEndpoint(t *testing.T) {
+	s, err := ParseEngine("7=tcp://10.0.0.5:5557,replay=tcp://10.0.0.5:5558,metrics=http://10.0.0.5:8000/metrics")
+	if err != nil || s.Metrics != "http://10.0.0.5:8000/metrics" {
+		t.Fatalf("%+v %v", s, err)
+	}
+	if again, err := ParseEngine(s.String()); err != nil || again != s {
+		t.Fatalf("round trip: %+v %v", again, err)
+	}
+	for _, bad := range []string{"7=tcp://h:1,metrics=tcp://h:8000", "7=tcp://h:1,metrics=http://", "7=tcp://h:1,metrics=:::"} {
+		if _, err := ParseEngine(bad); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+}

@@ -1,0 +1,184 @@
+// Package enginemetrics reads an inference engine's serving load from the
+// Prometheus endpoint it serves: vLLM (vllm:num_requests_running,
+// vllm:num_requests_waiting, vllm:kv_cache_usage_perc or the older
+// vllm:gpu_cache_usage_perc, vllm:cache_config_info's num_gpu_blocks) and
+// SGLang (sglang:num_running_reqs, sglang:num_queue_reqs,
+// sglang:token_usage, sglang:max_total_num_tokens). A value the endpoint
+// does not serve stays unknown (its flag clear), never zero.
+package enginemetrics
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"strconv"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+// Load is one engine's serving load.
+type Load struct {
+	// Flags: LoadRequests (Running, Waiting), LoadDecode
+	// (ActiveDecodeBlocks: the KV blocks the running requests hold, usage ×
+	// capacity), LoadKV (CapacityBlocks, the engine's KV capacity).
+	Flags          wire.LoadFlags
+	Running        uint64
+	Waiting        uint64
+	ActiveDecode   uint64
+	CapacityBlocks uint64
+}
+
+// Add sums o into l; a value is known in the sum only if it is in both.
+func (l *Load) Add(o Load) {
+	l.Flags &= o.Flags
+	l.Running += o.Running
+	l.Waiting += o.Waiting
+	l.ActiveDecode += o.ActiveDecode
+	l.CapacityBlocks += o.CapacityBlocks
+}
+
+// ErrNoLoad: the exposition holds none of the series this package reads
+// (not a vLLM or SGLang endpoint).
+var ErrNoLoad = errors.New("enginemetrics: no engine load series")
+
+// MaxExpositionBytes bounds one scrape's body.
+const MaxExpositionBytes = 8 << 20
+
+// Parse reads a text exposition. blockSize converts SGLang's token
+// capacity into blocks (0: its capacity stays unknown).
+func Parse(r io.Reader, blockSize int) (Load, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(r)
+	if err != nil {
+		return Load{}, fmt.Errorf("enginemetrics: %w", err)
+	}
+	sum := func(names ...string) (float64, bool) {
+		for _, n := range names {
+			if f, ok := fams[n]; ok && len(f.GetMetric()) > 0 {
+				v := 0.0
+				for _, m := range f.GetMetric() {
+					v += value(m)
+				}
+				return v, true
+			}
+		}
+		return 0, false
+	}
+	mean := func(names ...string) (float64, bool) {
+		for _, n := range names {
+			if f, ok := fams[n]; ok && len(f.GetMetric()) > 0 {
+				v, _ := sum(n)
+				return v / float64(len(f.GetMetric())), true
+			}
+		}
+		return 0, false
+	}
+	var l Load
+	running, okR := sum("vllm:num_requests_running", "sglang:num_running_reqs")
+	waiting, okW := sum("vllm:num_requests_waiting", "sglang:num_queue_reqs")
+	if okR && okW {
+		l.Flags |= wire.LoadRequests
+		l.Running, l.Waiting = count(running), count(waiting)
+	}
+	capacity, okC := vllmBlocks(fams["vllm:cache_config_info"])
+	if !okC && blockSize > 0 {
+		if tokens, ok := sum("sglang:max_total_num_tokens"); ok && tokens > 0 {
+			capacity, okC = count(tokens)/uint64(blockSize), true
+		}
+	}
+	if okC && capacity > 0 {
+		l.Flags |= wire.LoadKV
+		l.CapacityBlocks = capacity
+		if usage, ok := mean("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"); ok {
+			l.Flags |= wire.LoadDecode
+			l.ActiveDecode = count(math.Min(math.Max(usage, 0), 1) * float64(capacity))
+		}
+	}
+	if l.Flags == 0 && !okR && !okW {
+		return Load{}, ErrNoLoad
+	}
+	return l, nil
+}
+
+// vllmBlocks sums num_gpu_blocks over cache_config_info's series (one per
+// engine core).
+func vllmBlocks(f *dto.MetricFamily) (uint64, bool) {
+	if f == nil {
+		return 0, false
+	}
+	var n uint64
+	for _, m := range f.GetMetric() {
+		found := false
+		for _, lp := range m.GetLabel() {
+			if lp.GetName() == "num_gpu_blocks" {
+				v, err := strconv.ParseUint(lp.GetValue(), 10, 64)
+				if err != nil {
+					return 0, false // "None": not known yet
+				}
+				n += v
+				found = true
+			}
+		}
+		if !found {
+			return 0, false
+		}
+	}
+	return n, n > 0
+}
+
+func value(m *dto.Metric) float64 {
+	switch {
+	case m.Gauge != nil:
+		return m.GetGauge().GetValue()
+	case m.Counter != nil:
+		return m.GetCounter().GetValue()
+	case m.Untyped != nil:
+		return m.GetUntyped().GetValue()
+	}
+	return 0
+}
+
+// count turns a gauge into a count: NaN and negatives are 0.
+func count(v float64) uint64 {
+	if !(v > 0) {
+		return 0
+	}
+	if v >= math.MaxUint64 {
+		return math.MaxUint64
+	}
+	return uint64(math.Round(v))
+}
+
+// Scrape GETs url and parses its exposition (at most MaxExpositionBytes).
+func Scrape(ctx context.Context, hc *http.Client, url string, blockSize int) (Load, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return Load{}, fmt.Errorf("enginemetrics: %w", err)
+	}
+	req.Header.Set("Accept", "text/plain;version=0.0.4")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return Load{}, fmt.Errorf("enginemetrics: scrape %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return Load{}, fmt.Errorf("enginemetrics: scrape %s: status %d", url, resp.StatusCode)
+	}
+	body := io.LimitReader(resp.Body, MaxExpositionBytes+1)
+	b, err := io.ReadAll(body)
+	if err != nil {
+		return Load{}, fmt.Errorf("enginemetrics: scrape %s: %w", url, err)
+	}
+	if len(b) > MaxExpositionBytes {
+		return Load{}, fmt.Errorf("enginemetrics: scrape %s: body over %d bytes", url, MaxExpositionBytes)
+	}
+	return Parse(bytes.NewReader(b), blockSize)
+}

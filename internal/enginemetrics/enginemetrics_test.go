@@ -1,0 +1,107 @@
+package enginemetrics
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+func fixture(t testing.TB, name string) []byte {
+	t.Helper()
+	b, err := os.ReadFile("testdata/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// Each engine's exposition (in the text format vLLM and SGLang serve) gives
+// the load it holds; what it does not serve stays unknown.
+func TestParseReadsEachEnginesSeries(t *testing.T) {
+	for _, tc := range []struct {
+		file      string
+		blockSize int
+		want      Load
+	}{
+		// Two engine cores: requests summed, capacity summed, the blocks
+		// in use at the mean usage.
+		{"vllm.prom", 16, Load{Flags: wire.LoadRequests | wire.LoadKV | wire.LoadDecode, Running: 5, Waiting: 5, ActiveDecode: 6000, CapacityBlocks: 16000}},
+		// Older vLLM: no cache_config_info, so no capacity and no blocks.
+		{"vllm-old.prom", 16, Load{Flags: wire.LoadRequests, Running: 1, Waiting: 4}},
+		// SGLang: the token capacity in blocks of the bridge's block size.
+		{"sglang.prom", 16, Load{Flags: wire.LoadRequests | wire.LoadKV | wire.LoadDecode, Running: 7, Waiting: 2, ActiveDecode: 5000, CapacityBlocks: 10000}},
+		// Without a block size its capacity is unknown.
+		{"sglang.prom", 0, Load{Flags: wire.LoadRequests, Running: 7, Waiting: 2}},
+	} {
+		got, err := Parse(bytes.NewReader(fixture(t, tc.file)), tc.blockSize)
+		if err != nil || got != tc.want {
+			t.Fatalf("%s (block size %d): got %+v %v, want %+v", tc.file, tc.blockSize, got, err, tc.want)
+		}
+	}
+}
+
+func TestParseRefusesWhatIsNotAnEngine(t *testing.T) {
+	if _, err := Parse(strings.NewReader("# TYPE go_goroutines gauge\ngo_goroutines 7\n"), 16); !errors.Is(err, ErrNoLoad) {
+		t.Fatalf("an endpoint without engine series: %v", err)
+	}
+	if _, err := Parse(strings.NewReader("vllm:num_requests_running{ 3\n"), 16); err == nil {
+		t.Fatal("a broken exposition parsed")
+	}
+}
+
+// Scrape reads a real HTTP endpoint serving the exposition, and refuses
+// an error status and an oversized body.
+func TestScrapeReadsAnEngineEndpoint(t *testing.T) {
+	body := fixture(t, "vllm.prom")
+	mux := http.NewServeMux()
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+		w.Write(body)
+	})
+	mux.HandleFunc("/broken", func(w http.ResponseWriter, r *http.Request) { http.Error(w, "no", http.StatusInternalServerError) })
+	mux.HandleFunc("/huge", func(w http.ResponseWriter, r *http.Request) {
+		w.Write(bytes.Repeat([]byte("# padding\n"), MaxExpositionBytes/10+1))
+	})
+	srv := httptest.NewServer(mux)
+	defer srv.Close()
+	got, err := Scrape(context.Background(), srv.Client(), srv.URL+"/metrics", 16)
+	if err != nil || got.Running != 5 || got.CapacityBlocks != 16000 {
+		t.Fatalf("scrape: %+v %v", got, err)
+	}
+	for _, p := range []string{"/broken", "/huge"} {
+		if _, err := Scrape(context.Background(), srv.Client(), srv.URL+p, 16); err == nil {
+			t.Fatalf("%s scraped without error", p)
+		}
+	}
+}
+
+// The exposition is untrusted input: any bytes give a Load or an error,
+// never a panic, and a known value never comes without its flag.
+func FuzzParse(f *testing.F) {
+	for _, n := range []string{"vllm.prom", "vllm-old.prom", "sglang.prom"} {
+		f.Add(fixture(f, n))
+	}
+	f.Add([]byte("vllm:num_requests_running NaN\nvllm:num_requests_waiting -3\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		l, err := Parse(bytes.NewReader(in), 16)
+		if err != nil {
+			return
+		}
+		if !l.Flags.Has(wire.LoadRequests) && (l.Running != 0 || l.Waiting != 0) {
+			t.Fatalf("requests without their flag: %+v", l)
+		}
+		if !l.Flags.Has(wire.LoadKV) && (l.CapacityBlocks != 0 || l.ActiveDecode != 0) {
+			t.Fatalf("capacity without its flag: %+v", l)
+		}
+		if l.Flags.Has(wire.LoadKV) && l.ActiveDecode > l.CapacityBlocks {
+			t.Fatalf("more blocks in use than capacity: %+v", l)
+		}
+	})
+}

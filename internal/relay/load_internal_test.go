@@ -1,0 +1,38 @@
+package relay
+
+import (
+	"testing"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+// A report older than the freshness bound makes the serving load
+// incomplete (nothing, never a partial sum); a silent worker that holds no
+// block is forgotten after workerLoadForget, one that holds blocks is not.
+func TestServingLoadNeedsAFreshReportFromEveryKnownWorker(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	var w workerLoads
+	rep := func(id uint64, running uint64) wire.WorkerLoad {
+		return wire.WorkerLoad{WorkerID: id, Time: t0, Flags: wire.LoadRequests, Serving: wire.ServingLoad{Running: running}}
+	}
+	w.put(rep(1, 2), t0)
+	w.put(rep(2, 5), t0.Add(2*time.Second))
+	fresh := 3 * time.Second
+	if a := w.aggregate(t0.Add(time.Second), fresh, nil); a.flags != wire.LoadRequests || a.serving.Running != 7 || a.workers != 2 {
+		t.Fatalf("both fresh: %+v", a)
+	}
+	if a := w.aggregate(t0.Add(4*time.Second), fresh, nil); a.flags != 0 || a.serving != (wire.ServingLoad{}) || a.workers != 0 {
+		t.Fatalf("worker 1 stale: %+v, want no serving load", a)
+	}
+	// Worker 1 holds blocks: it stays expected however long it is silent.
+	late := t0.Add(workerLoadForget + time.Minute)
+	w.put(rep(2, 5), late)
+	if a := w.aggregate(late, fresh, map[uint64]struct{}{1: {}}); a.flags != 0 {
+		t.Fatalf("worker 1 holds blocks and is silent: %+v", a)
+	}
+	// Without blocks it is forgotten: worker 2 alone is complete.
+	if a := w.aggregate(late, fresh, nil); a.flags != wire.LoadRequests || a.serving.Running != 5 || a.workers != 1 {
+		t.Fatalf("worker 1 forgotten: %+v", a)
+	}
+}

@@ -1,0 +1,127 @@
+package api
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"reflect"
+	"testing"
+)
+
+func testRouteResponse() RouteResponse {
+	return RouteResponse{Policy: "cost", ReadyLanes: 3, Blocks: 12, BlockSize: 16, InputTokens: 200, Best: 0, Ranked: []RouteLane{
+		{Lane: 1, DC: "dc-b", Pool: "p\"1", Depth: 10, Ready: true, AgeMs: 12, CachedTokens: 160, CostMs: 45.0625,
+			Terms: RouteTerms{RTTMs: 40, QueueMs: 1.0625, PrefillMs: 4, PenaltyMs: 0},
+			Load:  RouteLoad{HasKV: true, KVUsedBlocks: 30, KVCapacityBlocks: 100, HasRequests: true, Running: 2, Waiting: 0, AgeMs: 400}},
+		{Lane: 0, DC: "dc-a", Pool: "p0", Depth: 0, Ready: true, AgeMs: 3, CostMs: 125.000001, Terms: RouteTerms{RTTMs: 5, QueueMs: 100.000001, PrefillMs: 20},
+			LoadMissing: true},
+		{Lane: 15, DC: "dc-c", Pool: "p15", AgeMs: -1, Stale: true, Excluded: true, Reason: "unready", Load: RouteLoad{HasPrefill: true, ActivePrefillTokens: 0, HasDecode: true, ActiveDecodeBlocks: 7}},
+	}}
+}
+
+// AppendJSON writes what encoding/json writes, and the answer reads back
+// equal, known-zero values included and unknown ones absent.
+func TestRouteResponseJSON(t *testing.T) {
+	r := testRouteResponse()
+	want, err := json.Marshal(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.AppendJSON(nil); !bytes.Equal(got, want) {
+		t.Fatalf("AppendJSON\n%s\nencoding/json\n%s", got, want)
+	}
+	var back RouteResponse
+	if err := json.Unmarshal(want, &back); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(back, r) {
+		t.Fatalf("read back %+v\nwant %+v", back, r)
+	}
+	if !bytes.Contains(want, []byte(`"load":null`)) || !bytes.Contains(want, []byte(`"active_prefill_tokens":0`)) ||
+		bytes.Contains(want[bytes.Index(want, []byte(`"lane":15`)):], []byte(`"running"`)) {
+		t.Fatalf("unknown load must be absent (null when nothing is known), a known 0 present: %s", want)
+	}
+	for _, bad := range []string{`{}`, `{"kv_used_blocks":1,"age_ms":0}`, `{"running":1,"age_ms":0}`} {
+		var l RouteLoad
+		if err := json.Unmarshal([]byte(bad), &l); err == nil {
+			t.Fatalf("load %s accepted", bad)
+		}
+	}
+}
+
+func TestDecodeRouteBody(t *testing.T) {
+	q, o, err := DecodeRouteBody([]byte(`{"sequence_hashes":[1,2,3],"input_tokens":48,"output_tokens":10}`))
+	if err != nil || len(q.Seqs) != 3 || o.InputTokens != 48 || o.OutputTokens != 10 {
+		t.Fatalf("%+v %+v %v", q, o, err)
+	}
+	q, o, err = DecodeRouteBody([]byte(`{"block_size":4,"tokens":[1,2,3,4,5,6,7,8],"policy":"prefix","stale":"penalize","rtt_ms":{"dc-a":5,"dc-b":40.5}}`))
+	if err != nil || len(q.Locals) != 2 || q.BlockSize != 4 || o.Policy != "prefix" || o.Stale != "penalize" || o.RTTMs["dc-b"] != 40.5 {
+		t.Fatalf("%+v %+v %v", q, o, err)
+	}
+	for body, field := range map[string]string{
+		`{"sequence_hashes":[1],"policy":"fastest"}`:                "policy",
+		`{"sequence_hashes":[1],"stale":"ignore"}`:                  "stale",
+		`{"sequence_hashes":[1],"input_tokens":-1}`:                 "input_tokens",
+		`{"sequence_hashes":[1],"input_tokens":1073741825}`:         "input_tokens",
+		`{"sequence_hashes":[1],"rtt_ms":{"dc-a":-5}}`:              "rtt_ms",
+		`{"sequence_hashes":[1],"rtt_ms":[5]}`:                      "rtt_ms",
+		`{"sequence_hashes":[1],"input_tokens":1,"input_tokens":2}`: "input_tokens",
+		`{"sequence_hashes":[1],"weights":{}}`:                      "weights",
+		`{"policy":"cost"}`:                                         "tokens|local_hashes|sequence_hashes",
+	} {
+		_, _, err := DecodeRouteBody([]byte(body))
+		var re *RequestError
+		if !errors.As(err, &re) || re.Field != field {
+			t.Fatalf("%s: %v, want a RequestError on %s", body, err, field)
+		}
+	}
+	// A match request refuses the route options.
+	if _, err := DecodeMatchBody([]byte(`{"sequence_hashes":[1],"input_tokens":4}`)); err == nil {
+		t.Fatal("a match request took input_tokens")
+	}
+}
+
+func TestRouteOptionsQueryForm(t *testing.T) {
+	o := RouteOptions{InputTokens: 100, OutputTokens: 7, Policy: "load", Stale: "penalize", RTTMs: map[string]float64{"dc-a": 5, "dc-b": 0.25}}
+	back, err := ParseRouteOptions(o.EncodeQuery())
+	if err != nil || !reflect.DeepEqual(back, o) {
+		t.Fatalf("%q → %+v %v", o.EncodeQuery(), back, err)
+	}
+	if z, err := ParseRouteOptions(""); err != nil || !reflect.DeepEqual(z, RouteOptions{}) {
+		t.Fatalf("%+v %v", z, err)
+	}
+	for _, bad := range []string{"policy=x", "input_tokens=abc", "rtt_ms=dc-a", "what=1", "policy=cost&policy=load", "%zz"} {
+		if _, err := ParseRouteOptions(bad); err == nil {
+			t.Fatalf("%q accepted", bad)
+		}
+	}
+}
+
+// The route fast path gives exactly the streaming decoder's answers.
+func FuzzDecodeRouteFastAgreesWithTheStreamingDecoder(f *testing.F) {
+	for _, s := range []string{
+		`{"sequence_hashes":[1,2,3],"input_tokens":48,"output_tokens":10}`,
+		`{"input_tokens":5,"block_size":2,"tokens":[1,2,3,4]}`,
+		`{"local_hashes":[9],"output_tokens":0}`,
+		`{"local_hashes":[9],"input_tokens":1073741824}`,
+		`{"local_hashes":[9],"input_tokens":1,"input_tokens":1}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var fo RouteOptions
+		fq, ok := decodeFastRoute(b, &fo)
+		if !ok {
+			return
+		}
+		var so RouteOptions
+		d := &matchDecoder{dec: json.NewDecoder(bytes.NewReader(b)), seen: map[string]bool{}, route: &so}
+		sq, err := d.decode()
+		if err == nil {
+			err = so.validate()
+		}
+		if err != nil || !reflect.DeepEqual(fq, sq) || !reflect.DeepEqual(fo, so) {
+			t.Fatalf("%q: fast %+v %+v, streaming %+v %+v %v", b, fq, fo, sq, so, err)
+		}
+	})
+}
