@@ -35,6 +35,7 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	cfg := testConfig(t)
 	pc := route.DefaultConfig()
 	pc.RTT = map[string]time.Duration{"dc-a": 80 * time.Millisecond, "dc-b": 5 * time.Millisecond}
+	pc.AffinityMargin = -1 // the bare minimum cost: this test checks the terms and the cheapest lane
 	cfg.Route = RouteConfig{Policy: pc, BlockSize: 16, PrefillRate: map[string]float64{"dc-b": 5000}}
 	s := startService(t, e.nc, e.js, cfg)
 	waitInstalled(t, s.Service, a.lane, a.epoch(), a.pub.LastSequence())
