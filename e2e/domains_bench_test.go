@@ -57,6 +57,7 @@ type dmEnv struct {
 	names      []string
 	reg        *domains.Registry
 	rssDelta   uint64
+	hugeDelta  uint64
 	tableBytes uint64
 	lat        []time.Duration
 }
@@ -116,6 +117,7 @@ func domainsColdMatch(b *testing.B, envs []*dmEnv) {
 		b.ReportMetric(float64(p99)/float64(p99one), "p99_ratio"+sfx)
 		b.ReportMetric(float64(e.rssDelta)/(1<<20), "rss_MiB"+sfx)
 		b.ReportMetric(float64(e.tableBytes)/(1<<20), "table_MiB"+sfx)
+		b.ReportMetric(float64(e.hugeDelta)/(1<<20), "hugepage_MiB"+sfx)
 	}
 }
 
@@ -131,6 +133,23 @@ func rss() uint64 {
 	return pages * uint64(os.Getpagesize())
 }
 
+// anonHuge is the process's memory in transparent huge pages
+// (/proc/self/smaps_rollup AnonHugePages): a cold query's cost depends on
+// whether its table is in huge pages (one TLB entry per 2 MiB).
+func anonHuge() uint64 {
+	buf, err := os.ReadFile("/proc/self/smaps_rollup")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(buf), "\n") {
+		if v, ok := strings.CutPrefix(line, "AnonHugePages:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
 func dmChain(domain, i int) []ckf.LocalBlockHash {
 	c := make([]ckf.LocalBlockHash, dmBlocks)
 	x := uint64(domain)<<32 | uint64(i)
@@ -144,7 +163,7 @@ func dmChain(domain, i int) []ckf.LocalBlockHash {
 // buildDomains builds an indexer of n domains × dmDCs, loaded, its relays
 // stopped; it runs until the benchmark ends.
 func buildDomains(b *testing.B, n int) *dmEnv {
-	before := rss()
+	before, hugeBefore := rss(), anonHuge()
 	srv := testenv.StartServer(b)
 	nc := srv.Connect(b)
 	js, err := jetstream.New(nc)
@@ -234,6 +253,7 @@ func buildDomains(b *testing.B, n int) *dmEnv {
 		<-mdone[i]
 	}
 	e.rssDelta, e.tableBytes = rss()-before, reg.TableBytes()
+	e.hugeDelta = anonHuge() - min(hugeBefore, anonHuge())
 	return e
 }
 

@@ -125,3 +125,46 @@ func FuzzDecodeRouteFastAgreesWithTheStreamingDecoder(f *testing.F) {
 		}
 	})
 }
+
+// Route bodies and options are untrusted: any input is a query with valid
+// options or a *RequestError, never a panic.
+func FuzzDecodeRouteBody(f *testing.F) {
+	for _, s := range []string{
+		`{"sequence_hashes":[1,2,3],"input_tokens":48,"policy":"prefix","rtt_ms":{"dc-a":5}}`,
+		`{"block_size":2,"tokens":[1,2,3,4],"stale":"penalize","output_tokens":9}`,
+		`{"local_hashes":[9],"rtt_ms":{"":1}}`, `{"rtt_ms":null}`, `[]`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		q, o, err := DecodeRouteBody(b)
+		if err != nil {
+			var re *RequestError
+			if !errors.As(err, &re) {
+				t.Fatalf("%q: %T %v", b, err, err)
+			}
+			return
+		}
+		if q.Blocks() > MaxBlocks || o.validate() != nil {
+			t.Fatalf("%q: accepted %d blocks, options %+v", b, q.Blocks(), o)
+		}
+	})
+}
+
+func FuzzParseRouteOptions(f *testing.F) {
+	f.Add("input_tokens=900&policy=prefix&rtt_ms=dc-a:5,dc-b:40&stale=penalize")
+	f.Add("rtt_ms=a:NaN")
+	f.Fuzz(func(t *testing.T, raw string) {
+		o, err := ParseRouteOptions(raw)
+		if err != nil {
+			return
+		}
+		if err := o.validate(); err != nil {
+			t.Fatalf("%q: accepted invalid options %+v: %v", raw, o, err)
+		}
+		back, err := ParseRouteOptions(o.EncodeQuery())
+		if err != nil || !reflect.DeepEqual(back, o) && !(len(o.RTTMs) == 0 && len(back.RTTMs) == 0) {
+			t.Fatalf("%q: %+v does not round-trip (%+v, %v)", raw, o, back, err)
+		}
+	})
+}
