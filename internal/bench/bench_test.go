@@ -26,6 +26,11 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
+// fullInputs reports whether CKF_TEST_FULL=1 asks for the harness tests'
+// full inputs (.ci/run sets it); the default run, scripts/test.sh on a
+// developer's machine, uses short ones that check the same properties.
+func fullInputs() bool { return os.Getenv("CKF_TEST_FULL") == "1" }
+
 func tinySuite() SuiteConfig {
 	return SuiteConfig{
 		Search:         SearchConfig{Buckets: 1 << 12, Blocks: 32, Queries: 64, HotQueries: 8, IngestRate: 50000, PoolMaxDirtyAge: time.Second, PercentileSamples: 1000, Seed: 3},

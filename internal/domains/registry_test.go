@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -365,6 +366,19 @@ func TestHTTPQueriesNameTheirModel(t *testing.T) {
 		if res.StatusCode != want {
 			t.Fatalf("/readyz?domain=%s: %d, want %d", d, res.StatusCode, want)
 		}
+	}
+	// /v1/route names its model too.
+	res, err := http.Post(srv.URL+"/v1/route", "application/json", bytes.NewBufferString(`{"model":"qwen","local_hashes":[`+hashes+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rb, _ := io.ReadAll(res.Body)
+	res.Body.Close()
+	if res.StatusCode != 200 || !strings.Contains(string(rb), `"depth":6`) {
+		t.Fatalf("route qwen: %d %s", res.StatusCode, rb)
+	}
+	if _, err := r.Route(api.Query{Locals: c, Model: "gemma"}, api.RouteOptions{}); !errors.Is(err, api.ErrUnknownDomain) {
+		t.Fatalf("route of an unknown model: %v", err)
 	}
 	// A domain's own service refuses another domain's model.
 	svc, ok := r.Service("llama")

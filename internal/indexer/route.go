@@ -116,6 +116,9 @@ func requestKey(q *api.Query) uint64 {
 // lane is eligible (none ready, or all excluded), and a *api.RequestError
 // for an option the service cannot use.
 func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, error) {
+	if q.Model != "" && q.Model != s.cfg.Domain {
+		return api.RouteResponse{}, fmt.Errorf("indexer: %q (this indexer serves %q): %w", q.Model, s.cfg.Domain, api.ErrUnknownDomain)
+	}
 	rt := s.routing
 	pol := route.Policy("")
 	if o.Policy != "" {

@@ -225,9 +225,11 @@ func (e *epochRun) goLive(lanes jetstream.Stream, log zerolog.Logger) error {
 	if err := e.snapshot("epoch"); err != nil {
 		return err
 	}
-	r.setState(StateActive)
-	r.m.epoch.Set(float64(e.epoch))
+	// The epoch first: a Status read between the two updates must never
+	// show an active relay with its previous (or no) epoch.
 	r.update(func(s *Status) { s.Epoch = e.epoch })
+	r.m.epoch.Set(float64(e.epoch))
+	r.setState(StateActive)
 	log.Info().Uint64("sequence", e.pub.LastSequence()).Msg("publishing")
 	return nil
 }
