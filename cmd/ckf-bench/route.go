@@ -16,6 +16,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/internal/routesim"
+	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
 // routeMode reports whether args ask for the routing-quality benchmark
@@ -39,6 +40,7 @@ type routeOptions struct {
 	workers  int
 	requests int
 	seed     uint64
+	affinity time.Duration
 	quiet    bool
 }
 
@@ -56,6 +58,7 @@ func parseRoute(args []string, getenv func(string) string, stderr io.Writer) (*r
 	fs.IntVar(&o.workers, "workers", 8, "workers per DC")
 	fs.IntVar(&o.requests, "requests", 0, "replay only the first N requests of the trace (0: all)")
 	fs.Uint64Var(&o.seed, "seed", 1, "seed of every tie-break and random choice")
+	fs.DurationVar(&o.affinity, "affinity-margin", route.AffinityMarginDefault, "the cost policy's prefix affinity margin (route.Config.AffinityMargin; 0 or negative: off)")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print progress on stderr")
 	if err := cli.Parse(fs, args, getenv); err != nil {
 		return nil, err
@@ -105,6 +108,10 @@ func runRoute(args []string, getenv func(string) string, stdout, stderr io.Write
 	}
 	cfg := routesim.DefaultConfig()
 	cfg.Loads, cfg.Policies, cfg.WorkersPerDC, cfg.Requests, cfg.Seed = o.loads, o.policies, o.workers, o.requests, o.seed
+	cfg.Route.AffinityMargin = o.affinity
+	if o.affinity == 0 {
+		cfg.Route.AffinityMargin = -1 // 0 on the command line means no margin
+	}
 	start := time.Now()
 	rep, err := routesim.Bench(cfg, reqs, func(format string, a ...any) {
 		if !o.quiet {

@@ -16,6 +16,7 @@ type routeOptions struct {
 	policy       string
 	stale        string
 	temperature  time.Duration
+	affinity     time.Duration
 	defaultRTT   time.Duration
 	rtts         string // dc=duration,...
 	prefillRate  float64
@@ -28,6 +29,7 @@ func (r *routeOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&r.policy, "route-policy", string(route.Cost), "default policy of POST /v1/route: cost, prefix, load, round-robin or random (a request may name another)")
 	fs.StringVar(&r.stale, "route-stale", route.StaleExclude.String(), "what a route does with a stale or unready lane: exclude, or penalize (kept, with the stale penalty and an unready lane's depth as 0)")
 	fs.DurationVar(&r.temperature, "route-temperature", 0, "softmax temperature of the cost policy (0: the cheapest DC, ties split by a hash of the request)")
+	fs.DurationVar(&r.affinity, "route-affinity-margin", d.AffinityMargin, "the cost policy keeps the DC holding the deepest prefix unless another costs less by more than this (negative: off, the cheapest DC)")
 	fs.DurationVar(&r.defaultRTT, "route-default-rtt", 0, "RTT to a DC --dc-rtt does not list")
 	fs.StringVar(&r.rtts, "dc-rtt", "", "RTT from this router site to each DC, e.g. dc-a=5ms,dc-b=40ms (a request may override them with rtt_ms)")
 	fs.Float64Var(&r.prefillRate, "route-prefill-rate", d.DefaultPrefillTokensPerSec, "prefill tokens/s of a DC --dc-prefill-rate does not list")
@@ -98,6 +100,9 @@ func (r *routeOptions) config() (indexer.RouteConfig, error) {
 	}
 	pc := route.DefaultConfig()
 	pc.Policy, pc.Stale, pc.Temperature, pc.DefaultRTT, pc.RTT = pol, stale, r.temperature, r.defaultRTT, rtts
+	if pc.AffinityMargin = r.affinity; r.affinity == 0 {
+		pc.AffinityMargin = -1 // 0 on the command line means no margin: the rule off
+	}
 	pc.DefaultPrefillTokensPerSec = r.prefillRate
 	return indexer.RouteConfig{Policy: pc, PrefillRate: rates, BlockSize: r.blockSize}, nil
 }

@@ -16,6 +16,7 @@ import (
 // usage errors naming their flag.
 func TestRouteFlags(t *testing.T) {
 	o, err := parseFlags([]string{"--route-policy", "prefix", "--route-stale", "penalize", "--route-temperature", "20ms",
+		"--route-affinity-margin", "250ms",
 		"--dc-rtt", "dc-a=5ms,dc-b=40ms", "--route-default-rtt", "100ms", "--dc-prefill-rate", "dc-a=12000",
 		"--route-prefill-rate", "8000", "--route-block-size", "64", "--load-max-age", "3s"}, envOf(nil), io.Discard)
 	if err != nil {
@@ -27,9 +28,27 @@ func TestRouteFlags(t *testing.T) {
 	}
 	r := cfg.Route
 	if r.Policy.Policy != route.Prefix || r.Policy.Stale != route.StalePenalize || r.Policy.Temperature != 20*time.Millisecond ||
+		r.Policy.AffinityMargin != 250*time.Millisecond ||
 		r.Policy.RTT["dc-b"] != 40*time.Millisecond || r.Policy.DefaultRTT != 100*time.Millisecond || r.PrefillRate["dc-a"] != 12000 ||
 		r.Policy.DefaultPrefillTokensPerSec != 8000 || r.BlockSize != 64 || cfg.LoadMaxAge != 3*time.Second {
 		t.Fatalf("route config %+v, load max age %s", r, cfg.LoadMaxAge)
+	}
+	for flag, want := range map[string]time.Duration{"": route.AffinityMarginDefault, "0s": -1, "-1s": -time.Second} {
+		args := []string{}
+		if flag != "" {
+			args = []string{"--route-affinity-margin", flag}
+		}
+		o, err := parseFlags(args, envOf(nil), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := o.config(zerolog.Nop(), nil, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.Route.Policy.AffinityMargin; got != want {
+			t.Errorf("--route-affinity-margin %q: margin %v, want %v", flag, got, want)
+		}
 	}
 	for _, bad := range [][]string{
 		{"--route-policy", "fastest"}, {"--route-stale", "ignore"}, {"--dc-rtt", "dc-a"}, {"--dc-rtt", "dc-a=-5ms"},

@@ -83,8 +83,11 @@ func newRouting(c RouteConfig) *routing {
 }
 
 // requestKey seeds the tie-break from the request's hashes, so equal DCs
-// split requests apart while one prompt keeps its DC among them (and
-// every transport answers the same request alike).
+// split requests apart while one prompt keeps its DC among them. It folds
+// the sequence hashes, chaining them from the local ones when that is what
+// the request carries, so a prompt sent as local or as sequence hashes gets
+// the same key on every transport (the cost policy's prefix affinity picks
+// among equal-depth DCs by it).
 func requestKey(q *api.Query) uint64 {
 	h := uint64(0x9e3779b97f4a7c15) ^ uint64(q.Blocks())
 	step := func(v uint64) {
@@ -92,8 +95,14 @@ func requestKey(q *api.Query) uint64 {
 		h *= 0xbf58476d1ce4e5b9
 		h ^= h >> 31
 	}
-	for _, l := range q.Locals {
-		step(uint64(l))
+	var seq ckf.SequenceHash
+	for i, l := range q.Locals {
+		if i == 0 {
+			seq = ckf.SequenceHash(l)
+		} else {
+			seq = ckf.NextSequenceHash(seq, l)
+		}
+		step(uint64(seq))
 	}
 	for _, s := range q.Seqs {
 		step(uint64(s))

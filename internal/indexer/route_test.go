@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
@@ -35,6 +36,7 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	cfg := testConfig(t)
 	pc := route.DefaultConfig()
 	pc.RTT = map[string]time.Duration{"dc-a": 80 * time.Millisecond, "dc-b": 5 * time.Millisecond}
+	pc.AffinityMargin = -1 // the bare minimum cost: this test checks the terms and the cheapest lane
 	cfg.Route = RouteConfig{Policy: pc, BlockSize: 16, PrefillRate: map[string]float64{"dc-b": 5000}}
 	s := startService(t, e.nc, e.js, cfg)
 	waitInstalled(t, s.Service, a.lane, a.epoch(), a.pub.LastSequence())
@@ -124,4 +126,19 @@ func TestRouteExcludesOrPenalizesStaleLanes(t *testing.T) {
 		_, err := s.Route(api.Query{Locals: w.chains[0]}, api.RouteOptions{})
 		return errors.Is(err, api.ErrUnavailable)
 	})
+}
+
+// A prompt sent as local hashes and as its sequence hashes gets one tie-break
+// key, so every transport picks the same DC among equal ones; another prompt
+// gets another key.
+func TestRequestKeyAlikeForLocalsAndSeqs(t *testing.T) {
+	locals := []ckf.LocalBlockHash{11, 12, 13, 14}
+	seqs := ckf.SequenceHashes(nil, locals)
+	a, b := requestKey(&api.Query{Locals: locals}), requestKey(&api.Query{Seqs: seqs})
+	if a != b {
+		t.Fatalf("locals key %x, sequence key %x", a, b)
+	}
+	if c := requestKey(&api.Query{Locals: locals[:3]}); c == a {
+		t.Fatal("a shorter prompt has the same key")
+	}
 }

@@ -166,6 +166,14 @@ type Config struct {
 	// Temperature > 0 makes the cost policy sample from a softmax over
 	// −cost/Temperature.
 	Temperature time.Duration
+	// AffinityMargin is the cost policy's hysteresis (SGLang's gateway rule
+	// in cost form): the DC holding the deepest prefix (ties broken by the
+	// request's hash, so new conversations spread evenly) is chosen unless
+	// another DC's cost is lower by more than the margin. Staying keeps a
+	// conversation's cache in one place; the margin bounds what staying may
+	// cost. 0 takes the default (AffinityMarginDefault); negative disables
+	// the rule (pure cost).
+	AffinityMargin time.Duration
 	// RTT per DC name; DefaultRTT for a DC not listed.
 	RTT        map[string]time.Duration
 	DefaultRTT time.Duration
@@ -173,10 +181,14 @@ type Config struct {
 	Seed uint64
 }
 
+// AffinityMarginDefault is the default AffinityMargin.
+const AffinityMarginDefault = 400 * time.Millisecond
+
 // DefaultConfig is the configuration the defaults above describe.
 func DefaultConfig() Config {
 	return Config{
 		Policy:                     Cost,
+		AffinityMargin:             AffinityMarginDefault,
 		DefaultPrefillTokensPerSec: 10000,
 		WaitingRequestTokens:       1024,
 		KVFullQueue:                time.Second,
@@ -256,6 +268,9 @@ func New(cfg Config) *Router {
 	}
 	if cfg.StalePenalty <= 0 {
 		cfg.StalePenalty = d.StalePenalty
+	}
+	if cfg.AffinityMargin == 0 {
+		cfg.AffinityMargin = d.AffinityMargin
 	}
 	return &Router{cfg: cfg}
 }
@@ -356,6 +371,9 @@ func (r *Router) Route(req Request, cands []Candidate, out *Decision) {
 		return
 	}
 	out.Best = 0
+	if pol == Cost && r.cfg.AffinityMargin > 0 {
+		preferAffinity(rk, r.cfg.AffinityMargin)
+	}
 	if pol == Cost && r.cfg.Temperature > 0 {
 		out.Best = sample(rk, r.cfg.Temperature, mix(key^0xa0761d6478bd642f))
 	}
@@ -449,6 +467,24 @@ func sortRanked(s []Scored, pol Policy) {
 		for j := i; j > 0 && less(&s[j], &s[j-1], pol); j-- {
 			s[j], s[j-1] = s[j-1], s[j]
 		}
+	}
+}
+
+// preferAffinity moves to the front the eligible candidate with the deepest
+// prefix (ties by the hash) when its cost is within margin of the cheapest,
+// rk[0]; the rest keep their cost order.
+func preferAffinity(rk []Scored, margin time.Duration) {
+	a := 0
+	for i := 1; i < len(rk) && !rk[i].Excluded; i++ {
+		if rk[i].Depth > rk[a].Depth || (rk[i].Depth == rk[a].Depth && rk[i].tie < rk[a].tie) {
+			a = i
+		}
+	}
+	if a == 0 || rk[a].Cost-rk[0].Cost > margin {
+		return
+	}
+	for i := a; i > 0; i-- {
+		rk[i], rk[i-1] = rk[i-1], rk[i]
 	}
 }
 

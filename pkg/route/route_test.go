@@ -238,6 +238,67 @@ func TestCostPolicy(t *testing.T) {
 	}
 }
 
+// The affinity rule keeps the deepest-prefix DC while its cost is within the
+// margin of the cheapest, and gives way past the margin.
+func TestAffinityMargin(t *testing.T) {
+	rtt := map[string]time.Duration{"near": 5 * time.Millisecond, "far": 150 * time.Millisecond}
+	req := Request{Blocks: 10, BlockSize: 100, Key: 7}
+	// far holds 2 blocks more (200 ms of prefill saved) but has 400 ms of
+	// queue and 145 ms more RTT: it costs 345 ms more than near.
+	cs := []Candidate{cand(0, "near", 1, served(0)), cand(1, "far", 3, served(400))}
+	for _, tc := range []struct {
+		margin time.Duration
+		want   []int
+	}{
+		{-1, []int{0, 1}},                     // pure cost
+		{300 * time.Millisecond, []int{0, 1}}, // 345 ms > margin: cost wins
+		{400 * time.Millisecond, []int{1, 0}}, // within margin: stay
+	} {
+		r := New(Config{DefaultPrefillTokensPerSec: 1000, RTT: rtt, AffinityMargin: tc.margin})
+		d := route(t, r, req, cs...)
+		if !equal(lanes(d), tc.want) {
+			t.Errorf("margin %v: order %v, want %v; ranked %+v", tc.margin, lanes(d), tc.want, d.Ranked)
+		}
+	}
+	// An excluded lane never wins by affinity.
+	r := New(Config{DefaultPrefillTokensPerSec: 1000, RTT: rtt, AffinityMargin: time.Hour})
+	stale := cand(1, "far", 10, served(0))
+	stale.Stale = true
+	if d := route(t, r, req, cand(0, "near", 1, served(0)), stale); d.Chosen().Lane != 0 {
+		t.Errorf("affinity chose the stale lane")
+	}
+	if got := New(Config{}).Config().AffinityMargin; got != AffinityMarginDefault {
+		t.Errorf("default margin %v, want %v", got, AffinityMarginDefault)
+	}
+}
+
+// A request no DC holds more of than another (a new conversation) is spread
+// by its hash over the DCs within the margin, not herded to the nearest.
+func TestAffinitySpreadsNewConversations(t *testing.T) {
+	rtt := map[string]time.Duration{"a": 5 * time.Millisecond, "b": 40 * time.Millisecond,
+		"c": 80 * time.Millisecond, "d": 150 * time.Millisecond}
+	cs := []Candidate{cand(0, "a", 1, served(0)), cand(1, "b", 1, served(0)), cand(2, "c", 1, served(0)), cand(3, "d", 1, served(0))}
+	for _, tc := range []struct {
+		margin time.Duration
+		spread bool
+	}{{-1, false}, {200 * time.Millisecond, true}} {
+		r := New(Config{RTT: rtt, AffinityMargin: tc.margin})
+		counts := map[int]int{}
+		for k := uint64(1); k <= 4000; k++ {
+			counts[route(t, r, Request{Blocks: 8, BlockSize: 16, Key: k}, cs...).Chosen().Lane]++
+		}
+		for lane := range 4 {
+			c := counts[lane]
+			if tc.spread && (c < 800 || c > 1200) {
+				t.Errorf("margin %v: lane %d won %d of 4000", tc.margin, lane, c)
+			}
+			if !tc.spread && lane != 0 && c != 0 {
+				t.Errorf("margin %v (off): lane %d won %d of 4000; want all on the nearest", tc.margin, lane, c)
+			}
+		}
+	}
+}
+
 func TestPrefixAndLoadPolicies(t *testing.T) {
 	r := New(Config{})
 	cs := []Candidate{cand(0, "a", 3, served(900)), cand(1, "b", 7, served(500)), cand(2, "c", 1, served(100))}
@@ -314,10 +375,11 @@ func TestTieBreakAndTemperature(t *testing.T) {
 	}
 
 	// Lane 1 costs 10 ms more: with temperature 10 ms it should win e^-1
-	// as often as lane 0; without temperature, never.
+	// as often as lane 0; without temperature, never (the affinity rule is
+	// off, or it would keep the tie-break's choice within its margin).
 	near := []Candidate{cand(0, "a", 0, served(0)), cand(1, "b", 0, served(100))}
-	cold := New(Config{DefaultPrefillTokensPerSec: 10000})
-	warm := New(Config{DefaultPrefillTokensPerSec: 10000, Temperature: 10 * time.Millisecond})
+	cold := New(Config{DefaultPrefillTokensPerSec: 10000, AffinityMargin: -1})
+	warm := New(Config{DefaultPrefillTokensPerSec: 10000, AffinityMargin: -1, Temperature: 10 * time.Millisecond})
 	var coldWins, warmWins int
 	const n = 20000
 	for k := uint64(1); k <= n; k++ {
