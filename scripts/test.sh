@@ -29,7 +29,7 @@ if ! go mod tidy -diff >/dev/null; then
   echo "go mod tidy would change go.mod/go.sum:"; go mod tidy -diff || true; exit 1
 fi
 go vet ./...
-go vet -tags ckftest ./pkg/consumer ./internal/indexer
+go vet -tags ckftest ./pkg/consumer ./pkg/client ./internal/indexer ./e2e
 "$staticcheck" ./...
 # The documentation's links and cited paths, first, so a broken one fails
 # in seconds (docs/testing.md); go test ./... runs it again.
@@ -37,4 +37,10 @@ go test -count=1 -run TestRepositoryDocs ./internal/doclinks
 # go vet ./... above already ran every analyzer over the test files too,
 # so go test's own vet subset (-vet) would only repeat it.
 go test -race -count=1 -vet=off -timeout 40m ./...
-go test -race -count=1 -vet=off -tags ckftest -run WorkerFailure ./internal/indexer/
+# The tests that need the ckftest hooks (fault injection, paused workers, test
+# clocks): every test of every *_ckftest_test.go file, found here so that a new
+# one cannot be left out.
+for dir in $(find . -name '*_ckftest_test.go' -not -path './.git/*' -exec dirname {} \; | sort -u); do
+  names=$(sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T).*/\1/p' "$dir"/*_ckftest_test.go | paste -sd'|')
+  go test -race -count=1 -vet=off -tags ckftest -run "^($names)\$" "$dir"
+done
