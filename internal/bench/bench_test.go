@@ -51,8 +51,8 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Pairs) != 11 {
-		t.Fatalf("%d pair descriptions, want 11 (search hot and cold, producer, pool, e2e events, e2e latency, e2e paced, query http json, http binary, nats json, mirror)", len(rep.Pairs))
+	if len(rep.Pairs) != 12 {
+		t.Fatalf("%d pair descriptions, want 12 (search hot and cold, producer, pool, e2e events, e2e latency, e2e paced, query http json, http binary, nats json, mirror, http route)", len(rep.Pairs))
 	}
 	want := map[string]bool{
 		"search/hot ns/op": true, "search/hot allocs/op": true, "search/hot p50 ns": true, "search/hot p99 ns": true,
@@ -63,6 +63,7 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 		"e2e/paced 2000/s p50 µs": true, "e2e/paced 2000/s p99 µs": true, "e2e/paced 2000/s applied events/s": true, "e2e/paced 2000/s drain ms": true,
 		"query/http json p50 µs": true, "query/http json p99 µs": true, "query/http binary p50 µs": true, "query/http binary p99 µs": true,
 		"query/nats json p50 µs": true, "query/nats json p99 µs": true, "query/mirror p50 µs": true, "query/mirror p99 µs": true,
+		"query/http route p50 µs": true, "query/http route p99 µs": true,
 	}
 	for _, m := range rep.Metrics {
 		key := m.Name + " " + m.Unit
