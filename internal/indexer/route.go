@@ -1,7 +1,6 @@
 package indexer
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -136,24 +135,9 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		}
 		mode = m
 	}
-	p := s.currentPool()
-	if p == nil {
-		return api.RouteResponse{}, api.ErrUnavailable
-	}
-	sc := s.scratch.Get().(*consumer.QueryScratch)
-	defer s.scratch.Put(sc)
 	var res consumer.QueryResult
-	var err error
-	if q.Seqs != nil {
-		err = p.Indexer().FindPrefixMatchesSequence(q.Seqs, sc, &res)
-	} else {
-		err = p.Indexer().FindPrefixMatches(q.Locals, sc, &res)
-	}
-	if errors.Is(err, consumer.ErrUnavailable) {
-		return api.RouteResponse{}, api.ErrUnavailable
-	}
-	if err != nil {
-		return api.RouteResponse{}, fmt.Errorf("indexer: route: %w", err)
+	if err := s.find(q, &res, "route"); err != nil {
+		return api.RouteResponse{}, err
 	}
 	var depth [ckf.LaneCount]uint32
 	for _, l := range res.Lanes {

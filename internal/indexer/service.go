@@ -603,6 +603,31 @@ func (s *Service) DomainReady(domain string) (ready, known bool) {
 	return s.Ready(), true
 }
 
+// find runs q's prefix search over the current pool into res (a value, so
+// nothing in it aliases the pooled scratch). It returns api.ErrUnavailable
+// when no pool or no lane is ready; op names the caller in other errors.
+func (s *Service) find(q api.Query, res *consumer.QueryResult, op string) error {
+	p := s.currentPool()
+	if p == nil {
+		return api.ErrUnavailable
+	}
+	sc := s.scratch.Get().(*consumer.QueryScratch)
+	defer s.scratch.Put(sc)
+	var err error
+	if q.Seqs != nil {
+		err = p.Indexer().FindPrefixMatchesSequence(q.Seqs, sc, res)
+	} else {
+		err = p.Indexer().FindPrefixMatches(q.Locals, sc, res)
+	}
+	if errors.Is(err, consumer.ErrUnavailable) {
+		return api.ErrUnavailable
+	}
+	if err != nil {
+		return fmt.Errorf("indexer: %s: %w", op, err)
+	}
+	return nil
+}
+
 // Match answers q over the lanes ready when the query starts. It returns
 // api.ErrUnavailable when no lane is ready, and api.ErrUnknownDomain when
 // q names another domain.
@@ -610,24 +635,9 @@ func (s *Service) Match(q api.Query) (api.MatchResponse, error) {
 	if q.Model != "" && q.Model != s.cfg.Domain {
 		return api.MatchResponse{}, fmt.Errorf("indexer: %q (this indexer serves %q): %w", q.Model, s.cfg.Domain, api.ErrUnknownDomain)
 	}
-	p := s.currentPool()
-	if p == nil {
-		return api.MatchResponse{}, api.ErrUnavailable
-	}
-	sc := s.scratch.Get().(*consumer.QueryScratch)
-	defer s.scratch.Put(sc)
 	var res consumer.QueryResult
-	var err error
-	if q.Seqs != nil {
-		err = p.Indexer().FindPrefixMatchesSequence(q.Seqs, sc, &res)
-	} else {
-		err = p.Indexer().FindPrefixMatches(q.Locals, sc, &res)
-	}
-	if errors.Is(err, consumer.ErrUnavailable) {
-		return api.MatchResponse{}, api.ErrUnavailable
-	}
-	if err != nil {
-		return api.MatchResponse{}, fmt.Errorf("indexer: match: %w", err)
+	if err := s.find(q, &res, "match"); err != nil {
+		return api.MatchResponse{}, err
 	}
 	labels := s.labels.Load()
 	now := s.now()
