@@ -363,13 +363,16 @@ func replayModels(ctx context.Context, o *options, models []string, reqs []repla
 	errs := make([]error, len(models))
 	var wg sync.WaitGroup
 	var outMu sync.Mutex // the models' lines share stdout
+	// and their logs share one console writer, serialized: zerolog does
+	// not order concurrent writes to an io.Writer.
+	logw := zerolog.SyncWriter(cli.ConsoleWriter(stderr, time.TimeOnly))
 	for i, model := range models {
 		mo := *o
 		mo.domain = model
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = replayShare(ctx, &mo, shares[i], &prefixWriter{mu: &outMu, w: stdout, prefix: "[" + model + "] "}, stderr)
+			errs[i] = replayShare(ctx, &mo, shares[i], &prefixWriter{mu: &outMu, w: stdout, prefix: "[" + model + "] "}, logw)
 			if errs[i] != nil {
 				errs[i] = fmt.Errorf("model %s: %w", model, errs[i])
 			}
@@ -391,13 +394,14 @@ func modelHash(x uint64) uint64 {
 	return x ^ (x >> 31)
 }
 
-// replayShare replays one model's share of the trace.
-func replayShare(ctx context.Context, o *options, reqs []replay.Request, stdout, stderr io.Writer) error {
+// replayShare replays one model's share of the trace, logging to logw
+// (a console writer that the models share).
+func replayShare(ctx context.Context, o *options, reqs []replay.Request, stdout, logw io.Writer) error {
 	if len(reqs) == 0 {
 		fmt.Fprintln(stdout, "no request of the trace went to this model")
 		return nil
 	}
-	log := zerolog.New(cli.ConsoleWriter(stderr, time.TimeOnly)).With().Timestamp().Str("model", o.domain).Logger()
+	log := zerolog.New(logw).With().Timestamp().Str("model", o.domain).Logger()
 	pubs, closePubs, err := publishers(ctx, o, log)
 	if err != nil {
 		return err

@@ -1,7 +1,6 @@
 package indexer
 
 import (
-	"fmt"
 	"sync"
 	"time"
 
@@ -115,8 +114,8 @@ func requestKey(q *api.Query) uint64 {
 // lane is eligible (none ready, or all excluded), and a *api.RequestError
 // for an option the service cannot use.
 func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, error) {
-	if q.Model != "" && q.Model != s.cfg.Domain {
-		return api.RouteResponse{}, fmt.Errorf("indexer: %q (this indexer serves %q): %w", q.Model, s.cfg.Domain, api.ErrUnknownDomain)
+	if err := s.checkDomain(q); err != nil {
+		return api.RouteResponse{}, err
 	}
 	rt := s.routing
 	pol := route.Policy("")

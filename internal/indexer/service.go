@@ -603,6 +603,15 @@ func (s *Service) DomainReady(domain string) (ready, known bool) {
 	return s.Ready(), true
 }
 
+// checkDomain refuses a query that names a domain this service does not
+// serve (a query naming none is this domain's).
+func (s *Service) checkDomain(q api.Query) error {
+	if q.Model != "" && q.Model != s.cfg.Domain {
+		return fmt.Errorf("indexer: %q (this indexer serves %q): %w", q.Model, s.cfg.Domain, api.ErrUnknownDomain)
+	}
+	return nil
+}
+
 // find runs q's prefix search over the current pool into res (a value, so
 // nothing in it aliases the pooled scratch). It returns api.ErrUnavailable
 // when no pool or no lane is ready; op names the caller in other errors.
@@ -632,8 +641,8 @@ func (s *Service) find(q api.Query, res *consumer.QueryResult, op string) error 
 // api.ErrUnavailable when no lane is ready, and api.ErrUnknownDomain when
 // q names another domain.
 func (s *Service) Match(q api.Query) (api.MatchResponse, error) {
-	if q.Model != "" && q.Model != s.cfg.Domain {
-		return api.MatchResponse{}, fmt.Errorf("indexer: %q (this indexer serves %q): %w", q.Model, s.cfg.Domain, api.ErrUnknownDomain)
+	if err := s.checkDomain(q); err != nil {
+		return api.MatchResponse{}, err
 	}
 	var res consumer.QueryResult
 	if err := s.find(q, &res, "match"); err != nil {
