@@ -88,7 +88,11 @@ func TestStatusPageRendersTheLaneTableInChromium(t *testing.T) {
 		byDC[l.DC] = l
 	}
 	for _, r := range rows {
-		// lane, dc, state, epoch, installed seq, stream lag, last fault
+		// domain, lane, dc, state, epoch, installed seq, stream lag, last fault
+		if r[0] != domain {
+			t.Fatalf("row %q: domain, want %q", r, domain)
+		}
+		r = r[1:]
 		l, ok := byDC[r[1]]
 		if !ok || r[0] != strconv.Itoa(l.Lane) || r[2] != "active" || r[6] != "" {
 			t.Fatalf("row %q does not match lane %+v", r, l)
