@@ -227,9 +227,10 @@ func TestAPartitionedDCKeepsItsEventsAndTheHubConvergesAfterTheHeal(t *testing.T
 		r := sites[dc].relay
 		testenv.WaitFor(t, settle, dc+" relay holds the exact state", func() bool { return r.Status().UniqueBlocks == w.rp.Blocks(i) })
 	}
-	if e := rb.Status().Epoch; e <= epochBefore {
-		t.Fatalf("dc-b epoch %d after the heal, %d before: the relay did not re-fence", e, epochBefore)
-	}
+	// The relay re-fences under a new epoch; it may still be acquiring it
+	// when its lane turns fresh again (a relay that left active during the
+	// cut for a store it could not reach gets there later).
+	testenv.WaitFor(t, settle, "dc-b relay re-fenced under a new epoch after the heal", func() bool { return rb.Status().Epoch > epochBefore })
 	var total uint64
 	for _, dc := range topo.DCs() {
 		total += streamMessages(t, sites[dc].local, streams.EventStream)
