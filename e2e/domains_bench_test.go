@@ -1,10 +1,12 @@
 package e2e
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"os/exec"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -14,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
@@ -30,18 +33,22 @@ import (
 
 // Many domains in one indexer, measured:
 //
-//	go test -run '^$' -bench 'DomainsColdMatch' -benchtime 3000x -timeout 30m ./e2e
+//	go test -run '^$' -bench 'DomainsColdMatch' -benchtime 6000x -timeout 30m ./e2e
 //
-// Three indexers are built in one process, with 1, 8 and 32 domains × 4
-// DCs: per indexer, one pools.Manager per DC runs the N pools (one relay
-// each), every pool stores the same 256 chains of 128 blocks of its
-// domain, one domains.Registry serves them all; the relays then stop (the
-// lanes stay installed). RSS is read after a GC before and after each
-// indexer is built. A query is one chain of a random domain (distinct
-// inputs) after the caches were evicted by walking 64 MiB; the three
-// indexers are queried in turn, b.N/3 queries each, so a load that comes
-// and goes on the machine falls on all three alike. p50/p99 are of Match
-// alone; the ratios are to the one-domain indexer.
+// Each indexer is its own process, as in production: the benchmark
+// re-executes its test binary once per configuration (1, 8 and 32 domains
+// × 4 DCs), and each child runs one domains.Registry and nothing else, so
+// its resident set and its caches hold that indexer alone. The relays (one
+// pools.Manager per DC running a pool per domain) and the nats-server run
+// in the parent; every pool stores the same 256 chains of 128 blocks of its
+// domain, then the relays stop (the lanes stay installed). RSS is read in
+// the child after a GC, before the registry is built and after every domain
+// answers at full depth. A query is one chain of a random domain, named by
+// its model (distinct inputs), after the child walked 64 MiB to evict its
+// caches; the parent asks the children in turn for dmBatch queries each, so
+// a load that comes and goes on the machine falls on all of them alike.
+// p50/p99 are of Registry.Match alone; the ratios are to the one-domain
+// process.
 
 const (
 	dmDCs     = 4
@@ -49,144 +56,134 @@ const (
 	dmBlocks  = 128
 	dmExpect  = 1 << 18 // 2^17 buckets: a 16 MiB table per domain
 	dmEvictMB = 64
+	dmBatch   = 25
+	// dmChildEnv selects the child's role (TestDomainsBenchChild).
+	dmChildEnv = "CKF_DOMAINS_BENCH_CHILD"
 )
 
-// dmEnv is one indexer of n domains.
-type dmEnv struct {
-	n          int
-	names      []string
-	reg        *domains.Registry
-	rssDelta   uint64
-	hugeDelta  uint64
-	tableBytes uint64
-	lat        []time.Duration
+// dmChild is one indexer process of n domains.
+type dmChild struct {
+	n     int
+	names []string
+	cmd   *exec.Cmd
+	in    *bufio.Writer
+	out   *bufio.Scanner
+	// Reported by the child once loaded.
+	rssBase, rssLoaded, tableBytes, huge uint64
+	lat                                  []time.Duration
 }
 
-// The indexers are built by the parent benchmark (which testing runs once)
+// The children are built by the parent benchmark (which testing runs once)
 // and measured by its one sub-benchmark, which runs with the real b.N.
 func BenchmarkDomainsColdMatch(b *testing.B) {
-	var envs []*dmEnv
+	srv := testenv.StartServer(b)
+	var kids []*dmChild
 	for _, n := range []int{1, 8, 32} {
-		envs = append(envs, buildDomains(b, n))
+		kids = append(kids, startDomainsChild(b, srv, n))
 	}
-	b.Run("interleaved", func(b *testing.B) { domainsColdMatch(b, envs) })
+	b.Run("interleaved", func(b *testing.B) { domainsColdMatch(b, kids) })
 }
 
-func domainsColdMatch(b *testing.B, envs []*dmEnv) {
-	for _, e := range envs {
-		e.lat = e.lat[:0]
+func domainsColdMatch(b *testing.B, kids []*dmChild) {
+	for _, k := range kids {
+		k.lat = k.lat[:0]
 	}
-	evict := make([]byte, dmEvictMB<<20)
-	rng := rand.New(rand.NewPCG(1, 7))
-	sink := byte(0)
-	b.ReportAllocs()
 	b.ResetTimer()
-	for i := range b.N {
-		e := envs[i%len(envs)]
-		d := rng.IntN(e.n)
-		q := api.Query{Locals: dmChain(d, rng.IntN(dmChains)), Model: e.names[d]}
-		b.StopTimer()
-		for j := 0; j < len(evict); j += 64 {
-			evict[j]++
-			sink ^= evict[j]
+	for done, round := 0, 0; done < b.N; round++ {
+		k := kids[round%len(kids)]
+		n := min(dmBatch, b.N-done)
+		fmt.Fprintf(k.in, "q %d %d\n", n, round)
+		if err := k.in.Flush(); err != nil {
+			b.Fatal(err)
 		}
-		b.StartTimer()
-		t0 := time.Now()
-		resp, err := e.reg.Match(q)
-		e.lat = append(e.lat, time.Since(t0))
-		if err != nil || resp.Best == nil || resp.Best.Depth != dmBlocks {
-			b.Fatalf("query %d: %+v %v", i, resp, err)
+		if !k.out.Scan() {
+			b.Fatalf("child %d: %v", k.n, k.out.Err())
 		}
+		f := strings.Fields(k.out.Text())
+		if len(f) != n+1 || f[0] != "lat" {
+			b.Fatalf("child %d answered %q", k.n, k.out.Text())
+		}
+		for _, v := range f[1:] {
+			ns, err := strconv.ParseInt(v, 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			k.lat = append(k.lat, time.Duration(ns))
+		}
+		done += n
 	}
 	b.StopTimer()
-	_ = sink
-	if b.N < len(envs) {
+	if slices.ContainsFunc(kids, func(k *dmChild) bool { return len(k.lat) == 0 }) {
 		return
 	}
 	var p50one, p99one time.Duration
-	for _, e := range envs {
-		slices.Sort(e.lat)
-		p50, p99 := e.lat[len(e.lat)/2], e.lat[len(e.lat)*99/100]
-		if e.n == 1 {
+	for _, k := range kids {
+		slices.Sort(k.lat)
+		p50, p99 := k.lat[len(k.lat)/2], k.lat[len(k.lat)*99/100]
+		if k.n == 1 {
 			p50one, p99one = p50, p99
 		}
-		sfx := "_" + strconv.Itoa(e.n) + "dom"
+		sfx := "_" + strconv.Itoa(k.n) + "dom"
 		b.ReportMetric(float64(p50.Nanoseconds())/1e3, "p50_us"+sfx)
 		b.ReportMetric(float64(p99.Nanoseconds())/1e3, "p99_us"+sfx)
 		b.ReportMetric(float64(p50)/float64(p50one), "p50_ratio"+sfx)
 		b.ReportMetric(float64(p99)/float64(p99one), "p99_ratio"+sfx)
-		b.ReportMetric(float64(e.rssDelta)/(1<<20), "rss_MiB"+sfx)
-		b.ReportMetric(float64(e.tableBytes)/(1<<20), "table_MiB"+sfx)
-		b.ReportMetric(float64(e.hugeDelta)/(1<<20), "hugepage_MiB"+sfx)
+		b.ReportMetric(float64(k.rssLoaded-k.rssBase)/(1<<20), "rss_MiB"+sfx)
+		b.ReportMetric(float64(k.tableBytes)/(1<<20), "table_MiB"+sfx)
+		// What the process holds beside its tables: constant in n when
+		// the resident set is the tables plus a fixed overhead.
+		b.ReportMetric((float64(k.rssLoaded-k.rssBase)-float64(k.tableBytes))/(1<<20), "other_MiB"+sfx)
+		b.ReportMetric(float64(k.huge)/(1<<20), "hugepage_MiB"+sfx)
 	}
 }
 
-func rss() uint64 {
-	runtime.GC()
-	debug.FreeOSMemory()
-	buf, err := os.ReadFile("/proc/self/statm")
-	if err != nil {
-		return 0
+// startDomainsChild starts the indexer process of n domains, loads its
+// domains from relays run here, waits until it answers them all and stops
+// the relays.
+func startDomainsChild(b *testing.B, srv *testenv.Server, n int) *dmChild {
+	k := &dmChild{n: n, names: make([]string, n)}
+	for d := range n {
+		k.names[d] = fmt.Sprintf("n%d-model-%02d", n, d)
 	}
-	f := strings.Fields(string(buf))
-	pages, _ := strconv.ParseUint(f[1], 10, 64)
-	return pages * uint64(os.Getpagesize())
-}
-
-// anonHuge is the process's memory in transparent huge pages
-// (/proc/self/smaps_rollup AnonHugePages): a cold query's cost depends on
-// whether its table is in huge pages (one TLB entry per 2 MiB).
-func anonHuge() uint64 {
-	buf, err := os.ReadFile("/proc/self/smaps_rollup")
+	k.cmd = exec.Command(os.Args[0], "-test.run", "^TestDomainsBenchChild$", "-test.v")
+	k.cmd.Env = append(os.Environ(), dmChildEnv+"=1", "CKF_DM_URL="+srv.URL(), "CKF_DM_DOMAINS="+strings.Join(k.names, ","))
+	k.cmd.Stderr = os.Stderr
+	stdin, err := k.cmd.StdinPipe()
 	if err != nil {
-		return 0
+		b.Fatal(err)
 	}
-	for _, line := range strings.Split(string(buf), "\n") {
-		if v, ok := strings.CutPrefix(line, "AnonHugePages:"); ok {
-			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return kb << 10
+	stdout, err := k.cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := k.cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	k.in, k.out = bufio.NewWriter(stdin), bufio.NewScanner(stdout)
+	k.out.Buffer(make([]byte, 1<<20), 1<<20)
+	b.Cleanup(func() {
+		stdin.Close()
+		_ = k.cmd.Wait()
+	})
+	// expect reads the child's protocol lines, skipping what -test.v
+	// prints, up to the one starting with word.
+	expect := func(word string) []string {
+		for k.out.Scan() {
+			if f := strings.Fields(k.out.Text()); len(f) > 0 && f[0] == word {
+				return f
+			}
 		}
+		b.Fatalf("child %d ended before %q: %v", n, word, k.out.Err())
+		return nil
 	}
-	return 0
-}
-
-func dmChain(domain, i int) []ckf.LocalBlockHash {
-	c := make([]ckf.LocalBlockHash, dmBlocks)
-	x := uint64(domain)<<32 | uint64(i)
-	for j := range c {
-		x = x*0x9E3779B97F4A7C15 + 0xD1B54A32D192ED03
-		c[j] = ckf.LocalBlockHash(x ^ (x >> 29) | 1)
-	}
-	return c
-}
-
-// buildDomains builds an indexer of n domains × dmDCs, loaded, its relays
-// stopped; it runs until the benchmark ends.
-func buildDomains(b *testing.B, n int) *dmEnv {
-	before, hugeBefore := rss(), anonHuge()
-	srv := testenv.StartServer(b)
-	nc := srv.Connect(b)
-	js, err := jetstream.New(nc)
+	expect("started")
+	js, err := jetstream.New(srv.Connect(b))
 	if err != nil {
 		b.Fatal(err)
 	}
-	pc := consumer.DefaultPoolConfig()
-	pc.MaxDirtyToAppliedAge = time.Minute
-	reg, err := domains.New(nc, js, domains.Config{Discover: true, MaxDomains: n, Logger: zerolog.Nop(), Base: indexer.Config{
-		Pool: pc, Logger: zerolog.Nop(), LaneStaleAfter: time.Hour}})
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- reg.Run(ctx) }()
-	b.Cleanup(func() { cancel(); <-done })
-
-	e := &dmEnv{n: n, reg: reg, names: make([]string, n)}
 	specs := make([]pools.PoolSpec, n)
 	for d := range n {
-		e.names[d] = fmt.Sprintf("model-%02d", d)
-		specs[d] = pools.PoolSpec{Domain: e.names[d]}
+		specs[d] = pools.PoolSpec{Domain: k.names[d]}
 	}
 	var managers []context.CancelFunc
 	var mdone []chan error
@@ -204,24 +201,14 @@ func buildDomains(b *testing.B, n int) *dmEnv {
 		go func() { ch <- m.Run(mctx) }()
 		managers, mdone = append(managers, mcancel), append(mdone, ch)
 	}
-	pctx, pcancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer pcancel()
 	for d := range n {
 		for dc := range dmDCs {
-			subj, err := wire.WorkerEventsSubject(e.names[d], fmt.Sprintf("dc-%d", dc), 1)
+			subj, err := wire.WorkerEventsSubject(k.names[d], fmt.Sprintf("dc-%d", dc), 1)
 			if err != nil {
 				b.Fatal(err)
 			}
 			for i := range dmChains {
-				var sb strings.Builder
-				for j, h := range dmChain(d, i) {
-					if j > 0 {
-						sb.WriteByte(',')
-					}
-					fmt.Fprintf(&sb, `{"block_hash":%d,"tokens_hash":%d}`, uint64(h), uint64(h))
-				}
-				msg := fmt.Sprintf(`{"worker_id":1,"event":{"event_id":%d,"dp_rank":0,"data":{"stored":{"parent_hash":null,"blocks":[%s]}}}}`, i+1, sb.String())
-				if _, err := js.PublishAsync(subj, []byte(msg)); err != nil {
+				if _, err := js.PublishAsync(subj, dmStoredEvent(i+1, dmChain(d, i))); err != nil {
 					b.Fatal(err)
 				}
 				if i%256 == 255 {
@@ -230,31 +217,118 @@ func buildDomains(b *testing.B, n int) *dmEnv {
 			}
 		}
 	}
-	select {
-	case <-js.PublishAsyncComplete():
-	case <-pctx.Done():
-		b.Fatal("publishing timed out")
-	}
-	// Every domain answers its last chain at full depth in every DC.
-	for d := range n {
-		for {
-			resp, err := reg.Match(api.Query{Locals: dmChain(d, dmChains-1), Model: e.names[d]})
-			if err == nil && len(resp.Lanes) == dmDCs && !slices.ContainsFunc(resp.Lanes, func(l api.LaneDepth) bool { return l.Depth != dmBlocks }) {
-				break
-			}
-			if pctx.Err() != nil {
-				b.Fatalf("%s never complete: %+v %v", e.names[d], resp, err)
-			}
-			time.Sleep(50 * time.Millisecond)
+	<-js.PublishAsyncComplete()
+	f := expect("ready")
+	for i, p := range []*uint64{&k.rssBase, &k.rssLoaded, &k.tableBytes, &k.huge} {
+		if *p, err = strconv.ParseUint(f[i+1], 10, 64); err != nil {
+			b.Fatalf("child %d: ready line %q: %v", n, k.out.Text(), err)
 		}
 	}
 	for i, c := range managers {
 		c()
 		<-mdone[i]
 	}
-	e.rssDelta, e.tableBytes = rss()-before, reg.TableBytes()
-	e.hugeDelta = anonHuge() - min(hugeBefore, anonHuge())
-	return e
+	return k
+}
+
+// dmStoredEvent is a worker's stored event of chain (JSON, as the engine
+// bridge publishes it).
+func dmStoredEvent(id int, chain []ckf.LocalBlockHash) []byte {
+	var sb strings.Builder
+	for j, h := range chain {
+		if j > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `{"block_hash":%d,"tokens_hash":%d}`, uint64(h), uint64(h))
+	}
+	return fmt.Appendf(nil, `{"worker_id":1,"event":{"event_id":%d,"dp_rank":0,"data":{"stored":{"parent_hash":null,"blocks":[%s]}}}}`, id, sb.String())
+}
+
+// TestDomainsBenchChild is the indexer process of BenchmarkDomainsColdMatch;
+// it does nothing unless that benchmark started it. Its protocol, one line
+// each way on stdin/stdout: it prints "started" once its registry runs and
+// "ready RSS_BASE RSS_LOADED TABLE_BYTES HUGE_BYTES" once every domain
+// answers its last chain at full depth in every DC; then each "q N SEED"
+// gets "lat NS..." (N cold queries) until stdin closes.
+func TestDomainsBenchChild(t *testing.T) {
+	if os.Getenv(dmChildEnv) == "" {
+		t.Skip("the indexer process of BenchmarkDomainsColdMatch; runs only under it")
+	}
+	names := strings.Split(os.Getenv("CKF_DM_DOMAINS"), ",")
+	base := rss()
+	nc, err := nats.Connect(os.Getenv("CKF_DM_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc := consumer.DefaultPoolConfig()
+	pc.MaxDirtyToAppliedAge = time.Minute
+	reg, err := domains.New(nc, js, domains.Config{Domains: names, MaxDomains: len(names), Logger: zerolog.Nop(), Base: indexer.Config{
+		Pool: pc, Logger: zerolog.Nop(), LaneStaleAfter: time.Hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- reg.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	out := bufio.NewWriter(os.Stdout)
+	say := func(format string, args ...any) {
+		fmt.Fprintf(out, format+"\n", args...)
+		if err := out.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	say("started")
+	deadline := time.Now().Add(10 * time.Minute)
+	for d, name := range names {
+		for {
+			resp, err := reg.Match(api.Query{Locals: dmChain(d, dmChains-1), Model: name})
+			if err == nil && len(resp.Lanes) == dmDCs && !slices.ContainsFunc(resp.Lanes, func(l api.LaneDepth) bool { return l.Depth != dmBlocks }) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s never complete: %+v %v", name, resp, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	say("ready %d %d %d %d", base, rss(), reg.TableBytes(), anonHuge())
+	evict := make([]byte, dmEvictMB<<20)
+	sink := byte(0)
+	in := bufio.NewScanner(os.Stdin)
+	var line []byte
+	for in.Scan() {
+		var n int
+		var seed uint64
+		if _, err := fmt.Sscanf(in.Text(), "q %d %d", &n, &seed); err != nil {
+			t.Fatalf("command %q: %v", in.Text(), err)
+		}
+		rng := rand.New(rand.NewPCG(seed, uint64(len(names))))
+		line = append(line[:0], "lat"...)
+		for range n {
+			d := rng.IntN(len(names))
+			q := api.Query{Locals: dmChain(d, rng.IntN(dmChains)), Model: names[d]}
+			for j := 0; j < len(evict); j += 64 {
+				evict[j]++
+				sink ^= evict[j]
+			}
+			t0 := time.Now()
+			resp, err := reg.Match(q)
+			el := time.Since(t0)
+			if err != nil || resp.Best == nil || resp.Best.Depth != dmBlocks {
+				t.Fatalf("query: %+v %v", resp, err)
+			}
+			line = append(line, ' ')
+			line = strconv.AppendInt(line, el.Nanoseconds(), 10)
+		}
+		say("%s", line)
+	}
+	_ = sink
 }
 
 // One relay process at 1 and 16 pools: process CPU (user + system, the
@@ -304,15 +378,7 @@ func relayPoolsCPU(b *testing.B, n int) {
 	msgs := make([][]byte, b.N)
 	subjs := make([]string, b.N)
 	for i := range b.N {
-		c := dmChain(i%n, i)[:16]
-		var sb strings.Builder
-		for j, h := range c {
-			if j > 0 {
-				sb.WriteByte(',')
-			}
-			fmt.Fprintf(&sb, `{"block_hash":%d,"tokens_hash":%d}`, uint64(h), uint64(h))
-		}
-		msgs[i] = fmt.Appendf(nil, `{"worker_id":1,"event":{"event_id":%d,"dp_rank":0,"data":{"stored":{"parent_hash":null,"blocks":[%s]}}}}`, i+1, sb.String())
+		msgs[i] = dmStoredEvent(i+1, dmChain(i%n, i)[:16])
 		subjs[i], _ = wire.WorkerEventsSubject(specs[i%n].Domain, "dc-0", 1)
 	}
 	b.ReportAllocs()
@@ -358,4 +424,42 @@ func waitStatuses(b *testing.B, m *pools.Manager, ok func(relay.Status) bool) []
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+func rss() uint64 {
+	runtime.GC()
+	debug.FreeOSMemory()
+	buf, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(buf))
+	pages, _ := strconv.ParseUint(f[1], 10, 64)
+	return pages * uint64(os.Getpagesize())
+}
+
+// anonHuge is the process's memory in transparent huge pages
+// (/proc/self/smaps_rollup AnonHugePages): a cold query's cost depends on
+// whether its table is in huge pages (one TLB entry per 2 MiB).
+func anonHuge() uint64 {
+	buf, err := os.ReadFile("/proc/self/smaps_rollup")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(buf), "\n") {
+		if v, ok := strings.CutPrefix(line, "AnonHugePages:"); ok {
+			kb, _ := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func dmChain(domain, i int) []ckf.LocalBlockHash {
+	c := make([]ckf.LocalBlockHash, dmBlocks)
+	x := uint64(domain)<<32 | uint64(i)
+	for j := range c {
+		x = x*0x9E3779B97F4A7C15 + 0xD1B54A32D192ED03
+		c[j] = ckf.LocalBlockHash(x ^ (x >> 29) | 1)
+	}
+	return c
 }
