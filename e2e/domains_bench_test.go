@@ -161,9 +161,18 @@ func startDomainsChild(b *testing.B, srv *testenv.Server, n int) *dmChild {
 	}
 	k.in, k.out = bufio.NewWriter(stdin), bufio.NewScanner(stdout)
 	k.out.Buffer(make([]byte, 1<<20), 1<<20)
+	// The child's end is a check too: its goroutine leak check
+	// (TestMain) or a failed query fails the benchmark. What it prints
+	// after the protocol is read to the end before Wait.
 	b.Cleanup(func() {
 		stdin.Close()
-		_ = k.cmd.Wait()
+		var rest strings.Builder
+		for k.out.Scan() {
+			rest.WriteString(k.out.Text() + "\n")
+		}
+		if err := k.cmd.Wait(); err != nil {
+			b.Errorf("indexer process of %d domains: %v\n%s", n, err, rest.String())
+		}
 	})
 	// expect reads the child's protocol lines, skipping what -test.v
 	// prints, up to the one starting with word.
