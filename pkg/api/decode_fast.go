@@ -5,8 +5,9 @@ import (
 )
 
 // decodeFast decodes the shapes routers send — {"sequence_hashes":[...]},
-// {"local_hashes":[...]}, or tokens with block_size in either order — in
-// one pass over the whole body. It only ever succeeds: on anything it is
+// {"local_hashes":[...]}, or tokens with block_size in either order, with
+// lora_name, cache_namespace and eagle before the tokens — in one pass over
+// the whole body. It only ever succeeds: on anything it is
 // not certain about (other fields, null, escapes, duplicate keys, numbers
 // that are not plain unsigned integers, limits reached, syntax errors) it
 // returns false and the caller runs the streaming decoder, which owns
@@ -31,6 +32,11 @@ func decodeFastRoute(b []byte, ro *RouteOptions) (Query, bool) {
 		haveLocals, haveSeqs bool
 		haveModel            bool
 		blockSize            uint64
+		// The salts are taken only before the tokens: after them the
+		// streaming decoder may refuse them (once block_size was given).
+		lora, ns         []byte
+		haveLora, haveNS bool
+		eagle, haveEagle bool
 	)
 	for first := true; ; first = false {
 		if s.eat('}') {
@@ -101,6 +107,29 @@ func decodeFastRoute(b []byte, ro *RouteOptions) (Query, bool) {
 				return Query{}, false
 			}
 			blockSize = v
+		case "lora_name", "cache_namespace":
+			isLora := string(key) == "lora_name"
+			if haveTokens || (isLora && haveLora) || (!isLora && haveNS) {
+				return Query{}, false
+			}
+			v, ok := s.str(len(s.b))
+			if !ok {
+				return Query{}, false
+			}
+			if isLora {
+				haveLora, lora = true, v
+			} else {
+				haveNS, ns = true, v
+			}
+		case "eagle":
+			if haveTokens || haveEagle {
+				return Query{}, false
+			}
+			v, ok := s.boolean()
+			if !ok {
+				return Query{}, false
+			}
+			haveEagle, eagle = true, v
 		case "input_tokens", "output_tokens":
 			in := string(key) == "input_tokens"
 			if ro == nil || (in && haveIn) || (!in && haveOut) {
@@ -124,14 +153,20 @@ func decodeFastRoute(b []byte, ro *RouteOptions) (Query, bool) {
 		return Query{}, false
 	}
 	switch {
+	case haveLora || haveNS || haveEagle:
+		if !haveTokens || !haveBS {
+			return Query{}, false // only valid with tokens: the streaming decoder says so
+		}
 	case haveSeqs, haveLocals:
 		return q, true
-	case haveTokens && haveBS:
+	}
+	if haveTokens && haveBS {
 		bs := int(blockSize)
 		if nTokens/bs > MaxBlocks {
 			return Query{}, false
 		}
-		return Query{Locals: hashTokens(&tokens, nTokens, bs), BlockSize: bs, Model: q.Model}, true
+		o := ckf.BlockOptions{Seed: ckf.SaltedSeed(string(lora), string(ns)), Eagle: eagle}
+		return Query{Locals: hashTokens(&tokens, nTokens, bs, o), BlockSize: bs, Model: q.Model}, true
 	}
 	return Query{}, false
 }
@@ -205,6 +240,21 @@ func (s *fastScanner) str(limit int) ([]byte, bool) {
 		s.i++
 	}
 	return nil, false
+}
+
+// boolean reads true or false.
+func (s *fastScanner) boolean() (bool, bool) {
+	s.ws()
+	rest := s.b[s.i:]
+	switch {
+	case len(rest) >= 4 && string(rest[:4]) == "true":
+		s.i += 4
+		return true, true
+	case len(rest) >= 5 && string(rest[:5]) == "false":
+		s.i += 5
+		return false, true
+	}
+	return false, false
 }
 
 // uint reads a plain JSON unsigned integer (no sign, fraction, exponent or
@@ -294,10 +344,10 @@ func u32ArrayLen(s *fastScanner, limit int) (int, bool) {
 }
 
 // hashTokens hashes the n tokens of the array s is positioned at (which
-// u32ArrayLen accepted) in blocks of bs, unsalted, holding one window.
-func hashTokens(s *fastScanner, n, bs int) []ckf.LocalBlockHash {
+// u32ArrayLen accepted) in blocks of bs with options o, holding one window.
+func hashTokens(s *fastScanner, n, bs int, o ckf.BlockOptions) []ckf.LocalBlockHash {
 	out := make([]ckf.LocalBlockHash, 0, n/bs)
-	h := ckf.NewTokenHasher(bs, ckf.BlockOptions{Seed: ckf.SaltedSeed("", "")})
+	h := ckf.NewTokenHasher(bs, o)
 	s.eat('[')
 	for range n {
 		v, _ := s.uint()

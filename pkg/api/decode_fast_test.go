@@ -21,6 +21,9 @@ var fastShapes = []string{
 	`{"model":"llama-8b","sequence_hashes":[1,2]}`,
 	`{"sequence_hashes":[1,2],"domain":"qwen"}`,
 	`{"block_size":4,"model":"m","tokens":[1,2,3,4]}`,
+	`{"lora_name":"adapter-1","block_size":4,"tokens":[1,2,3,4,5,6,7,8]}`,
+	`{"block_size":2,"cache_namespace":"tenant-a","eagle":true,"tokens":[1,2,3,4,5]}`,
+	`{"eagle":false,"lora_name":"","tokens":[9,8,7,6],"block_size":2}`,
 }
 
 func TestFastPathTakesTheCommonShapesAndAgrees(t *testing.T) {
@@ -47,6 +50,9 @@ func TestFastPathDeclinesWhatItIsNotSureOf(t *testing.T) {
 		`{"sequence_hashes":[1],"x":1}`, `{"seq\u0075ence_hashes":[1]}`, `{"tokens":[1]}`, `{"block_size":4}`,
 		`{"tokens":[1],"block_size":0}`, `{"tokens":[1],"block_size":65537}`, `{"tokens":[4294967296],"block_size":1}`,
 		`{"tokens":[1],"block_size":4,"eagle":true}`, `{"tokens":[1],"block_size":4,"lora_name":"a"}`,
+		`{"lora_name":"a","sequence_hashes":[1]}`, `{"lora_name":"a","block_size":4}`, `{"lora_name":null,"block_size":1,"tokens":[1]}`,
+		`{"lora_name":"a","lora_name":"b","block_size":1,"tokens":[1]}`, `{"eagle":1,"block_size":1,"tokens":[1]}`,
+		`{"eagle":truex,"block_size":1,"tokens":[1]}`, `{"lora_name":"a\u0062","block_size":1,"tokens":[1]}`,
 		`{"block_size":4,"block_size":4,"tokens":[1]}`, `{"sequence_hashes":[1],"block_size":4}`,
 		`{"sequence_hashes":[1 2]}`, `{"sequence_hashes":"1"}`,
 	} {
@@ -79,6 +85,7 @@ func FuzzDecodeFastAgreesWithTheStreamingDecoder(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Add([]byte(`{"tokens":[1,2],"block_size":1,"eagle":true}`))
+	f.Add([]byte(`{"block_size":1,"eagle":true,"tokens":[1,2],"lora_name":"x"}`))
 	f.Fuzz(func(t *testing.T, body []byte) {
 		got, ok := decodeFast(body)
 		if !ok {
@@ -120,4 +127,36 @@ func BenchmarkDecodeMatchRequest128(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkDecode4MiBTokens decodes the largest token body (2M one-digit
+// tokens, block size 64) with a LoRA name, through DecodeMatchBody (which
+// takes the fast path) and through the streaming decoder alone (the
+// baseline, and what such a body cost before the fast path took salts):
+//
+//	go test -run '^$' -bench Decode4MiBTokens ./pkg/api
+func BenchmarkDecode4MiBTokens(b *testing.B) {
+	var body bytes.Buffer
+	body.WriteString(`{"lora_name":"adapter-7","block_size":64,"tokens":[1`)
+	for body.Len()+4 <= MaxRequestBytes {
+		body.WriteString(",1")
+	}
+	body.WriteString(`]}`)
+	for _, c := range []struct {
+		name   string
+		decode func([]byte) (Query, error)
+	}{
+		{"body", DecodeMatchBody},
+		{"streaming", func(p []byte) (Query, error) { return DecodeMatchRequestFrom(bytes.NewReader(p)) }},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			b.SetBytes(int64(body.Len()))
+			b.ReportAllocs()
+			for b.Loop() {
+				if q, err := c.decode(body.Bytes()); err != nil || len(q.Locals) == 0 {
+					b.Fatal(q.Blocks(), err)
+				}
+			}
+		})
+	}
 }
