@@ -36,19 +36,19 @@ func (s *Server) SubscribeKvPool(req *kvrelayv1.SubscribeKvPoolRequest, ss kvrel
 	if s.stopping.Load() {
 		return fail(fmt.Errorf("relay shutting down: %w", kvrelay.ErrPublicationUnavailable))
 	}
-	gen, ok := s.pub.Generation()
+	sp, gen, ok := s.lookup(key)
 	switch {
-	case !ok || poolOf(gen.Key) != poolOf(key):
+	case !ok:
 		return fail(fmt.Errorf("pool %016x is not published by this relay: %w", key.DcID, kvrelay.ErrPoolNotFound))
 	case gen.Key != key:
 		return fail(fmt.Errorf("pool is published as incarnation %d layout %d: %w", gen.Key.ProducerIncarnation, gen.Key.LayoutGeneration, kvrelay.ErrProducerChanged))
 	}
-	releasePool, err := admit(&s.poolSubs, "subscribers per pool")
+	releasePool, err := admit(&sp.subs, "subscribers per pool")
 	if err != nil {
 		return fail(err)
 	}
 	defer releasePool()
-	feed, err := s.pub.Subscribe(ctx, key, s.cfg.Queue)
+	feed, err := sp.pub.Subscribe(ctx, key, s.cfg.Queue)
 	if err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -57,7 +57,7 @@ func (s *Server) SubscribeKvPool(req *kvrelayv1.SubscribeKvPoolRequest, ss kvrel
 	}
 	defer feed.Close()
 	defer s.m.stream(rpc)()
-	err = s.streamPool(ss, gen, feed)
+	err = s.streamPool(ss, sp, gen, feed)
 	var c kvrelay.Condition
 	switch {
 	case errors.As(err, &c):
@@ -71,7 +71,7 @@ func (s *Server) SubscribeKvPool(req *kvrelayv1.SubscribeKvPoolRequest, ss kvrel
 // streamPool sends the snapshot of feed, then its deltas and heartbeats. It
 // returns a kvrelay Condition when the stream must end with a status, or a
 // Send error.
-func (s *Server) streamPool(ss kvrelayv1.KvEventRelay_SubscribeKvPoolServer, gen Generation, feed *Feed) error {
+func (s *Server) streamPool(ss kvrelayv1.KvEventRelay_SubscribeKvPoolServer, sp *servedPool, gen Generation, feed *Feed) error {
 	ctx := ss.Context()
 	f := gen.Key.Format()
 	dc := gen.Key.DcID
@@ -115,6 +115,8 @@ func (s *Server) streamPool(ss kvrelayv1.KvEventRelay_SubscribeKvPoolServer, gen
 			return ctx.Err()
 		case <-s.done:
 			return s.endErr(ctx)
+		case <-sp.removed:
+			return errRemoved(sp.name)
 		case <-hb.C:
 			if err := ss.Send(frame(kvrelayv1.FilterUpdateKind_FILTER_UPDATE_KIND_HEARTBEAT, last, last, nil)); err != nil {
 				return err

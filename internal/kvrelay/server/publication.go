@@ -11,7 +11,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
 
-// Publication is the one pool a Server serves. The relay implements it.
+// Publication is one pool a Server serves. The relay implements it.
 // All methods are safe for concurrent use.
 type Publication interface {
 	// Generation returns the generation being published and true, or false

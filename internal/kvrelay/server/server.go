@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
+	"reflect"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,12 +27,13 @@ import (
 // health service).
 const ServiceName = "dynamo.kvrelay.v1.KvEventRelay"
 
-// Server serves one pool over dynamo.kvrelay.v1. Safe for concurrent use.
+// Server serves a set of pools over dynamo.kvrelay.v1 in one catalog: one
+// Publication per pool, added and removed at runtime (AddPool,
+// RemovePool). Safe for concurrent use.
 type Server struct {
 	kvrelayv1.UnimplementedKvEventRelayServer
 
 	cfg    Config
-	pub    Publication
 	relay  *kvrelayv1.RelayIdentity
 	log    zerolog.Logger
 	m      *metrics
@@ -45,23 +46,26 @@ type Server struct {
 	stopOnce sync.Once
 	stopping atomic.Bool
 
-	catalogSubs, poolStreams, poolSubs, readinessSubs, loadSubs, servingLoadSubs limiter
+	catalogSubs, poolStreams, readinessSubs, loadSubs, servingLoadSubs limiter
 
-	mu                sync.Mutex // guards the views below
+	mu sync.Mutex // guards the pool set and the views below
+	// pools is the pool set by name; setChanged is closed (and replaced)
+	// at each change of it.
+	pools             map[string]*servedPool
+	setChanged        chan struct{}
 	view              view
 	load, servingLoad window
 }
 
-// view is the catalog and readiness projection of the current generation.
+// view is the catalog and readiness projection of the published
+// generations.
 type view struct {
 	inited       bool
-	ok           bool
-	key          kvrelay.ProducerKey
+	published    []published
 	catalogRev   uint64
 	catalog      *kvrelayv1.KvPoolCatalogSnapshot
 	readinessRev uint64
 	entries      []*kvrelayv1.TopologyEntry
-	gen          Generation
 }
 
 // window caches the load window of one sequence so every subscriber sees
@@ -70,15 +74,21 @@ type window struct {
 	seq   uint64
 	built bool
 	at    time.Time
-	gen   Generation
-	ok    bool
-	load  PoolLoad
+	pools []windowPool
+}
+
+// windowPool is one published pool's loads in a window.
+type windowPool struct {
+	gen  Generation
+	load PoolLoad
 	// serving is the pool's serving load when servingOK (§6.4).
 	serving   ServingLoad
 	servingOK bool
 }
 
-// New builds a server for pub; Serve starts it.
+// New builds a server; Serve starts it. A non-nil pub is served as the
+// pool named "" (the single-pool relay); nil starts with no pool, for
+// AddPool.
 func New(pub Publication, cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -89,12 +99,16 @@ func New(pub Publication, cfg Config) (*Server, error) {
 	}
 	drt, inc := cfg.identity()
 	s := &Server{
-		cfg: cfg, pub: pub, log: cfg.Logger.With().Str("component", "kvrelay").Logger(), m: m,
+		cfg: cfg, log: cfg.Logger.With().Str("component", "kvrelay").Logger(), m: m,
 		relay: &kvrelayv1.RelayIdentity{DrtInstanceId: drt, RelayIncarnation: inc},
 		start: time.Now(), done: make(chan struct{}),
 		catalogSubs: limiter{max: int64(cfg.MaxCatalogSubscribers)}, poolStreams: limiter{max: int64(cfg.MaxPoolStreams)},
-		poolSubs: limiter{max: int64(cfg.MaxSubscribersPerPool)}, readinessSubs: limiter{max: int64(cfg.MaxReadinessSubscribers)},
-		loadSubs: limiter{max: int64(cfg.MaxLoadSubscribers)}, servingLoadSubs: limiter{max: int64(cfg.MaxServingLoadSubscribers)},
+		readinessSubs: limiter{max: int64(cfg.MaxReadinessSubscribers)},
+		loadSubs:      limiter{max: int64(cfg.MaxLoadSubscribers)}, servingLoadSubs: limiter{max: int64(cfg.MaxServingLoadSubscribers)},
+		pools: map[string]*servedPool{}, setChanged: make(chan struct{}),
+	}
+	if pub != nil {
+		s.AddPool("", pub)
 	}
 	opts := []grpc.ServerOption{
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes), grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
@@ -232,55 +246,6 @@ func (s *Server) GetRelayInfo(ctx context.Context, req *kvrelayv1.RelayInfoReque
 	return &kvrelayv1.RelayInfo{ProtocolVersion: kvrelayv1.ProtocolVersion, Relay: s.relay, ContractMarker: kvrelayv1.ContractMarker}, nil
 }
 
-// current returns the catalog/readiness view, bumping the revisions when the
-// generation changed since the last call, and the channel of the next change.
-func (s *Server) current() (view, <-chan struct{}) {
-	changed := s.pub.Changed()
-	gen, ok := s.pub.Generation()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	v := &s.view
-	if !v.inited || v.ok != ok || v.key != gen.Key {
-		first := !v.inited
-		v.inited, v.ok, v.key, v.gen = true, ok, gen.Key, gen
-		v.catalog = &kvrelayv1.KvPoolCatalogSnapshot{}
-		v.entries = nil
-		if ok {
-			v.catalog.Pools = []*kvrelayv1.KvPoolDescriptor{gen.Descriptor}
-			v.entries = []*kvrelayv1.TopologyEntry{readinessEntry(gen.Descriptor)}
-		}
-		switch {
-		case first && !ok:
-			v.catalogRev, v.readinessRev = 0, 1
-		case first:
-			v.catalogRev, v.readinessRev = 1, 1
-		default:
-			v.catalogRev++
-			v.readinessRev++
-		}
-	}
-	return *v, changed
-}
-
-// readinessEntry is the pool's serving topology while it is published: one
-// member, READY (§6.2); a legacy (role-less) member is READY under legacy
-// fallback, with no present roles listed.
-func readinessEntry(d *kvrelayv1.KvPoolDescriptor) *kvrelayv1.TopologyEntry {
-	legacy := slices.Contains(d.PoolRoles, kvrelayv1.WorkerRole_WORKER_ROLE_LEGACY)
-	present := []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_LEGACY}
-	if !legacy {
-		present = slices.Clone(d.PoolRoles)
-	}
-	return &kvrelayv1.TopologyEntry{
-		Namespace:            d.ServingEndpoint.Namespace,
-		CanonicalModelId:     d.Registrations[0].CanonicalModelId,
-		State:                kvrelayv1.ServingReadinessState_SERVING_READINESS_STATE_READY,
-		PresentRoles:         present,
-		Members:              []*kvrelayv1.TopologyMember{{Endpoint: d.ServingEndpoint, Roles: d.PoolRoles, PoolId: d.Producer.PoolId}},
-		LegacyFallbackActive: legacy,
-	}
-}
-
 // WatchKvPoolCatalog streams complete catalog snapshots: the current one,
 // every change, and the same revision again every catalog heartbeat (§6.1).
 func (s *Server) WatchKvPoolCatalog(req *kvrelayv1.WatchKvPoolCatalogRequest, ss kvrelayv1.KvEventRelay_WatchKvPoolCatalogServer) error {
@@ -325,19 +290,36 @@ func (s *Server) revisioned(ctx context.Context, heartbeat time.Duration, rev fu
 	last := rev(v)
 	hb := time.NewTicker(heartbeat)
 	defer hb.Stop()
+	// The pool set and each pool's generation signal changes on their own
+	// channels, as many as there are pools: a dynamic select.
+	const (
+		caseCtx = iota
+		caseDone
+		caseHeartbeat
+		caseChanged
+	)
+	recv := func(ch any) reflect.SelectCase {
+		return reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)}
+	}
+	cases := []reflect.SelectCase{recv(ctx.Done()), recv(s.done), recv(hb.C)}
 	for {
-		select {
-		case <-ctx.Done():
+		cases = cases[:caseChanged]
+		for _, ch := range changed {
+			cases = append(cases, recv(ch))
+		}
+		chosen, _, _ := reflect.Select(cases)
+		switch chosen {
+		case caseCtx:
 			return ctx.Err()
-		case <-s.done:
+		case caseDone:
 			return fail(s.endErr(ctx))
-		case <-changed:
+		case caseHeartbeat:
+			v, changed = s.current()
+		default:
 			v, changed = s.current()
 			if rev(v) == last {
 				continue
 			}
-		case <-hb.C:
-			v, changed = s.current()
 		}
 		if err := send(v); err != nil {
 			return err
@@ -347,7 +329,7 @@ func (s *Server) revisioned(ctx context.Context, heartbeat time.Duration, rev fu
 }
 
 // loadWindow returns the window of the current sequence (§6.3): window 0 at
-// start, one more every LoadWindow.
+// start, one more every LoadWindow, holding every published pool.
 func (s *Server) loadWindow(w *window) (window, time.Time) {
 	now := time.Now()
 	seq := uint64(now.Sub(s.start) / s.cfg.LoadWindow)
@@ -355,11 +337,11 @@ func (s *Server) loadWindow(w *window) (window, time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if !w.built || w.seq != seq {
-		gen, ok := s.pub.Generation()
-		*w = window{seq: seq, built: true, at: now, gen: gen, ok: ok}
-		if ok {
-			w.load = s.pub.Load()
-			w.serving, w.servingOK = s.pub.ServingLoad()
+		*w = window{seq: seq, built: true, at: now}
+		for _, p := range s.publishedLocked() {
+			wp := windowPool{gen: p.gen, load: p.pool.pub.Load()}
+			wp.serving, wp.servingOK = p.pool.pub.ServingLoad()
+			w.pools = append(w.pools, wp)
 		}
 	}
 	return *w, next
@@ -410,11 +392,11 @@ func (s *Server) SubscribeKvPoolLoad(req *kvrelayv1.SubscribeKvPoolLoadRequest, 
 			ProtocolVersion: kvrelayv1.ProtocolVersion, Relay: s.relay, WindowSequence: w.seq,
 			ObservedMs: ms(w.at), WindowMs: uint64(s.cfg.LoadWindow.Milliseconds()), ContractMarker: kvrelayv1.ContractMarker,
 		}
-		if w.ok {
-			u.Pools = []*kvrelayv1.KvPoolLoadEntry{{
-				Producer: w.gen.Descriptor.Producer, KvUsedBlocks: w.load.UsedBlocks, TotalKvBlocks: w.load.TotalBlocks,
-				KvObservedRanks: w.load.ObservedRanks, KvExpectedRanks: w.load.ExpectedRanks,
-			}}
+		for _, p := range w.pools {
+			u.Pools = append(u.Pools, &kvrelayv1.KvPoolLoadEntry{
+				Producer: p.gen.Descriptor.Producer, KvUsedBlocks: p.load.UsedBlocks, TotalKvBlocks: p.load.TotalBlocks,
+				KvObservedRanks: p.load.ObservedRanks, KvExpectedRanks: p.load.ExpectedRanks,
+			})
 		}
 		return ss.Send(u)
 	}, fail)
@@ -436,33 +418,43 @@ func (s *Server) SubscribeServingLoad(req *kvrelayv1.SubscribeServingLoadRequest
 			ProtocolVersion: kvrelayv1.ProtocolVersion, Relay: s.relay, WindowSequence: w.seq,
 			ObservedMs: ms(w.at), WindowMs: uint64(s.cfg.LoadWindow.Milliseconds()), ContractMarker: kvrelayv1.ContractMarker,
 		}
-		if w.ok {
-			d := w.gen.Descriptor
-			zero := uint64(0)
+		// One model entry per (namespace, canonical model), listing every
+		// pool that serves it, in the pools' order.
+		models := map[modelKey]*kvrelayv1.ModelServingLoad{}
+		for _, p := range w.pools {
+			d := p.gen.Descriptor
 			pool := &kvrelayv1.PoolServingLoad{
 				Producer:   d.Producer,
 				Load:       &kvrelayv1.LoadView{Tokens: &kvrelayv1.TokenLoadStats{}, Status: kvrelayv1.DataStatus_DATA_STATUS_UNAVAILABLE},
 				Deployment: &kvrelayv1.PoolDeploymentStatus{},
 			}
-			if w.servingOK {
-				prefill, decode, workers := w.serving.ActivePrefillTokens, w.serving.ActiveDecodeBlocks, w.serving.Workers
+			if p.servingOK {
+				prefill, decode, workers := p.serving.ActivePrefillTokens, p.serving.ActiveDecodeBlocks, p.serving.Workers
 				pool.Load = &kvrelayv1.LoadView{
 					Tokens:           &kvrelayv1.TokenLoadStats{ActivePrefillTokens: &prefill, ActiveDecodeBlocks: &decode},
 					Status:           kvrelayv1.DataStatus_DATA_STATUS_COMPLETE,
-					SourceObservedMs: ms(w.serving.SourceTime),
+					SourceObservedMs: ms(p.serving.SourceTime),
 				}
 				pool.Deployment = &kvrelayv1.PoolDeploymentStatus{LiveWorkers: &workers}
 			}
-			u.Pools = []*kvrelayv1.PoolServingLoad{pool}
-			u.Models = []*kvrelayv1.ModelServingLoad{{
-				Namespace: d.ServingEndpoint.Namespace, CanonicalModelId: d.Registrations[0].CanonicalModelId,
+			u.Pools = append(u.Pools, pool)
+			k := modelOf(d)
+			if m, ok := models[k]; ok {
+				m.Deployment.ServingPools = append(m.Deployment.ServingPools, d.Producer.PoolId)
+				continue
+			}
+			zero := uint64(0)
+			m := &kvrelayv1.ModelServingLoad{
+				Namespace: k.namespace, CanonicalModelId: k.model,
 				Load: &kvrelayv1.LoadView{
 					Requests: &kvrelayv1.RequestLifecycleStats{},
 					Tokens:   &kvrelayv1.TokenLoadStats{InputTokensTotal: &zero, OutputTokensTotal: &zero},
 					Status:   kvrelayv1.DataStatus_DATA_STATUS_UNAVAILABLE,
 				},
 				Deployment: &kvrelayv1.ModelDeploymentStatus{ServingPools: []*kvrelayv1.KvPoolId{d.Producer.PoolId}},
-			}}
+			}
+			models[k] = m
+			u.Models = append(u.Models, m)
 		}
 		return ss.Send(u)
 	}, fail)
