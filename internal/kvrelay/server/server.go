@@ -103,8 +103,8 @@ func New(pub Publication, cfg Config) (*Server, error) {
 		relay: &kvrelayv1.RelayIdentity{DrtInstanceId: drt, RelayIncarnation: inc},
 		start: time.Now(), done: make(chan struct{}),
 		catalogSubs: limiter{max: int64(cfg.MaxCatalogSubscribers)}, poolStreams: limiter{max: int64(cfg.MaxPoolStreams)},
-		readinessSubs: limiter{max: int64(cfg.MaxReadinessSubscribers)},
-		loadSubs:      limiter{max: int64(cfg.MaxLoadSubscribers)}, servingLoadSubs: limiter{max: int64(cfg.MaxServingLoadSubscribers)},
+		readinessSubs: limiter{max: int64(cfg.MaxReadinessSubscribers)}, loadSubs: limiter{max: int64(cfg.MaxLoadSubscribers)},
+		servingLoadSubs: limiter{max: int64(cfg.MaxServingLoadSubscribers)},
 		pools: map[string]*servedPool{}, setChanged: make(chan struct{}),
 	}
 	if pub != nil {
