@@ -104,8 +104,7 @@ func New(pub Publication, cfg Config) (*Server, error) {
 		start: time.Now(), done: make(chan struct{}),
 		catalogSubs: limiter{max: int64(cfg.MaxCatalogSubscribers)}, poolStreams: limiter{max: int64(cfg.MaxPoolStreams)},
 		readinessSubs: limiter{max: int64(cfg.MaxReadinessSubscribers)}, loadSubs: limiter{max: int64(cfg.MaxLoadSubscribers)},
-		servingLoadSubs: limiter{max: int64(cfg.MaxServingLoadSubscribers)},
-		pools: map[string]*servedPool{}, setChanged: make(chan struct{}),
+		servingLoadSubs: limiter{max: int64(cfg.MaxServingLoadSubscribers)}, pools: map[string]*servedPool{}, setChanged: make(chan struct{}),
 	}
 	if pub != nil {
 		s.AddPool("", pub)
