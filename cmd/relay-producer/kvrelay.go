@@ -6,16 +6,18 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
 
-	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
-	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/internal/pools"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
 
 // kvrelayOptions are the --kvrelay-* flags: serving the pool over Dynamo's
@@ -33,7 +35,9 @@ type kvrelayOptions struct {
 	tlsKey    string
 	clientCA  string
 
-	spec server.PoolSpec
+	// text is the flags' pool metadata: the pool's with one pool, the
+	// defaults of the pools' kvrelay blocks with --pools-file.
+	text server.PoolText
 	cfg  server.Config
 }
 
@@ -53,21 +57,37 @@ func (l *listFlag) Set(v string) error {
 }
 
 func (k *kvrelayOptions) register(fs *flag.FlagSet) {
-	fs.StringVar(&k.listen, "kvrelay-listen", "", "serve Dynamo's dynamo.kvrelay.v1 gRPC relay protocol on HOST:PORT so a Dynamo Global Router can use this DC (empty: off)")
-	fs.StringVar(&k.model, "kvrelay-model", "", "canonical model id of the pool: the served name routers look it up by; required with --kvrelay-listen")
+	fs.StringVar(&k.listen, "kvrelay-listen", "", "serve Dynamo's dynamo.kvrelay.v1 gRPC relay protocol on HOST:PORT so a Dynamo Global Router can use this DC; with --pools-file one catalog lists every pool (empty: off)")
+	fs.StringVar(&k.model, "kvrelay-model", "", "canonical model id of the pool: the served name routers look it up by; required with --kvrelay-listen (with --pools-file: set per pool)")
 	fs.StringVar(&k.source, "kvrelay-source-path", "", "the model card's source path (e.g. the Hugging Face repo id the weights come from), from which the pool's cache-semantics digest is derived as Dynamo derives it; pools of one source path share an indexer domain whatever their served names (default: --kvrelay-model)")
 	fs.Var(&k.aliases, "kvrelay-alias", "extra model name the router may look the pool up by (repeatable, or comma-separated)")
-	fs.Var(&k.roles, "kvrelay-roles", "pool roles the pool's card declares: AGGREGATED (the default, the role Dynamo's Global Router follows), PREFILL, DECODE, ENCODE, or LEGACY alone for a role-less card (repeatable, or comma-separated)")
-	fs.StringVar(&k.endpoint, "kvrelay-endpoint", "", "serving endpoint NAMESPACE/COMPONENT/ENDPOINT of the pool's workers; required with --kvrelay-listen")
-	fs.UintVar(&k.blockSize, "kvrelay-block-size", 0, "KV block size in tokens of the pool's workers (kv_block_size); required with --kvrelay-listen")
+	fs.Var(&k.roles, "kvrelay-roles", "pool roles the pool's card declares: AGGREGATED (the default, the role Dynamo's Global Router follows), PREFILL, DECODE, ENCODE, or LEGACY alone for a role-less card (repeatable, or comma-separated; with --pools-file: the default of pools whose kvrelay block sets none)")
+	fs.StringVar(&k.endpoint, "kvrelay-endpoint", "", "serving endpoint NAMESPACE/COMPONENT/ENDPOINT of the pool's workers; required with --kvrelay-listen (with --pools-file: the default of pools whose kvrelay block sets none)")
+	fs.UintVar(&k.blockSize, "kvrelay-block-size", 0, "KV block size in tokens of the pool's workers (kv_block_size); required with --kvrelay-listen (with --pools-file: the default of pools whose kvrelay block sets none)")
 	fs.DurationVar(&k.heartbeat, "kvrelay-heartbeat", 10*time.Second, "pool, catalog and readiness heartbeat interval of dynamo.kvrelay.v1 streams")
 	fs.StringVar(&k.tlsCert, "kvrelay-tls-cert", "", "TLS certificate file of the dynamo.kvrelay.v1 listener (empty: plaintext)")
 	fs.StringVar(&k.tlsKey, "kvrelay-tls-key", "", "TLS key file of the dynamo.kvrelay.v1 listener")
 	fs.StringVar(&k.clientCA, "kvrelay-client-ca", "", "CA file clients of the dynamo.kvrelay.v1 listener must present a certificate of (mTLS; needs --kvrelay-tls-cert)")
 }
 
-// validate checks the flags and, when the service is on, sets cfg.KvRelay.
-func (k *kvrelayOptions) validate(cfg *relay.Config) error {
+// kvFlags names the flag of each server.PoolText field.
+var kvFlags = map[string]string{"model": "--kvrelay-model", "endpoint": "--kvrelay-endpoint", "block_size": "--kvrelay-block-size",
+	"roles": "--kvrelay-roles", "descriptor": "--kvrelay-model/--kvrelay-source-path/--kvrelay-alias/--kvrelay-endpoint"}
+
+// flagError names the flag a server.PoolTextError is about.
+func flagError(err error) error {
+	var te *server.PoolTextError
+	if errors.As(err, &te) {
+		return fmt.Errorf("%s: %w", kvFlags[te.Field], te.Err)
+	}
+	return err
+}
+
+// validate checks the flags and, when the service is on, sets cfg.KvRelay
+// (one pool) or, with pooled (--pools-file), the defaults of the pools'
+// kvrelay blocks: endpoint, block size and roles, while the model, source
+// path and aliases name one model and are set per pool.
+func (k *kvrelayOptions) validate(cfg *relay.Config, pooled bool) error {
 	if k.listen == "" {
 		for name, v := range map[string]string{"--kvrelay-model": k.model, "--kvrelay-source-path": k.source, "--kvrelay-endpoint": k.endpoint, "--kvrelay-tls-cert": k.tlsCert, "--kvrelay-roles": k.roles.String()} {
 			if v != "" {
@@ -79,24 +99,22 @@ func (k *kvrelayOptions) validate(cfg *relay.Config) error {
 	if _, _, err := net.SplitHostPort(k.listen); err != nil {
 		return fmt.Errorf("--kvrelay-listen %q: want HOST:PORT: %w", k.listen, err)
 	}
-	if k.model == "" {
-		return errors.New("--kvrelay-model is required with --kvrelay-listen")
-	}
-	parts := strings.Split(k.endpoint, "/")
-	if len(parts) != 3 {
-		return fmt.Errorf("--kvrelay-endpoint %q: want NAMESPACE/COMPONENT/ENDPOINT", k.endpoint)
-	}
-	if k.blockSize == 0 || k.blockSize > 1<<31 {
-		return fmt.Errorf("--kvrelay-block-size %d: set the workers' KV block size (1..2^31)", k.blockSize)
-	}
-	roles, err := parseRoles(k.roles)
-	if err != nil {
-		return err
-	}
-	k.spec = server.PoolSpec{Model: k.model, SourcePath: k.source, Aliases: k.aliases, Namespace: parts[0], Component: parts[1], Endpoint: parts[2],
-		BlockSize: uint32(k.blockSize), Roles: roles}
-	if err := k.spec.Validate(); err != nil {
-		return fmt.Errorf("--kvrelay-model/--kvrelay-source-path/--kvrelay-alias/--kvrelay-endpoint: %w", err)
+	k.text = server.PoolText{Model: k.model, SourcePath: k.source, Aliases: k.aliases, Roles: k.roles, Endpoint: k.endpoint, BlockSize: uint64(k.blockSize)}
+	if pooled {
+		for name, v := range map[string]string{"--kvrelay-model": k.model, "--kvrelay-source-path": k.source, "--kvrelay-alias": k.aliases.String()} {
+			if v != "" {
+				return fmt.Errorf("%s names one model: with --pools-file set it per pool (the pool's kvrelay block)", name)
+			}
+		}
+	} else {
+		if k.model == "" {
+			return errors.New("--kvrelay-model is required with --kvrelay-listen")
+		}
+		spec, err := k.text.Spec()
+		if err != nil {
+			return flagError(err)
+		}
+		cfg.KvRelay = &spec
 	}
 	k.cfg = server.DefaultConfig()
 	k.cfg.PoolHeartbeat, k.cfg.CatalogHeartbeat, k.cfg.ReadinessHeartbeat = k.heartbeat, k.heartbeat, k.heartbeat
@@ -115,21 +133,20 @@ func (k *kvrelayOptions) validate(cfg *relay.Config) error {
 	if err := k.cfg.Validate(); err != nil {
 		return fmt.Errorf("--kvrelay-heartbeat: %w", err)
 	}
-	spec := k.spec
-	cfg.KvRelay = &spec
 	return nil
 }
 
-// start serves the relay's publication; the returned stop shuts it down.
-func (k *kvrelayOptions) start(r *relay.Relay, reg prometheus.Registerer, log zerolog.Logger) (stop func(), err error) {
+// start serves pub (nil: no pool yet, for AddPool); the returned stop
+// shuts the server down.
+func (k *kvrelayOptions) start(pub server.Publication, reg prometheus.Registerer, log zerolog.Logger) (srv *server.Server, stop func(), err error) {
 	k.cfg.Logger, k.cfg.Metrics = log, reg
-	srv, err := server.New(r.Publication(), k.cfg)
+	srv, err = server.New(pub, k.cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ln, err := net.Listen("tcp", k.listen)
 	if err != nil {
-		return nil, fmt.Errorf("--kvrelay-listen: %w", err)
+		return nil, nil, fmt.Errorf("--kvrelay-listen: %w", err)
 	}
 	done := make(chan struct{})
 	go func() {
@@ -138,7 +155,7 @@ func (k *kvrelayOptions) start(r *relay.Relay, reg prometheus.Registerer, log ze
 			log.Error().Err(err).Msg("dynamo.kvrelay.v1 server stopped")
 		}
 	}()
-	return func() {
+	return srv, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
@@ -146,32 +163,42 @@ func (k *kvrelayOptions) start(r *relay.Relay, reg prometheus.Registerer, log ze
 	}, nil
 }
 
-// parseRoles maps --kvrelay-roles to WorkerRoles: AGGREGATED when none is
-// given, since Dynamo's Global Router subscribes only to pools declaring
-// it. Names are case-insensitive, with or without the WORKER_ROLE_
-// prefix; LEGACY (a card without a role) cannot be combined.
-func parseRoles(names []string) ([]kvrelayv1.WorkerRole, error) {
-	if len(names) == 0 {
-		return []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_AGGREGATED}, nil
-	}
-	var roles []kvrelayv1.WorkerRole
-	for _, n := range names {
-		key := strings.ToUpper(n)
-		if !strings.HasPrefix(key, "WORKER_ROLE_") {
-			key = "WORKER_ROLE_" + key
+// checkPools checks the pools file's kvrelay metadata: with --kvrelay-listen
+// every declared pool's (its block over the flags' defaults) must validate
+// and no two pools may have one pool id (one catalog lists a pool once);
+// without it a kvrelay block is refused, as the --kvrelay-* flags are.
+func (k *kvrelayOptions) checkPools(f pools.File) error {
+	if k.listen == "" {
+		for _, p := range f.Pools {
+			if p.KvRelay != nil {
+				return fmt.Errorf("pool %s: a kvrelay block needs --kvrelay-listen", p.Domain)
+			}
 		}
-		v, ok := kvrelayv1.WorkerRole_value[key]
-		r := kvrelayv1.WorkerRole(v)
-		switch {
-		case !ok || r == kvrelayv1.WorkerRole_WORKER_ROLE_UNSPECIFIED:
-			return nil, fmt.Errorf("--kvrelay-roles: unknown role %q (want AGGREGATED, PREFILL, DECODE, ENCODE or LEGACY)", n)
-		case slices.Contains(roles, r):
-			return nil, fmt.Errorf("--kvrelay-roles: %s given twice", n)
+		return nil
+	}
+	if len(f.Allow) > 0 {
+		// A discovered pool is served with the domain as its model and the
+		// flags' defaults: they must make a valid pool on their own.
+		probe := pools.PoolSpec{Domain: "probe"}
+		if _, err := probe.KvRelaySpec(k.text); err != nil {
+			return fmt.Errorf("allow: discovered pools are served over kvrelay with the flags' endpoint and block size: %w", flagError(err))
 		}
-		roles = append(roles, r)
 	}
-	if len(roles) > 1 && slices.Contains(roles, kvrelayv1.WorkerRole_WORKER_ROLE_LEGACY) {
-		return nil, errors.New("--kvrelay-roles: LEGACY stands for a card without a role and cannot be combined with others")
+	format := ckf.NewFormatIdentity(ckf.DefaultSeed, 1024)
+	byID := map[kvrelay.ProducerKey]string{}
+	for _, p := range f.Pools {
+		spec, err := p.KvRelaySpec(k.text)
+		if err != nil {
+			return err
+		}
+		gen, err := spec.Generation(1, 1, 1, format)
+		if err != nil {
+			return fmt.Errorf("pool %s: kvrelay: %w", p.Domain, err)
+		}
+		if other, dup := byID[gen.Key]; dup {
+			return fmt.Errorf("pools %s and %s have one kvrelay pool id (the same source path, block size and endpoint)", other, p.Domain)
+		}
+		byID[gen.Key] = p.Domain
 	}
-	return roles, nil
+	return nil
 }

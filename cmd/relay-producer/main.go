@@ -96,22 +96,22 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	if r := o.cfg.Streams.EventReplicas; r < 0 || r > 5 {
 		return nil, fmt.Errorf("invalid --input-js-replicas %d (want 0..5; 0: the same as --js-replicas)", r)
 	}
-	if err := o.kv.validate(&o.cfg); err != nil {
+	if err := o.kv.validate(&o.cfg, o.poolsFile != ""); err != nil {
 		return nil, err
 	}
 	if err := o.cfg.Validate(); err != nil {
 		return nil, err
 	}
 	if o.poolsFile != "" {
-		if o.kv.listen != "" {
-			return nil, errors.New("--kvrelay-listen serves one pool: it does not combine with --pools-file")
-		}
 		f, err := pools.ReadFile(o.poolsFile)
 		if err != nil {
 			return nil, fmt.Errorf("--pools-file: %w", err)
 		}
 		if len(f.Pools) == 0 && len(f.Allow) == 0 {
 			return nil, fmt.Errorf("--pools-file %s: declares no pool and allows none", o.poolsFile)
+		}
+		if err := o.kv.checkPools(f); err != nil {
+			return nil, fmt.Errorf("--pools-file %s: %w", o.poolsFile, err)
 		}
 		o.pools = &f
 	}
@@ -158,7 +158,7 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 		return err
 	}
 	if o.kv.listen != "" {
-		stopKv, kerr := o.kv.start(r, reg, log)
+		_, stopKv, kerr := o.kv.start(r.Publication(), reg, log)
 		if kerr != nil {
 			return kerr
 		}
@@ -177,9 +177,28 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 // servePools runs the pools of the --pools-file (one relay per domain) on
 // one connection until ctx ends.
 func servePools(ctx context.Context, o *options, log zerolog.Logger, nc *nats.Conn, js jetstream.JetStream, reg *prometheus.Registry, tp trace.TracerProvider) error {
-	m, err := pools.New(nc, js, pools.Config{Base: o.cfg, File: *o.pools, Registerer: reg, Logger: log})
+	pc := pools.Config{Base: o.cfg, File: *o.pools, Registerer: reg, Logger: log}
+	if o.kv.listen != "" {
+		pc.KvRelay = &o.kv.text
+	}
+	m, err := pools.New(nc, js, pc)
 	if err != nil {
 		return err
+	}
+	if o.kv.listen != "" {
+		// One catalog for every pool: a pool is in it while it publishes
+		// (it holds its lease), so a pool this process stands by for is
+		// absent and one it takes over appears.
+		srv, stopKv, err := o.kv.start(nil, reg, log)
+		if err != nil {
+			return err
+		}
+		defer stopKv()
+		m.OnPool(func(domain string, r *relay.Relay) {
+			if pub := r.Publication(); pub != nil {
+				srv.AddPool(domain, pub)
+			}
+		}, func(domain string) { srv.RemovePool(domain) })
 	}
 	log.Info().Str("dc", o.cfg.DC).Strs("pools", m.Domains()).Strs("allow", o.pools.Allow).Int("max_pools", o.pools.MaxPools).
 		Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).Str("js_domain", o.common.JSDomain).Str("input_js_domain", o.inputJSDomain).

@@ -9,10 +9,15 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -112,10 +117,106 @@ func TestPoolsFileFlagErrors(t *testing.T) {
 		{"--dc", "x", "--pools-file", empty},
 		{"--dc", "x", "--pools-file", bad},
 		{"--dc", "x", "--pools-file", filepath.Join(dir, "missing.yaml")},
-		{"--dc", "x", "--pools-file", good, "--kvrelay-listen", "127.0.0.1:0", "--kvrelay-model", "m", "--kvrelay-endpoint", "a/b/c", "--kvrelay-block-size", "16"},
 	} {
 		if _, err := parse(args, env(nil), io.Discard); err == nil {
 			t.Fatalf("%v accepted", args)
 		}
+	}
+}
+
+// --kvrelay-listen with --pools-file: each pool's kvrelay block over the
+// flags' endpoint, block size and roles, checked as the flags are.
+func TestPoolsFileKvRelay(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, body string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	good := write("good.yaml", "allow: [\"g*\"]\npools:\n  - domain: llama\n    kvrelay: {model: meta/llama, endpoint: prod/llama/generate, block_size: 64}\n  - domain: qwen\n")
+	kv := []string{"--dc", "x", "--kvrelay-listen", "127.0.0.1:0", "--kvrelay-endpoint", "prod/backend/generate", "--kvrelay-block-size", "16"}
+	with := func(file string, extra ...string) []string {
+		return append(append(slices.Clone(kv), "--pools-file", file), extra...)
+	}
+	o, err := parse(with(good), env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.cfg.KvRelay != nil || o.kv.text.Endpoint != "prod/backend/generate" || o.kv.text.BlockSize != 16 {
+		t.Fatalf("pooled kvrelay: base spec %+v, defaults %+v", o.cfg.KvRelay, o.kv.text)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{with(good, "--kvrelay-model", "m"), "--kvrelay-model names one model"},
+		{with(good, "--kvrelay-alias", "m"), "--kvrelay-alias names one model"},
+		{with(write("roles.yaml", "pools:\n  - domain: a\n    kvrelay: {roles: [router]}\n")), "kvrelay roles: unknown role"},
+		{with(write("ep.yaml", "pools:\n  - domain: a\n    kvrelay: {endpoint: a/b}\n")), "NAMESPACE/COMPONENT/ENDPOINT"},
+		{with(write("dup.yaml", "pools:\n  - domain: a\n    kvrelay: {model: m}\n  - domain: b\n    kvrelay: {model: m}\n")), "one kvrelay pool id"},
+		{[]string{"--dc", "x", "--kvrelay-listen", "127.0.0.1:0", "--pools-file", write("nodef.yaml", "pools:\n  - domain: a\n")}, "endpoint"},
+		{[]string{"--dc", "x", "--kvrelay-listen", "127.0.0.1:0", "--pools-file", write("allow.yaml", "allow: [\"*\"]\npools:\n  - domain: a\n    kvrelay: {endpoint: a/b/c, block_size: 8}\n")}, "--kvrelay-endpoint"},
+		{[]string{"--dc", "x", "--pools-file", good}, "needs --kvrelay-listen"},
+	} {
+		_, err := parse(c.args, env(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Fatalf("%v: %v, want %q", c.args, err, c.want)
+		}
+	}
+}
+
+// relay-producer --pools-file --kvrelay-listen serves every pool in one
+// catalog once it holds the pool's lease.
+func TestRunServesThePoolsOverOneKvRelayCatalog(t *testing.T) {
+	srv := testenv.StartServer(t)
+	file := filepath.Join(t.TempDir(), "pools.yaml")
+	if err := os.WriteFile(file, []byte("pools:\n  - domain: llama\n    kvrelay: {model: meta/llama, aliases: [chat]}\n  - domain: qwen\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	kvAddr := freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	out := &syncBuffer{}
+	done := make(chan int, 1)
+	args := []string{"--log-format", "json", "--nats-url", srv.URL(), "--dc", "dc-a", "--pools-file", file, "--http-addr", "",
+		"--expected-blocks", "4096", "--lease-ttl", "3s", "--kvrelay-listen", kvAddr, "--kvrelay-endpoint", "prod/backend/generate",
+		"--kvrelay-block-size", "16", "--kvrelay-heartbeat", "50ms"}
+	go func() { done <- run(ctx, args, env(nil), out) }()
+	conn, err := grpc.NewClient("passthrough:///"+kvAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	rc := kvrelayv1.NewKvEventRelayClient(conn)
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		defer ccancel()
+		cs, err := rc.WatchKvPoolCatalog(cctx, &kvrelayv1.WatchKvPoolCatalogRequest{SubscriberId: "t", ContractMarker: kvrelayv1.ContractMarker})
+		if err != nil {
+			return err
+		}
+		u, err := cs.Recv()
+		if err != nil {
+			return err
+		}
+		var models []string
+		for _, d := range u.Snapshot.GetPools() {
+			models = append(models, d.Registrations[0].CanonicalModelId)
+		}
+		if !slices.Equal(models, []string{"meta/llama", "qwen"}) {
+			return fmt.Errorf("catalog lists %v", models)
+		}
+		return nil
+	})
+	cancel()
+	select {
+	case code := <-done:
+		if code != 0 {
+			t.Fatalf("exit %d:\n%s", code, out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("run did not return")
 	}
 }

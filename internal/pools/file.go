@@ -10,6 +10,7 @@ import (
 
 	"gopkg.in/yaml.v3"
 
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -27,8 +28,17 @@ const MaxFileBytes = 1 << 20
 //	    max_tracked_blocks: 0      # optional: --max-tracked-blocks
 //	    seed: 0                    # optional: --seed
 //	    mode: canonical            # optional: --mode
+//	    kvrelay:                   # optional: served over dynamo.kvrelay.v1
+//	      model: meta-llama/Llama-3.1-8B-Instruct  # default: the domain
+//	      source_path: meta-llama/Llama-3.1-8B     # default: model
+//	      aliases: [llama]
+//	      endpoint: prod/backend/generate # default: --kvrelay-endpoint
+//	      block_size: 64                  # default: --kvrelay-block-size
+//	      roles: [aggregated]             # default: --kvrelay-roles
 //
-// A discovered pool takes the command line's sizing.
+// A discovered pool takes the command line's sizing, and over kvrelay the
+// domain as its model with the command line's endpoint, block size and
+// roles.
 type File struct {
 	MaxPools int        `yaml:"max_pools"`
 	Allow    []string   `yaml:"allow"`
@@ -42,6 +52,50 @@ type PoolSpec struct {
 	MaxTrackedBlocks uint64 `yaml:"max_tracked_blocks"`
 	Seed             uint64 `yaml:"seed"`
 	Mode             string `yaml:"mode"`
+	// KvRelay is the pool's dynamo.kvrelay.v1 descriptor metadata (nil:
+	// every field takes its default, see KvRelaySpec).
+	KvRelay *KvRelayBlock `yaml:"kvrelay"`
+}
+
+// KvRelayBlock is a pool's kvrelay block: the fields of relay-producer's
+// --kvrelay-* flags for one pool (server.PoolText).
+type KvRelayBlock struct {
+	Model      string   `yaml:"model"`
+	SourcePath string   `yaml:"source_path"`
+	Aliases    []string `yaml:"aliases"`
+	Endpoint   string   `yaml:"endpoint"`
+	BlockSize  uint64   `yaml:"block_size"`
+	Roles      []string `yaml:"roles"`
+}
+
+// KvRelaySpec is the descriptor metadata the pool is served with over
+// dynamo.kvrelay.v1: its kvrelay block, where a field is empty the model
+// being the domain and the endpoint, block size and roles those of
+// defaults (the process's --kvrelay-* flags). The model, source path and
+// aliases never come from defaults: they name one model. The result is
+// checked as the flags are (server.PoolText.Spec).
+func (p PoolSpec) KvRelaySpec(defaults server.PoolText) (server.PoolSpec, error) {
+	t := server.PoolText{Model: p.Domain, Endpoint: defaults.Endpoint, BlockSize: defaults.BlockSize, Roles: defaults.Roles}
+	if b := p.KvRelay; b != nil {
+		t.SourcePath, t.Aliases = b.SourcePath, b.Aliases
+		if b.Model != "" {
+			t.Model = b.Model
+		}
+		if b.Endpoint != "" {
+			t.Endpoint = b.Endpoint
+		}
+		if b.BlockSize != 0 {
+			t.BlockSize = b.BlockSize
+		}
+		if len(b.Roles) > 0 {
+			t.Roles = b.Roles
+		}
+	}
+	spec, err := t.Spec()
+	if err != nil {
+		return server.PoolSpec{}, fmt.Errorf("pools: %s: kvrelay %w", p.Domain, err)
+	}
+	return spec, nil
 }
 
 // ErrFile is a pools file that does not parse or validate.

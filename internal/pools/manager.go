@@ -19,6 +19,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
@@ -43,10 +44,16 @@ var ErrNotAllowed = errors.New("pools: domain not allowed")
 // Config configures a Manager.
 type Config struct {
 	// Base is the relay configuration every pool starts from (its DC,
-	// instance, cadence, sizing); Domain, Metrics and the per-pool
-	// overrides of File are set per pool. Base.KvRelay is not used: the
-	// manager's pools are served over kvrelay by one catalog (Catalog).
+	// instance, cadence, sizing); Domain, Metrics, KvRelay and the
+	// per-pool overrides of File are set per pool.
 	Base relay.Config
+	// KvRelay, when set, publishes every pool over dynamo.kvrelay.v1: each
+	// pool's relay gets the descriptor metadata PoolSpec.KvRelaySpec makes
+	// of its kvrelay block and these defaults (a discovered pool has no
+	// block), and its Publication is handed to OnPool's callbacks' one
+	// server. A pool whose metadata does not validate is refused. Nil: no
+	// pool is published over kvrelay.
+	KvRelay *server.PoolText
 	// File declares the pools, the allow patterns and the bound.
 	File File
 	// Registerer is the process registry; each pool's series are
@@ -129,6 +136,13 @@ func (m *Manager) newPool(spec PoolSpec) (*pool, error) {
 	c := m.cfg.Base
 	c.Domain = spec.Domain
 	c.KvRelay = nil
+	if m.cfg.KvRelay != nil {
+		ks, err := spec.KvRelaySpec(*m.cfg.KvRelay)
+		if err != nil {
+			return nil, err
+		}
+		c.KvRelay = &ks
+	}
 	c.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"domain": spec.Domain}, m.cfg.Registerer)
 	if spec.ExpectedBlocks != 0 {
 		c.CKF.ExpectedBlocksPerDC = spec.ExpectedBlocks

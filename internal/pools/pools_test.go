@@ -76,6 +76,13 @@ type process struct {
 
 func (e *env) process(t testing.TB, instance string, f pools.File) *process {
 	t.Helper()
+	return e.processWith(t, instance, f, nil, nil)
+}
+
+// processWith is process with mut applied to the manager's config and
+// before called on the manager before it runs.
+func (e *env) processWith(t testing.TB, instance string, f pools.File, mut func(*pools.Config), before func(*pools.Manager)) *process {
+	t.Helper()
 	nc := e.srv.Connect(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -90,9 +97,16 @@ func (e *env) process(t testing.TB, instance string, f pools.File) *process {
 	c.Streams = streams.Options{Memory: true}
 	c.Logger = logger(t).With().Str("proc", instance).Logger()
 	reg := prometheus.NewRegistry()
-	m, err := pools.New(nc, js, pools.Config{Base: c, File: f, Registerer: reg, Logger: c.Logger})
+	pc := pools.Config{Base: c, File: f, Registerer: reg, Logger: c.Logger}
+	if mut != nil {
+		mut(&pc)
+	}
+	m, err := pools.New(nc, js, pc)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if before != nil {
+		before(m)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &process{m: m, nc: nc, reg: reg, cancel: cancel, done: make(chan error, 1)}

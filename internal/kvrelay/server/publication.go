@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
@@ -153,7 +155,6 @@ func (p PoolSpec) Generation(dcID, incarnation, layout uint64, format ckf.Format
 	return Generation{Descriptor: d, Key: key}, nil
 }
 
-// Validate reports a spec that cannot make a valid descriptor.
 // sourcePath is the card source path of the cache-semantics digest.
 func (p PoolSpec) sourcePath() string {
 	if p.SourcePath == "" {
@@ -162,7 +163,92 @@ func (p PoolSpec) sourcePath() string {
 	return p.SourcePath
 }
 
+// Validate reports a spec that cannot make a valid descriptor.
 func (p PoolSpec) Validate() error {
 	_, err := p.Generation(1, 1, 1, ckf.NewFormatIdentity(ckf.DefaultSeed, 1024))
 	return err
+}
+
+// PoolText is a pool's descriptor metadata as an operator writes it:
+// relay-producer's --kvrelay-* flags and a pools file's kvrelay block both
+// hold one, and Spec parses either the same way.
+type PoolText struct {
+	Model      string
+	SourcePath string
+	Aliases    []string
+	// Roles are role names, case-insensitive, with or without the
+	// WORKER_ROLE_ prefix; none: [AGGREGATED].
+	Roles []string
+	// Endpoint is NAMESPACE/COMPONENT/ENDPOINT.
+	Endpoint  string
+	BlockSize uint64
+}
+
+// PoolTextError names the field of a PoolText that Spec refused: model,
+// endpoint, block_size, roles, or descriptor when the fields are each
+// well-formed but make no valid descriptor together.
+type PoolTextError struct {
+	Field string
+	Err   error
+}
+
+func (e *PoolTextError) Error() string { return e.Field + ": " + e.Err.Error() }
+func (e *PoolTextError) Unwrap() error { return e.Err }
+
+// Spec parses t into a PoolSpec: a model, an endpoint of three parts, a
+// block size in 1..2^31, known roles (AGGREGATED when none is given, since
+// Dynamo's Global Router follows only pools declaring it; LEGACY, a card
+// without a role, alone), and fields that make a valid descriptor. Errors
+// are *PoolTextError.
+func (t PoolText) Spec() (PoolSpec, error) {
+	bad := func(field string, err error) (PoolSpec, error) {
+		return PoolSpec{}, &PoolTextError{Field: field, Err: err}
+	}
+	if t.Model == "" {
+		return bad("model", errors.New("required"))
+	}
+	parts := strings.Split(t.Endpoint, "/")
+	if len(parts) != 3 {
+		return bad("endpoint", fmt.Errorf("%q: want NAMESPACE/COMPONENT/ENDPOINT", t.Endpoint))
+	}
+	if t.BlockSize == 0 || t.BlockSize > 1<<31 {
+		return bad("block_size", fmt.Errorf("%d: set the workers' KV block size (1..2^31)", t.BlockSize))
+	}
+	roles, err := parseRoles(t.Roles)
+	if err != nil {
+		return bad("roles", err)
+	}
+	spec := PoolSpec{Model: t.Model, SourcePath: t.SourcePath, Aliases: slices.Clone(t.Aliases), Namespace: parts[0], Component: parts[1],
+		Endpoint: parts[2], BlockSize: uint32(t.BlockSize), Roles: roles}
+	if err := spec.Validate(); err != nil {
+		return bad("descriptor", err)
+	}
+	return spec, nil
+}
+
+// parseRoles maps role names to WorkerRoles (see PoolText.Roles).
+func parseRoles(names []string) ([]kvrelayv1.WorkerRole, error) {
+	if len(names) == 0 {
+		return []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_AGGREGATED}, nil
+	}
+	var roles []kvrelayv1.WorkerRole
+	for _, n := range names {
+		key := strings.ToUpper(n)
+		if !strings.HasPrefix(key, "WORKER_ROLE_") {
+			key = "WORKER_ROLE_" + key
+		}
+		v, ok := kvrelayv1.WorkerRole_value[key]
+		r := kvrelayv1.WorkerRole(v)
+		switch {
+		case !ok || r == kvrelayv1.WorkerRole_WORKER_ROLE_UNSPECIFIED:
+			return nil, fmt.Errorf("unknown role %q (want AGGREGATED, PREFILL, DECODE, ENCODE or LEGACY)", n)
+		case slices.Contains(roles, r):
+			return nil, fmt.Errorf("%s given twice", n)
+		}
+		roles = append(roles, r)
+	}
+	if len(roles) > 1 && slices.Contains(roles, kvrelayv1.WorkerRole_WORKER_ROLE_LEGACY) {
+		return nil, errors.New("LEGACY stands for a card without a role and cannot be combined with others")
+	}
+	return roles, nil
 }
