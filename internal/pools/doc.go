@@ -9,4 +9,8 @@
 // admit the domain, appear on their first worker event: the manager
 // watches kvevents.*.<dc>.> and the input stream's subjects for domains it
 // does not run yet. Every pool's series carry the label domain.
+//
+// With Config.KvRelay set every pool also publishes over dynamo.kvrelay.v1:
+// OnPool's callbacks hand each pool's Publication to one server, whose
+// catalog then lists every pool this process holds the lease of.
 package pools
