@@ -106,6 +106,10 @@ func (k *kvrelayOptions) validate(cfg *relay.Config, pooled bool) error {
 				return fmt.Errorf("%s names one model: with --pools-file set it per pool (the pool's kvrelay block)", name)
 			}
 		}
+		// Checked even when every pool's block sets its own roles.
+		if _, err := server.ParseRoles(k.roles); err != nil {
+			return fmt.Errorf("--kvrelay-roles: %w", err)
+		}
 	} else {
 		if k.model == "" {
 			return errors.New("--kvrelay-model is required with --kvrelay-listen")

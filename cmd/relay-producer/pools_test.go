@@ -153,6 +153,7 @@ func TestPoolsFileKvRelay(t *testing.T) {
 	}{
 		{with(good, "--kvrelay-model", "m"), "--kvrelay-model names one model"},
 		{with(good, "--kvrelay-alias", "m"), "--kvrelay-alias names one model"},
+		{with(write("ownroles.yaml", "pools:\n  - domain: a\n    kvrelay: {roles: [decode]}\n"), "--kvrelay-roles", "router"), "--kvrelay-roles: unknown role"},
 		{with(write("roles.yaml", "pools:\n  - domain: a\n    kvrelay: {roles: [router]}\n")), "kvrelay roles: unknown role"},
 		{with(write("ep.yaml", "pools:\n  - domain: a\n    kvrelay: {endpoint: a/b}\n")), "NAMESPACE/COMPONENT/ENDPOINT"},
 		{with(write("dup.yaml", "pools:\n  - domain: a\n    kvrelay: {model: m}\n  - domain: b\n    kvrelay: {model: m}\n")), "one kvrelay pool id"},

@@ -214,7 +214,7 @@ func (t PoolText) Spec() (PoolSpec, error) {
 	if t.BlockSize == 0 || t.BlockSize > 1<<31 {
 		return bad("block_size", fmt.Errorf("%d: set the workers' KV block size (1..2^31)", t.BlockSize))
 	}
-	roles, err := parseRoles(t.Roles)
+	roles, err := ParseRoles(t.Roles)
 	if err != nil {
 		return bad("roles", err)
 	}
@@ -226,8 +226,8 @@ func (t PoolText) Spec() (PoolSpec, error) {
 	return spec, nil
 }
 
-// parseRoles maps role names to WorkerRoles (see PoolText.Roles).
-func parseRoles(names []string) ([]kvrelayv1.WorkerRole, error) {
+// ParseRoles maps role names to WorkerRoles (see PoolText.Roles).
+func ParseRoles(names []string) ([]kvrelayv1.WorkerRole, error) {
 	if len(names) == 0 {
 		return []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_AGGREGATED}, nil
 	}
