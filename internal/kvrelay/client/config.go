@@ -112,15 +112,19 @@ func (c Config) withDefaults() Config {
 }
 
 // Validate checks c with its defaults applied; errors wrap ErrConfig.
-func (c Config) Validate() error {
+func (c Config) Validate() error { return c.validate(true) }
+
+// validate checks c; lane is false for WatchModels, which needs no sink or
+// model.
+func (c Config) validate(lane bool) error {
 	c = c.withDefaults()
 	bad := func(format string, a ...any) error { return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...)) }
 	switch {
 	case c.Name == "":
 		return bad("a source name is required")
-	case c.Sink == nil:
+	case lane && c.Sink == nil:
 		return bad("source %s: a sink is required", c.Name)
-	case c.Model == "":
+	case lane && c.Model == "":
 		return bad("source %s: a model is required", c.Name)
 	case len(c.SubscriberBase) > maxSubscriberBase:
 		return bad("source %s: subscriber base of %d bytes, at most %d", c.Name, len(c.SubscriberBase), maxSubscriberBase)
