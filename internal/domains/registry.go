@@ -97,7 +97,8 @@ func (e *Error) Unwrap() []error {
 type Config struct {
 	// Base is the indexer configuration every domain's service starts
 	// from; Domain, Metrics, Registerer and ReserveTable are set per
-	// domain. Base.KvRelay applies to the default domain only.
+	// domain. Base.KvRelay applies to the default domain only; KvRelay
+	// follows models into domains of their own.
 	Base indexer.Config
 	// Domains are served from the start; the first is the default domain
 	// of queries that name none.
@@ -105,8 +106,12 @@ type Config struct {
 	// Discover adds every domain a relay registers in the lease bucket's
 	// lane maps (lease.Coordinator.WatchDomains), when Allow admits it.
 	Discover bool
-	// Allow filters discovered domains (nil: all).
+	// Allow filters discovered domains and the domains of KvRelay's
+	// models (nil: all).
 	Allow func(domain string) bool
+	// KvRelay follows models over dynamo.kvrelay.v1, each into a domain of
+	// its own (kvrelay.go); zero: none.
+	KvRelay KvRelayModels
 	// MaxDomains and MaxTableBytes bound the domains and the sum of their
 	// tables (0: the defaults).
 	MaxDomains    int
@@ -120,7 +125,9 @@ type Config struct {
 
 // domain is one served domain.
 type domain struct {
-	name   string
+	name string
+	// model is the kvrelay model the domain follows ("" none).
+	model  string
 	svc    *indexer.Service
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -141,12 +148,19 @@ type Registry struct {
 	byName atomic.Pointer[map[string]*domain]
 	// def is the default domain's name ("" when there is none yet).
 	def atomic.Pointer[string]
+	// names maps the other names a query may give a domain by (a kvrelay
+	// model's followed name, canonical id and aliases) to it
+	// (copy-on-write, read without a lock).
+	names atomic.Pointer[map[string]string]
 
 	mu         sync.Mutex // guards the fields below and the writes of byName
 	tableBytes uint64
 	runCtx     context.Context
 	wg         sync.WaitGroup
 	refused    map[string]bool
+	// modelsDone is every kvrelay model added or refused: each is judged
+	// once, so a refusal is counted once however often catalogs list it.
+	modelsDone map[string]bool
 }
 
 // New validates cfg and builds a registry; Run starts the domains.
@@ -157,8 +171,11 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Registry, error) {
 	if cfg.MaxTableBytes == 0 {
 		cfg.MaxTableBytes = DefaultMaxTableBytes
 	}
-	if len(cfg.Domains) == 0 && !cfg.Discover {
-		return nil, errors.New("domains: no domain configured and discovery off")
+	if len(cfg.Domains) == 0 && !cfg.Discover && !cfg.KvRelay.enabled() {
+		return nil, errors.New("domains: no domain configured, discovery off and no kvrelay model")
+	}
+	if err := cfg.KvRelay.validate(cfg.Base); err != nil {
+		return nil, err
 	}
 	if len(cfg.Domains) > cfg.MaxDomains {
 		return nil, &Error{Kind: ErrTooManyDomains, Domain: cfg.Domains[cfg.MaxDomains], Detail: fmt.Sprintf("%d configured, at most %d", len(cfg.Domains), cfg.MaxDomains)}
@@ -182,9 +199,11 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{nc: nc, js: js, cfg: cfg, log: cfg.Logger.With().Str("component", "domains").Logger(), m: m, refused: map[string]bool{}}
+	r := &Registry{nc: nc, js: js, cfg: cfg, log: cfg.Logger.With().Str("component", "domains").Logger(), m: m, refused: map[string]bool{}, modelsDone: map[string]bool{}}
 	empty := map[string]*domain{}
 	r.byName.Store(&empty)
+	noNames := map[string]string{}
+	r.names.Store(&noNames)
 	def := ""
 	if len(cfg.Domains) > 0 {
 		def = cfg.Domains[0]
@@ -196,7 +215,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Registry, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, name := range cfg.Domains {
-		d, err := r.newDomain(name)
+		d, err := r.newDomain(name, nil)
 		if err != nil {
 			return nil, &Error{Kind: ErrInvalidDomain, Domain: name, Err: err}
 		}
@@ -215,6 +234,7 @@ func (r *Registry) Run(ctx context.Context) error {
 		r.startLocked(d)
 	}
 	r.mu.Unlock()
+	r.followModels(ctx)
 	if r.cfg.Discover {
 		r.discover(ctx)
 	}
@@ -259,6 +279,12 @@ var errKnown = errors.New("domains: already served")
 func (r *Registry) Add(name string) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	return r.addLocked(name, nil)
+}
+
+// addLocked is Add; kv, when set, is the domain's kvrelay configuration
+// (a model's). r.mu held.
+func (r *Registry) addLocked(name string, kv *indexer.KvRelayConfig) error {
 	cur := *r.byName.Load()
 	if _, ok := cur[name]; ok {
 		return errKnown
@@ -276,7 +302,7 @@ func (r *Registry) Add(name string) error {
 	var d *domain
 	if rerr == nil {
 		var err error
-		if d, err = r.newDomain(name); err != nil {
+		if d, err = r.newDomain(name, kv); err != nil {
 			rerr = &Error{Kind: ErrInvalidDomain, Domain: name, Err: err}
 		}
 	}
@@ -326,14 +352,20 @@ func (r *Registry) refuseLocked(e *Error) error {
 	return e
 }
 
-// newDomain builds name's service on the process registry, labelled.
-func (r *Registry) newDomain(name string) (*domain, error) {
+// newDomain builds name's service on the process registry, labelled; kv,
+// when set, is its kvrelay configuration (a model's), else Base.KvRelay
+// goes to the default domain alone.
+func (r *Registry) newDomain(name string, kv *indexer.KvRelayConfig) (*domain, error) {
 	d := &domain{name: name, done: make(chan struct{})}
 	c := r.cfg.Base
 	c.Domain = name
 	c.Metrics = nil
 	c.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"domain": name}, r.cfg.Registerer)
-	if name != *r.def.Load() && !(*r.def.Load() == "" && len(*r.byName.Load()) == 0) {
+	switch {
+	case kv != nil:
+		c.KvRelay = *kv
+		d.model = kv.Model
+	case name != *r.def.Load() && !(*r.def.Load() == "" && len(*r.byName.Load()) == 0):
 		c.KvRelay = indexer.KvRelayConfig{}
 	}
 	c.ReserveTable = func(_ ckf.FormatIdentity, bytes uint64) error { return r.reserve(d, bytes) }
@@ -378,6 +410,11 @@ func (r *Registry) Remove(name string) bool {
 		delete(next, name)
 		r.byName.Store(&next)
 		r.m.domains.Set(float64(len(next)))
+		names := maps.Clone(*r.names.Load())
+		maps.DeleteFunc(names, func(_, dn string) bool { return dn == name })
+		r.names.Store(&names)
+		// A later catalog update that lists the model adds its domain again.
+		delete(r.modelsDone, d.model)
 	}
 	r.mu.Unlock()
 	if !ok {
@@ -416,6 +453,20 @@ func (r *Registry) TableBytes() uint64 {
 	return r.tableBytes
 }
 
+// resolve finds the domain a query names: by its name, else by a kvrelay
+// model's name.
+func (r *Registry) resolve(name string) (*domain, bool) {
+	by := *r.byName.Load()
+	if d, ok := by[name]; ok {
+		return d, true
+	}
+	if dn, ok := (*r.names.Load())[name]; ok {
+		d, ok := by[dn]
+		return d, ok
+	}
+	return nil, false
+}
+
 // lookup finds the domain a query names, or the default one.
 func (r *Registry) lookup(model string) (*domain, error) {
 	by := *r.byName.Load()
@@ -430,7 +481,7 @@ func (r *Registry) lookup(model string) (*domain, error) {
 			return nil, fmt.Errorf("domains: the request names no model and there is no default: %w", api.ErrUnknownDomain)
 		}
 	}
-	d, ok := by[model]
+	d, ok := r.resolve(model)
 	if !ok {
 		return nil, fmt.Errorf("domains: %q is not served: %w", model, api.ErrUnknownDomain)
 	}
@@ -477,9 +528,10 @@ func (r *Registry) Ready() bool {
 	return false
 }
 
-// DomainReady reports whether name is served and ready.
+// DomainReady reports whether name (a domain, or a kvrelay model's name)
+// is served and ready.
 func (r *Registry) DomainReady(name string) (ready, known bool) {
-	d, ok := (*r.byName.Load())[name]
+	d, ok := r.resolve(name)
 	if !ok {
 		return false, false
 	}

@@ -120,6 +120,14 @@ type runningRelay struct {
 
 func (e *env) relay(t testing.TB, domain, dc string, blocks uint64) *runningRelay {
 	t.Helper()
+	rr, _ := e.relayWith(t, domain, dc, blocks, nil)
+	return rr
+}
+
+// relayWith is relay with mut applied to its config; it also returns the
+// relay.
+func (e *env) relayWith(t testing.TB, domain, dc string, blocks uint64, mut func(*relay.Config)) (*runningRelay, *relay.Relay) {
+	t.Helper()
 	c := relay.DefaultConfig(domain, dc)
 	c.Instance = domain + "-" + dc
 	c.CKF = ckf.NewConfig(blocks)
@@ -128,6 +136,9 @@ func (e *env) relay(t testing.TB, domain, dc string, blocks uint64) *runningRela
 	c.LeaseTTL = 3 * time.Second
 	c.Streams = streams.Options{Memory: true}
 	c.Logger = logger(t)
+	if mut != nil {
+		mut(&c)
+	}
 	nc := e.srv.Connect(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
@@ -141,7 +152,7 @@ func (e *env) relay(t testing.TB, domain, dc string, blocks uint64) *runningRela
 	rr := &runningRelay{domain: domain, dc: dc, nc: nc, js: js, cancel: cancel, done: make(chan error, 1)}
 	go func() { rr.done <- r.Run(ctx) }()
 	t.Cleanup(func() { rr.kill(t) })
-	return rr
+	return rr, r
 }
 
 func (rr *runningRelay) kill(t testing.TB) {

@@ -1,0 +1,244 @@
+package domains_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ckfrelay/ckfrelay/internal/domains"
+	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/ckfrelay/ckfrelay/pkg/api"
+)
+
+// kvProcess is one relay process as relay-producer wires it with a pools
+// file: one dynamo.kvrelay.v1 server whose catalog lists the pool of every
+// relay added with pool.
+type kvProcess struct {
+	e    *env
+	srv  *server.Server
+	addr string
+}
+
+func (e *env) kvProcess(t *testing.T) *kvProcess {
+	t.Helper()
+	cfg := server.DefaultConfig()
+	cfg.PoolHeartbeat, cfg.CatalogHeartbeat, cfg.ReadinessHeartbeat = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+	cfg.Logger = logger(t)
+	srv, err := server.New(nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		if err := <-done; err != nil {
+			t.Errorf("serve: %v", err)
+		}
+	})
+	return &kvProcess{e: e, srv: srv, addr: ln.Addr().String()}
+}
+
+// pool runs a relay of the NATS domain src in DC dc-a whose pool registers
+// model (with aliases) at blockSize, and serves it in p's catalog.
+func (p *kvProcess) pool(t *testing.T, src, model string, blockSize uint32, aliases ...string) (*runningRelay, server.Publication) {
+	t.Helper()
+	rr, r := p.e.relayWith(t, src, "dc-a", testBlocks, func(c *relay.Config) {
+		c.KvRelay = &server.PoolSpec{Model: model, Aliases: aliases, Namespace: "prod", Component: src, Endpoint: "generate", BlockSize: blockSize}
+	})
+	p.srv.AddPool(src, r.Publication())
+	return rr, r.Publication()
+}
+
+// kvModels is a registry config following models over one source, dyn.
+func kvModels(t *testing.T, addr string) domains.KvRelayModels {
+	return domains.KvRelayModels{KvRelay: indexer.KvRelayConfig{
+		Sources:      []indexer.KvRelaySource{{Name: "dyn", Addr: addr}},
+		AcceptLegacy: true, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
+	}}
+}
+
+func TestModelDomain(t *testing.T) {
+	for model, want := range map[string]string{
+		"qwen": "qwen", "meta-llama/Llama-3.1-8B-Instruct": "meta-llama_Llama-3_1-8B-Instruct", "a b.c*>": "a_b_c__", "modèle": "mod__le",
+	} {
+		if got, err := domains.ModelDomain(model); err != nil || got != want {
+			t.Errorf("ModelDomain(%q) = %q, %v; want %q", model, got, err, want)
+		}
+	}
+	for _, model := range []string{"", string(make([]byte, 65))} {
+		if d, err := domains.ModelDomain(model); err == nil {
+			t.Errorf("ModelDomain(%q) = %q, want an error", model, d)
+		}
+	}
+}
+
+// One relay process serves two pools in one catalog; one registry follows
+// every model it lists, each into its own domain at its own block size.
+// Queries naming each model (by domain, canonical id or alias) get that
+// model's answer; a pool withdrawn from the catalog leaves the other
+// model's answers and readiness unchanged, and its own domain served
+// (unready) until it comes back.
+func TestKvRelayModelsEachIntoTheirDomain(t *testing.T) {
+	e := newEnv(t)
+	p := e.kvProcess(t)
+	llama, llamaPub := p.pool(t, "src-llama", "meta/llama-3.1", 16, "llama")
+	qwen, _ := p.pool(t, "src-qwen", "qwen", 32)
+	k := kvModels(t, p.addr)
+	k.All = true
+	r := e.start(t, domains.Config{Base: baseConfig(t, 0), KvRelay: k})
+	wl, wq := newWorkload(1, 40, 5), newWorkload(2, 40, 7)
+	wl.publish(t, llama)
+	wq.publish(t, qwen)
+
+	eventually(t, "llama exact", func() error { return wl.exact(r, "meta_llama-3_1", "dyn") })
+	eventually(t, "qwen exact", func() error { return wq.exact(r, "qwen", "dyn") })
+	if got := r.Domains(); !slices.Equal(got, []string{"meta_llama-3_1", "qwen"}) {
+		t.Fatalf("domains %v", got)
+	}
+	for _, name := range []string{"meta/llama-3.1", "llama"} {
+		if err := wl.exact(r, name, "dyn"); err != nil {
+			t.Fatalf("by the model's name %q: %v", name, err)
+		}
+	}
+	// Each domain's table holds its own model alone.
+	if resp, err := r.Match(api.Query{Locals: wl.chains[4], Model: "qwen"}); err != nil || resp.Best != nil {
+		t.Fatalf("llama's chain in qwen: %+v %v", resp, err)
+	}
+	if _, err := r.Match(api.Query{Locals: wl.chains[4], Model: "mistral"}); !errors.Is(err, api.ErrUnknownDomain) {
+		t.Fatalf("an unlisted model: %v", err)
+	}
+
+	steady := func() error {
+		if err := wq.exact(r, "qwen", "dyn"); err != nil {
+			return err
+		}
+		if ready, known := r.DomainReady("qwen"); !ready || !known {
+			return fmt.Errorf("qwen ready %t known %t", ready, known)
+		}
+		return nil
+	}
+	// llama's pool leaves the catalog: its lane is withdrawn.
+	p.srv.RemovePool("src-llama")
+	eventually(t, "llama unready", func() error {
+		if err := steady(); err != nil {
+			t.Fatal(err)
+		}
+		if ready, known := r.DomainReady("meta/llama-3.1"); ready || !known {
+			return fmt.Errorf("llama ready %t known %t", ready, known)
+		}
+		return nil
+	})
+	if _, err := r.Match(api.Query{Locals: wl.chains[1], Model: "llama"}); !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("llama answered with its pool withdrawn: %v", err)
+	}
+	if err := steady(); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Domains(); !slices.Equal(got, []string{"meta_llama-3_1", "qwen"}) {
+		t.Fatalf("domains %v after the withdrawal", got)
+	}
+	// It comes back into the domain it kept.
+	p.srv.AddPool("src-llama", llamaPub)
+	eventually(t, "llama exact again", func() error { return wl.exact(r, "llama", "dyn") })
+	if err := steady(); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range r.Lanes() {
+		if l.Source != indexer.SourceKvRelay || l.DC != "dyn" {
+			t.Fatalf("lane %+v", l)
+		}
+	}
+}
+
+// The registry's bounds and allow rule apply to the models' domains: a
+// model refused is counted once (however often the catalog changes) and
+// the domains already served keep answering.
+func TestKvRelayModelsWithinTheRegistrysBounds(t *testing.T) {
+	e := newEnv(t)
+	p := e.kvProcess(t)
+	p.pool(t, "src-llama", "meta/llama-3.1", 16)
+	qwen, _ := p.pool(t, "src-qwen", "qwen", 32)
+	k := kvModels(t, p.addr)
+	k.All = true
+	r := e.start(t, domains.Config{Base: baseConfig(t, 0), KvRelay: k, MaxDomains: 1,
+		Allow: func(d string) bool { return d != "meta_llama-3_1" }})
+	wq := newWorkload(2, 40, 7)
+	wq.publish(t, qwen)
+	eventually(t, "qwen exact", func() error { return wq.exact(r, "qwen", "dyn") })
+	eventually(t, "llama not allowed", func() error {
+		if n := promtest.Count(e.reg, domains.MetricRefused+`{kind="not_allowed"}`); n != 1 {
+			return fmt.Errorf("%d not_allowed refusals", n)
+		}
+		return nil
+	})
+	// A third model passes the bound of one domain.
+	p.pool(t, "src-mistral", "mistral", 16)
+	eventually(t, "mistral over the bound", func() error {
+		if n := promtest.Count(e.reg, domains.MetricRefused+`{kind="too_many_domains"}`); n != 1 {
+			return fmt.Errorf("%d too_many_domains refusals", n)
+		}
+		return nil
+	})
+	// A fourth catalog revision judges no refused model again.
+	p.srv.RemovePool("src-mistral")
+	p.pool(t, "src-gemma", "gemma", 16)
+	eventually(t, "gemma over the bound", func() error {
+		if n := promtest.Count(e.reg, domains.MetricRefused+`{kind="too_many_domains"}`); n != 2 {
+			return fmt.Errorf("%d too_many_domains refusals", n)
+		}
+		return nil
+	})
+	if n := promtest.Count(e.reg, domains.MetricRefused+`{kind="not_allowed"}`); n != 1 {
+		t.Fatalf("%d not_allowed refusals", n)
+	}
+	if got := r.Domains(); !slices.Equal(got, []string{"qwen"}) {
+		t.Fatalf("domains %v", got)
+	}
+	if err := wq.exact(r, "qwen", "dyn"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A chosen set: the domain is named after the name given (an alias here),
+// served from the start with a configured block size; models not listed
+// are not followed.
+func TestKvRelayModelsAChosenSet(t *testing.T) {
+	e := newEnv(t)
+	p := e.kvProcess(t)
+	k := kvModels(t, p.addr)
+	k.Models = []string{"llama"}
+	k.KvRelay.BlockSize = 16
+	r := e.start(t, domains.Config{Base: baseConfig(t, 0), KvRelay: k})
+	eventually(t, "llama served before any catalog lists it", func() error {
+		if ready, known := r.DomainReady("llama"); ready || !known {
+			return fmt.Errorf("llama ready %t known %t", ready, known)
+		}
+		return nil
+	})
+	llama, _ := p.pool(t, "src-llama", "meta/llama-3.1", 16, "llama")
+	p.pool(t, "src-qwen", "qwen", 32)
+	wl := newWorkload(1, 40, 5)
+	wl.publish(t, llama)
+	eventually(t, "llama exact", func() error { return wl.exact(r, "llama", "dyn") })
+	// The only domain is the default of a query naming none.
+	if err := wl.exact(r, "", "dyn"); err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Domains(); !slices.Equal(got, []string{"llama"}) {
+		t.Fatalf("domains %v", got)
+	}
+}
