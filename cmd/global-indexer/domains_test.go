@@ -52,7 +52,10 @@ func TestParseFlagsDomains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := o.registryConfig(base, nil, zerolog.Nop())
+	c, err := o.registryConfig(base, nil, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
 	if !o.multi() || len(c.Domains) != 2 || c.Domains[1] != "qwen" || !c.Discover || c.Allow("llama") || !c.Allow("qwen3") {
 		t.Fatalf("registry config %+v", c)
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -146,6 +147,114 @@ func TestRunFollowsAKvRelaySource(t *testing.T) {
 	}
 	if code, body := get(t, fmt.Sprintf("http://%s/readyz", addr)); code != http.StatusOK {
 		t.Fatalf("/readyz %d %s", code, body)
+	}
+	if code := stop(); code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+}
+
+func TestKvRelayModelsFlags(t *testing.T) {
+	src := []string{"--kvrelay-source", "dyn-a=h:1"}
+	o, err := parseFlags(append(append([]string{}, src...), "--domain", "", "--kvrelay-models", "llama,meta/qwen2.5", "--domain-allow", "q*"), envOf(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base, err := o.config(zerolog.Nop(), nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := o.registryConfig(base, nil, zerolog.Nop())
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := c.KvRelay
+	if !o.multi() || len(base.KvRelay.Sources) != 0 || len(c.Domains) != 0 || k.All || strings.Join(k.Models, " ") != "llama meta/qwen2.5" ||
+		k.KvRelay.BlockSize != 0 || len(k.KvRelay.Sources) != 1 || !k.KvRelay.AcceptLegacy || c.Allow("llama") {
+		t.Fatalf("registry config %+v, base kvrelay %+v", c, base.KvRelay)
+	}
+	if o, err = parseFlags(append(append([]string{}, src...), "--kvrelay-models", "*", "--kvrelay-block-size", "16"), envOf(nil), io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if c, err = o.registryConfig(base, nil, zerolog.Nop()); err != nil || !c.KvRelay.All || c.KvRelay.KvRelay.BlockSize != 16 || c.Domains[0] != "default" {
+		t.Fatalf("'*': %+v %v", c, err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"models without source", []string{"--kvrelay-models", "llama"}, "need --kvrelay-source"},
+		{"both model flags", append(append([]string{}, src...), "--kvrelay-models", "a", "--kvrelay-model", "b", "--kvrelay-block-size", "1"), "exclusive"},
+		{"a set in --kvrelay-model", append(append([]string{}, src...), "--kvrelay-model", "a,b", "--kvrelay-block-size", "1"), "--kvrelay-models"},
+		{"'*' in --kvrelay-model", append(append([]string{}, src...), "--kvrelay-model", "*", "--kvrelay-block-size", "1"), "--kvrelay-models"},
+		{"'*' and a list", append(append([]string{}, src...), "--kvrelay-models", "*,a"), "list no other"},
+		{"one domain of two models", append(append([]string{}, src...), "--kvrelay-models", "a/b,a.b"), "map to it"},
+		{"a model of no domain", append(append([]string{}, src...), "--kvrelay-models", strings.Repeat("m", 65)), "kvrelay-models"},
+		{"no domain at all", []string{"--domain", ""}, "--kvrelay-models"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := parseFlags(tc.args, envOf(nil), io.Discard)
+			if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("parseFlags = %v, want a usage error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// The binary follows every model one relay's catalog lists, each into its
+// own domain at the catalog's block size: both are ready, by domain and by
+// model name, and /v1/lanes shows one kvrelay lane per model's domain.
+func TestRunFollowsEveryModelOfTheCatalog(t *testing.T) {
+	f, err := ckf.NewConfig(4096).Format()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := server.New(nil, server.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, spec := range []server.PoolSpec{
+		{Model: "llama", Namespace: "prod", Component: "llama", Endpoint: "generate", BlockSize: 16},
+		{Model: "meta/qwen2.5", Namespace: "prod", Component: "qwen", Endpoint: "generate", BlockSize: 32},
+	} {
+		gen, err := spec.Generation(kvrelay.DcID("west"), uint64(i+1), 1, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.AddPool(spec.Component, staticPub{gen: gen})
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+	}()
+	out, stop := runInBackground(t, []string{"--nats-port", "-1", "--store-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--domain", "",
+		"--expected-blocks", "4096", "--kvrelay-source", "dyn-west=" + ln.Addr().String(), "--kvrelay-models", "*"})
+	addr := mustField(t, out, "addr")
+	testenv.Eventually(t, 20*time.Second, 10*time.Millisecond, func() error {
+		for _, d := range []string{"llama", "meta_qwen2_5", url.QueryEscape("meta/qwen2.5")} {
+			if code, body := get(t, fmt.Sprintf("http://%s/readyz?domain=%s", addr, d)); code != http.StatusOK {
+				return fmt.Errorf("/readyz?domain=%s %d %s", d, code, body)
+			}
+		}
+		return nil
+	})
+	_, body := get(t, fmt.Sprintf("http://%s/v1/lanes", addr))
+	var lanes struct{ Lanes []api.LaneStatus }
+	if err := json.Unmarshal([]byte(body), &lanes); err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, l := range lanes.Lanes {
+		rows = append(rows, fmt.Sprintf("%s/%s/%s/%d/%s", l.Domain, l.DC, l.Source, l.Lane, l.State))
+	}
+	if got := strings.Join(rows, " "); got != "llama/dyn-west/kvrelay/15/active meta_qwen2_5/dyn-west/kvrelay/15/active" {
+		t.Fatalf("lanes %s", got)
 	}
 	if code := stop(); code != exitOK {
 		t.Fatalf("exit %d", code)

@@ -95,7 +95,7 @@ func (o options) domainList() []string {
 // multi: the process serves several domains (internal/domains) rather
 // than exactly one indexer service.
 func (o options) multi() bool {
-	return len(o.domainList()) != 1 || o.domainsFrom != ""
+	return len(o.domainList()) != 1 || o.domainsFrom != "" || o.kv.models != ""
 }
 
 // errUsage marks a bad command line or environment (exit code 2).
@@ -191,14 +191,14 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		return options{}, fmt.Errorf("%w: --http-addr is required", errUsage)
 	case o.domainsFrom != "" && o.domainsFrom != domainsFromLaneMap:
 		return options{}, bad("domains-from", "want %s or empty", domainsFromLaneMap)
-	case o.domainAllow != "" && o.domainsFrom == "":
-		return options{}, bad("domain-allow", "needs --domains-from")
+	case o.domainAllow != "" && o.domainsFrom == "" && o.kv.models == "":
+		return options{}, bad("domain-allow", "needs --domains-from or --kvrelay-models")
 	case o.maxDomains < 1:
 		return options{}, bad("max-domains", "want at least 1")
 	case o.maxTableBytes == 0:
 		return options{}, bad("max-table-bytes", "want at least 1")
-	case len(o.domainList()) == 0 && o.domainsFrom == "":
-		return options{}, bad("domain", "want a domain, or --domains-from")
+	case len(o.domainList()) == 0 && o.domainsFrom == "" && o.kv.models == "":
+		return options{}, bad("domain", "want a domain, or --domains-from, or --kvrelay-models")
 	case len(o.domainList()) > o.maxDomains:
 		return options{}, bad("domain", "%d domains, more than --max-domains %d", len(o.domainList()), o.maxDomains)
 	}
@@ -220,8 +220,18 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 			return options{}, bad("expected-blocks", "%v", err)
 		}
 	}
-	if _, err := o.config(zerolog.Nop(), nil, nil); err != nil {
+	base, err := o.config(zerolog.Nop(), nil, nil)
+	if err != nil {
 		return options{}, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	if o.kv.models != "" {
+		rc, err := o.registryConfig(base, nil, zerolog.Nop())
+		if err == nil {
+			err = rc.KvRelay.Validate(base)
+		}
+		if err != nil {
+			return options{}, bad("kvrelay-models", "%v", err)
+		}
 	}
 	return o, nil
 }
@@ -272,7 +282,11 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 	if err != nil {
 		return indexer.Config{}, err
 	}
-	cfg.KvRelay = kv
+	if o.kv.models == "" {
+		// With --kvrelay-models the sources feed the models' domains
+		// (registryConfig), not the default domain.
+		cfg.KvRelay = kv
+	}
 	cfg.LoadMaxAge = o.loadMaxAge
 	if cfg.Route, err = o.route.config(); err != nil {
 		return indexer.Config{}, err
@@ -298,14 +312,21 @@ func (o options) indexerConfigOnly() (indexer.Config, error) {
 }
 
 // registryConfig is the internal/domains config of a multi-domain process.
-func (o options) registryConfig(base indexer.Config, reg prometheus.Registerer, log zerolog.Logger) domains.Config {
+func (o options) registryConfig(base indexer.Config, reg prometheus.Registerer, log zerolog.Logger) (domains.Config, error) {
 	c := domains.Config{Base: base, Domains: o.domainList(), Discover: o.domainsFrom == domainsFromLaneMap,
 		MaxDomains: o.maxDomains, MaxTableBytes: o.maxTableBytes, Registerer: reg, Logger: log}
 	if o.domainAllow != "" {
 		pattern := o.domainAllow
 		c.Allow = func(d string) bool { ok, _ := path.Match(pattern, d); return ok }
 	}
-	return c
+	if o.kv.models != "" {
+		kv, err := o.kv.config()
+		if err != nil {
+			return domains.Config{}, err
+		}
+		c.KvRelay = o.kv.modelDomains(kv)
+	}
+	return c, nil
 }
 
 // run is main without the process: it returns the exit code. Logs go to
@@ -352,7 +373,11 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 	if o.multi() {
 		// Each domain's series carry domain="<name>"; the HTTP endpoint's,
 		// shared by every domain, domain="".
-		r, err := domains.New(conn.NC, conn.JS, o.registryConfig(cfg, reg, log))
+		rc, err := o.registryConfig(cfg, reg, log)
+		if err != nil {
+			return err
+		}
+		r, err := domains.New(conn.NC, conn.JS, rc)
 		if err != nil {
 			return err
 		}

@@ -46,8 +46,8 @@ func (k KvRelayModels) enabled() bool {
 	return len(k.KvRelay.Sources) > 0 && (k.All || len(k.Models) > 0)
 }
 
-// validate checks k against the process's base configuration.
-func (k KvRelayModels) validate(base indexer.Config) error {
+// Validate checks k against the process's base configuration (New does).
+func (k KvRelayModels) Validate(base indexer.Config) error {
 	switch {
 	case !k.All && len(k.Models) == 0:
 		if len(k.KvRelay.Sources) > 0 {

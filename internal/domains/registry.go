@@ -174,7 +174,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Registry, error) {
 	if len(cfg.Domains) == 0 && !cfg.Discover && !cfg.KvRelay.enabled() {
 		return nil, errors.New("domains: no domain configured, discovery off and no kvrelay model")
 	}
-	if err := cfg.KvRelay.validate(cfg.Base); err != nil {
+	if err := cfg.KvRelay.Validate(cfg.Base); err != nil {
 		return nil, err
 	}
 	if len(cfg.Domains) > cfg.MaxDomains {
