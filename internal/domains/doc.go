@@ -12,6 +12,12 @@
 // *Error (ErrTooManyDomains, ErrTableMemory), logged and counted in
 // MetricRefused; nothing already served is dropped.
 //
+// With Config.KvRelay, models followed over dynamo.kvrelay.v1 come as
+// domains too: each source's catalog is watched (client.WatchModels) and
+// each listed model (or each chosen one) is added, under the same bounds
+// and Allow, as the domain ModelDomain names, whose service follows that
+// model from every source at the model's block size (kvrelay.go).
+//
 // The Registry is a queryapi.Backend: a query names its domain with
 // "model" (or "domain"); one that names none goes to the default domain
 // (the first configured one, or the only one). Each domain also answers
