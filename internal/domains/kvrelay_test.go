@@ -64,7 +64,7 @@ func (p *kvProcess) pool(t *testing.T, src, model string, blockSize uint32, alia
 }
 
 // kvModels is a registry config following models over one source, dyn.
-func kvModels(t *testing.T, addr string) domains.KvRelayModels {
+func kvModels(addr string) domains.KvRelayModels {
 	return domains.KvRelayModels{KvRelay: indexer.KvRelayConfig{
 		Sources:      []indexer.KvRelaySource{{Name: "dyn", Addr: addr}},
 		AcceptLegacy: true, BackoffMin: 10 * time.Millisecond, BackoffMax: 200 * time.Millisecond,
@@ -97,7 +97,7 @@ func TestKvRelayModelsEachIntoTheirDomain(t *testing.T) {
 	p := e.kvProcess(t)
 	llama, llamaPub := p.pool(t, "src-llama", "meta/llama-3.1", 16, "llama")
 	qwen, _ := p.pool(t, "src-qwen", "qwen", 32)
-	k := kvModels(t, p.addr)
+	k := kvModels(p.addr)
 	k.All = true
 	r := e.start(t, domains.Config{Base: baseConfig(t, 0), KvRelay: k})
 	wl, wq := newWorkload(1, 40, 5), newWorkload(2, 40, 7)
@@ -172,7 +172,7 @@ func TestKvRelayModelsWithinTheRegistrysBounds(t *testing.T) {
 	p := e.kvProcess(t)
 	p.pool(t, "src-llama", "meta/llama-3.1", 16)
 	qwen, _ := p.pool(t, "src-qwen", "qwen", 32)
-	k := kvModels(t, p.addr)
+	k := kvModels(p.addr)
 	k.All = true
 	r := e.start(t, domains.Config{Base: baseConfig(t, 0), KvRelay: k, MaxDomains: 1,
 		Allow: func(d string) bool { return d != "meta_llama-3_1" }})
@@ -219,7 +219,7 @@ func TestKvRelayModelsWithinTheRegistrysBounds(t *testing.T) {
 func TestKvRelayModelsAChosenSet(t *testing.T) {
 	e := newEnv(t)
 	p := e.kvProcess(t)
-	k := kvModels(t, p.addr)
+	k := kvModels(p.addr)
 	k.Models = []string{"llama"}
 	k.KvRelay.BlockSize = 16
 	r := e.start(t, domains.Config{Base: baseConfig(t, 0), KvRelay: k})
@@ -240,5 +240,42 @@ func TestKvRelayModelsAChosenSet(t *testing.T) {
 	}
 	if got := r.Domains(); !slices.Equal(got, []string{"llama"}) {
 		t.Fatalf("domains %v", got)
+	}
+}
+
+// Every source is a lane of every model's domain: a model two relays list
+// is answered from both; a model one relay lists is answered from it,
+// ready, while the other source's lane of that domain waits refused.
+func TestKvRelayModelsFromSeveralSources(t *testing.T) {
+	e := newEnv(t)
+	west, east := e.kvProcess(t), e.kvProcess(t)
+	llamaW, _ := west.pool(t, "w-llama", "llama", 16)
+	qwenW, _ := west.pool(t, "w-qwen", "qwen", 32)
+	llamaE, _ := east.pool(t, "e-llama", "llama", 16)
+	k := kvModels(west.addr)
+	k.KvRelay.Sources = []indexer.KvRelaySource{{Name: "west", Addr: west.addr}, {Name: "east", Addr: east.addr}}
+	k.All = true
+	r := e.start(t, domains.Config{Base: baseConfig(t, 0), KvRelay: k})
+	wl, wq := newWorkload(1, 40, 5), newWorkload(2, 40, 7)
+	wl.publish(t, llamaW)
+	wl.publish(t, llamaE)
+	wq.publish(t, qwenW)
+	eventually(t, "llama exact from west", func() error { return wl.exact(r, "llama", "west") })
+	eventually(t, "llama exact from east", func() error { return wl.exact(r, "llama", "east") })
+	eventually(t, "qwen exact from west", func() error { return wq.exact(r, "qwen", "west") })
+	eventually(t, "qwen's east lane refused", func() error {
+		var rows []string
+		for _, l := range r.Lanes() {
+			rows = append(rows, fmt.Sprintf("%s/%s/%d/%s", l.Domain, l.DC, l.Lane, l.State))
+		}
+		want := []string{"llama/east/14/active", "llama/west/15/active", "qwen/east/14/refused", "qwen/west/15/active"}
+		slices.Sort(rows)
+		if !slices.Equal(rows, want) {
+			return fmt.Errorf("lanes %v, want %v", rows, want)
+		}
+		return nil
+	})
+	if ready, _ := r.DomainReady("qwen"); !ready {
+		t.Fatal("qwen unready with its one source's lane active")
 	}
 }
