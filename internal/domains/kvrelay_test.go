@@ -9,12 +9,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
+
 	"github.com/ckfrelay/ckfrelay/internal/domains"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/internal/pools"
 	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
 
 // kvProcess is one relay process as relay-producer wires it with a pools
@@ -63,6 +68,49 @@ func (p *kvProcess) pool(t *testing.T, src, model string, blockSize uint32, alia
 	return rr, r.Publication()
 }
 
+// poolsProcess is relay-producer --pools-file f --kvrelay-listen: a pools
+// manager of DC dc-a whose pools are all served in one kvrelay catalog
+// (the manager's OnPool callbacks add and remove them, as the binary
+// wires it). It returns the manager and the server.
+func (e *env) poolsProcess(t *testing.T, f pools.File) (*pools.Manager, *kvProcess) {
+	t.Helper()
+	p := e.kvProcess(t)
+	c := relay.DefaultConfig("default", "dc-a")
+	c.Instance = "relay-1"
+	c.CKF = ckf.NewConfig(testBlocks)
+	c.PublishInterval = 2 * time.Millisecond
+	c.HeartbeatInterval = 20 * time.Millisecond
+	c.LeaseTTL = 3 * time.Second
+	c.Streams = streams.Options{Memory: true}
+	c.Logger = logger(t)
+	nc := e.srv.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := pools.New(nc, js, pools.Config{Base: c, File: f, KvRelay: &server.PoolText{Endpoint: "prod/backend/generate", BlockSize: 16}, Logger: c.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.OnPool(func(domain string, r *relay.Relay) {
+		if pub := r.Publication(); pub != nil {
+			p.srv.AddPool(domain, pub)
+		}
+	}, func(domain string) { p.srv.RemovePool(domain) })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- m.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(waitTotal):
+			t.Errorf("pools manager did not stop")
+		}
+	})
+	return m, p
+}
+
 // kvModels is a registry config following models over one source, dyn.
 func kvModels(addr string) domains.KvRelayModels {
 	return domains.KvRelayModels{KvRelay: indexer.KvRelayConfig{
@@ -86,17 +134,22 @@ func TestModelDomain(t *testing.T) {
 	}
 }
 
-// One relay process serves two pools in one catalog; one registry follows
-// every model it lists, each into its own domain at its own block size.
-// Queries naming each model (by domain, canonical id or alias) get that
-// model's answer; a pool withdrawn from the catalog leaves the other
+// One relay process (a pools file of two pools, each with its kvrelay
+// block) serves both pools in one catalog; one registry follows every
+// model it lists, each into its own domain at its own block size. Queries
+// naming each model (by domain, canonical id or alias) get that model's
+// answer; a pool stopped (withdrawn from the catalog) leaves the other
 // model's answers and readiness unchanged, and its own domain served
 // (unready) until it comes back.
 func TestKvRelayModelsEachIntoTheirDomain(t *testing.T) {
 	e := newEnv(t)
-	p := e.kvProcess(t)
-	llama, llamaPub := p.pool(t, "src-llama", "meta/llama-3.1", 16, "llama")
-	qwen, _ := p.pool(t, "src-qwen", "qwen", 32)
+	m, p := e.poolsProcess(t, pools.File{Pools: []pools.PoolSpec{
+		{Domain: "src-llama", KvRelay: &pools.KvRelayBlock{Model: "meta/llama-3.1", Aliases: []string{"llama"}, Endpoint: "prod/llama/generate"}},
+		{Domain: "src-qwen", KvRelay: &pools.KvRelayBlock{Model: "qwen", Endpoint: "prod/qwen/generate", BlockSize: 32}},
+	}})
+	// The workloads go to the pools' event subjects, as the workers'.
+	llama := &runningRelay{domain: "src-llama", dc: "dc-a", js: e.js}
+	qwen := &runningRelay{domain: "src-qwen", dc: "dc-a", js: e.js}
 	k := kvModels(p.addr)
 	k.All = true
 	r := e.start(t, domains.Config{Base: baseConfig(t, 0), KvRelay: k})
@@ -131,7 +184,12 @@ func TestKvRelayModelsEachIntoTheirDomain(t *testing.T) {
 		}
 		return nil
 	}
-	// llama's pool leaves the catalog: its lane is withdrawn.
+	// llama's pool leaves the catalog (as when its relay loses its lease):
+	// its lane is withdrawn.
+	llamaRelay, ok := m.Relay("src-llama")
+	if !ok {
+		t.Fatal("no pool src-llama")
+	}
 	p.srv.RemovePool("src-llama")
 	eventually(t, "llama unready", func() error {
 		if err := steady(); err != nil {
@@ -152,7 +210,7 @@ func TestKvRelayModelsEachIntoTheirDomain(t *testing.T) {
 		t.Fatalf("domains %v after the withdrawal", got)
 	}
 	// It comes back into the domain it kept.
-	p.srv.AddPool("src-llama", llamaPub)
+	p.srv.AddPool("src-llama", llamaRelay.Publication())
 	eventually(t, "llama exact again", func() error { return wl.exact(r, "llama", "dyn") })
 	if err := steady(); err != nil {
 		t.Fatal(err)
