@@ -1,5 +1,6 @@
 // Command ckf-authconf renders the per-role NATS permissions of ckfrelay
-// (deploy/auth) for one domain into an accounts block to include in a
+// (deploy/auth) for one domain, or several (--domain a,b: processes that
+// serve several models), into an accounts block to include in a
 // nats-server config:
 //
 //	ckf-authconf --domain prod --jetstream \
@@ -40,7 +41,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var p authconf.Params
 	var users userList
-	fs.StringVar(&p.Domain, "domain", "", "ckfrelay domain (required)")
+	var domains string
+	fs.StringVar(&domains, "domain", "", "ckfrelay domain, or a comma-separated list: every user gets its grants in each (required)")
 	fs.StringVar(&p.JSDomain, "js-domain", "", "JetStream domain the clients of this server use with --js-domain (a DC leaf server)")
 	fs.BoolVar(&p.JetStream, "jetstream", false, "enable JetStream for the account (the server holding the streams)")
 	fs.Var(&users, "user", "NAME:ROLE[:DC[,DC...]]:PASSWORD_FILE (repeatable)")
@@ -49,6 +51,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 0
 		}
 		return 2
+	}
+	if ds := strings.Split(domains, ","); len(ds) > 0 {
+		p.Domain, p.Domains = ds[0], ds[1:]
 	}
 	for _, spec := range users {
 		u, err := parseUser(spec)

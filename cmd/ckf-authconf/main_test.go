@@ -17,12 +17,12 @@ func TestRenderLoadsInNatsServer(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	code := run([]string{"--domain", "prod", "--js-domain", "hub",
+	code := run([]string{"--domain", "prod,prod-2", "--js-domain", "hub",
 		"--user", "relay-eu:relay:eu:" + pw, "--user", "w:worker:eu,us:" + pw, "--user", "ix:indexer:" + pw}, &out, &errb)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	for _, want := range []string{`"ckf.prod.eu.>"`, `"$JS.hub.API.$KV.ckf-leases.epoch.prod.eu"`, `"kvevents.prod.us.>"`, `password: "s3cret"`} {
+	for _, want := range []string{`"ckf.prod.eu.>"`, `"$JS.hub.API.$KV.ckf-leases.epoch.prod.eu"`, `"kvevents.prod.us.>"`, `"ckf.prod-2.eu.>"`, `"kvevents.prod-2.us.>"`, `password: "s3cret"`} {
 		if !strings.Contains(out.String(), want) {
 			t.Fatalf("output lacks %s:\n%s", want, out.String())
 		}

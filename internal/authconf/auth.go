@@ -45,6 +45,11 @@ type User struct {
 // Params describe one server's account.
 type Params struct {
 	Domain string
+	// Domains are further domains (models) whose grants every user gets
+	// exactly as it does Domain's: one relay process runs a pool per model
+	// (--pools-file), one indexer serves several (--domain a,b), and the
+	// trace replayer works and queries for each.
+	Domains []string
 	// JSDomain is empty on the server that holds JetStream; on a leaf
 	// server whose clients use --js-domain D it is D, and every JetStream
 	// subject is prefixed with $JS.D.API.
@@ -64,8 +69,16 @@ var ErrInvalidParams = errors.New("auth: invalid parameters")
 
 // Render returns the accounts block for p.
 func Render(p Params) (string, error) {
-	if err := lease.ValidateName(p.Domain); err != nil {
-		return "", fmt.Errorf("%w: domain: %w", ErrInvalidParams, err)
+	domains := append([]string{p.Domain}, p.Domains...)
+	seenDomain := map[string]bool{}
+	for _, d := range domains {
+		if err := lease.ValidateName(d); err != nil {
+			return "", fmt.Errorf("%w: domain: %w", ErrInvalidParams, err)
+		}
+		if seenDomain[d] {
+			return "", fmt.Errorf("%w: domain %q twice", ErrInvalidParams, d)
+		}
+		seenDomain[d] = true
 	}
 	if p.JSDomain != "" {
 		if err := lease.ValidateName(p.JSDomain); err != nil {
@@ -94,7 +107,9 @@ func Render(p Params) (string, error) {
 		Params
 		API, Put  string
 		InputAPIs []string
-	}{Params: p, API: "$JS.API"}
+		// Domains shadows Params.Domains: Domain and the further ones.
+		Domains []string
+	}{Params: p, API: "$JS.API", Domains: domains}
 	if p.JSDomain != "" {
 		view.API = "$JS." + p.JSDomain + ".API"
 		view.Put = view.API + "."

@@ -14,6 +14,11 @@ const (
 	DemoJSDomain = "hub"
 )
 
+// DemoModels are the further domains of the compose deployment: its relays
+// run a pool for DemoDomain and one for each of these (deploy/pools.yaml),
+// its indexers serve them all.
+var DemoModels = []string{"demo-2"}
+
 // DemoDCs are the DCs of the compose deployment.
 var DemoDCs = []string{"dc-a", "dc-b"}
 
@@ -42,7 +47,7 @@ func DemoFiles(secretsDir string) (map[string]string, error) {
 		errs = append(errs, err)
 		return u
 	}
-	hub := Params{Domain: DemoDomain, JetStream: true, Users: []User{
+	hub := Params{Domain: DemoDomain, Domains: DemoModels, JetStream: true, Users: []User{
 		must(mk("indexer", RoleIndexer, "", nil)),
 		must(mk("query", RoleQuery, "", nil)),
 		// The trace replayer simulates the workers of every DC and
@@ -63,7 +68,7 @@ func DemoFiles(secretsDir string) (map[string]string, error) {
 	for _, dc := range DemoDCs {
 		// Each DC leaf holds its own KVEVENTS in JetStream domain <dc>;
 		// the replayer publishes there as a worker of that DC.
-		p := Params{Domain: DemoDomain, JSDomain: DemoJSDomain, InputJSDomain: dc}
+		p := Params{Domain: DemoDomain, Domains: DemoModels, JSDomain: DemoJSDomain, InputJSDomain: dc}
 		for _, u := range []struct{ name, role string }{{"relay-" + dc, RoleRelay}, {"worker-" + dc, RoleWorker}, {"replayer", RoleWorker}} {
 			usr, err := mk(u.name, u.role, dc, []string{dc})
 			if err != nil {

@@ -57,8 +57,15 @@ var adminUser = User{Name: "admin", Password: "pw-admin-test"}
 // accounts of the test domain.
 func permServer(t *testing.T) (*testenv.Server, map[string]User) {
 	t.Helper()
-	users := testUsers()
-	block, err := Render(Params{Domain: testDomain, JetStream: true, Users: users})
+	return permServerFor(t, Params{Domain: testDomain, JetStream: true, Users: testUsers()})
+}
+
+// permServerFor starts an embedded server whose config includes the
+// accounts rendered from p.
+func permServerFor(t *testing.T, p Params) (*testenv.Server, map[string]User) {
+	t.Helper()
+	users := p.Users
+	block, err := Render(p)
 	if err != nil {
 		t.Fatal(err)
 	}
