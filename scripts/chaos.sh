@@ -30,10 +30,12 @@
 #
 # Each phase runs its own replayer pass: 512 requests of the Mooncake trace
 # (about 1,000 acknowledged events over both DCs) in a fresh hash space,
-# paced to span the fault; the replayer then waits until the pipeline
-# settles and checks every one of those requests (its sample is the whole
-# pass) against the exact ground truth: no answer under the truth
-# (false negative), none over it once settled.
+# split over the models of deploy/pools.yaml (every relay runs a pool per
+# model), paced to span the fault; the replayer then waits until the
+# pipeline settles and checks every one of those requests (its sample is
+# the whole pass) against its model's exact ground truth: no answer under
+# the truth (false negative), none over it once settled. The table sums
+# the models' counts; a phase passes only if every model verified.
 #
 # --no-build reuses ckfrelay:local and ckfrelay-nats:local as they are.
 # --file replaces the compose files (default docker-compose.yml and
@@ -180,41 +182,51 @@ load_wait() {
 }
 
 ROWS=()
-# row FAULT NAME FAULT_END NOTE: one table row from the pass NAME.
-# converge = from the later of the fault's end and the pass's last event
-# until the settled verification passed.
+# row FAULT NAME FAULT_END NOTE: one table row from the pass NAME, its
+# counts summed over the models (deploy/pools.yaml), each model verified on
+# its own. converge = from the later of the fault's end and the pass's last
+# event until the last model's settled verification passed.
 row() {
-  local fault=$1 f=$LOGDIR/$2 fend=$3 note=$4 rc last vline lu lo unav conv su so verdict
-  rc=$(cat "$f.rc" 2>/dev/null || echo "?")
-  last=$(grep ' t=' "$f" | tail -1 || true)
-  lu=$(grep -o 'under(lag)=[0-9]*' <<<"$last" | cut -d= -f2 || true)
-  lo=$(grep -o ' over=[0-9]*' <<<"$last" | cut -d= -f2 || true)
-  unav=$(grep -o 'unavailable=[0-9]*' <<<"$last" | cut -d= -f2 || true)
-  vline=$(grep 'verify:' "$f" | tail -1 || true)
-  conv=- su=? so=?
-  if grep -q 'no false negative' <<<"$vline"; then
-    su=0
-    so=$(grep -o 'over=[0-9]*' <<<"$vline" | cut -d= -f2)
-    conv=$(between "$(later "$fend" "${last%% *}")" "${vline%% *}")
+  local fault=$1 name=$2 fend=$3 note=$4 rc m out last vline lu=0 lo=0 unav=0 conv=- su=0 so=0 verdict
+  local tlast=0 tver=0 all=1 below missing
+  rc=$(cat "$LOGDIR/$name.rc" 2>/dev/null || echo "?")
+  for m in "${MODELS[@]}"; do
+    out=$(model_out "$name" "$m")
+    last=$(grep ' t=' <<<"$out" | tail -1 || true)
+    lu=$(add "$lu" "$(grep -o 'under(lag)=[0-9]*' <<<"$last" | cut -d= -f2 || true)")
+    lo=$(add "$lo" "$(grep -o ' over=[0-9]*' <<<"$last" | cut -d= -f2 || true)")
+    unav=$(add "$unav" "$(grep -o 'unavailable=[0-9]*' <<<"$last" | cut -d= -f2 || true)")
+    [ -z "$last" ] || tlast=$(later "$tlast" "${last%% *}")
+    vline=$(grep 'verify:' <<<"$out" | tail -1 || true)
+    if grep -q 'no false negative' <<<"$vline"; then
+      so=$(add "$so" "$(grep -o 'over=[0-9]*' <<<"$vline" | cut -d= -f2)")
+      tver=$(later "$tver" "${vline%% *}")
+    else
+      all=0
+      below=$(sed -n 's/.*: \([0-9]*\) lane answers below.*, \([0-9]*\) lanes missing.*/\1/p' <<<"$vline")
+      missing=$(sed -n 's/.*: \([0-9]*\) lane answers below.*, \([0-9]*\) lanes missing.*/\2/p' <<<"$vline")
+      su=$(add "$su" "$(add "$below" "$missing")")
+      so=$(add "$so" "$(grep -o 'over=[0-9]*' <<<"$vline" | cut -d= -f2 || true)")
+    fi
+  done
+  if [ "$all" = 1 ]; then
+    conv=$(between "$(later "$fend" "$tlast")" "$tver")
     if [[ $conv == -* ]]; then
       # The pass verified before the fault was over (a slow rolling
       # restart outlasting its pass): nothing was left to converge.
       note="$note; verified ${conv#-}s before the fault's end"
       conv=0.0
     fi
-  elif [ -n "$vline" ]; then
-    su=$(sed -n 's/.*: \([0-9]*\) lane answers below.*, \([0-9]*\) lanes missing.*/\1+\2/p' <<<"$vline")
-    so=$(grep -o 'over=[0-9]*' <<<"$vline" | cut -d= -f2 || true)
   fi
   verdict=ok
   if [ "$rc" != 0 ] || [ "$su" != 0 ] || [ "$so" != 0 ]; then
     verdict=FAIL
     FAILED=1
     echo "chaos: $fault: replayer exit $rc, settled under $su over $so; its output:" >&2
-    cut -d' ' -f2- "$f" | tail -8 >&2
+    cut -d' ' -f2- "$LOGDIR/$name" | tail -8 >&2
   fi
-  ROWS+=("$(printf '%-52s %8s %14s %14s %7s  %-4s %s' "$fault" "$conv" "${lu:-?} / ${lo:-?}" "$su / $so" "${unav:-?}" "$verdict" "$note")")
-  log "$fault: $verdict (converge ${conv}s, live ${lu:-?}/${lo:-?}, settled $su/$so)"
+  ROWS+=("$(printf '%-52s %8s %14s %14s %7s  %-4s %s' "$fault" "$conv" "$lu / $lo" "$su / $so" "$unav" "$verdict" "$note")")
+  log "$fault: $verdict (converge ${conv}s, live $lu/$lo, settled $su/$so)"
 }
 
 # wait_r3 WHAT: every asset back at R3 with two current followers.
@@ -429,12 +441,12 @@ log "starting the clustered stack (project $PROJ)"
   || { cat "$LOGDIR/up" >&2; exit 1; }
 t=$(now)
 wait_for 300 "every service healthy" healthy "${SERVICES[@]}"
-wait_for 180 "${#DCS[@]} lanes active at the indexer" lanes_active ${#DCS[@]}
+wait_for 180 "${#DCS[@]} lanes of every model active at the indexer" lanes_active ${#DCS[@]}
 for x in "${DCS[@]}"; do
-  wait_for 60 "dc-$x active relay" active_of "$x"
+  wait_for 60 "a dc-$x active relay for every model" active_of "$x"
 done
 wait_r3 "start"
-log "stack up (${#DCS[@]} DCs, ${#RELAYS[@]} relays), every lane active, every stream R3 after $(since "$t")s:"
+log "stack up (${#DCS[@]} DCs, ${#RELAYS[@]} relays, models ${MODELS[*]}), every lane active, every stream R3 after $(since "$t")s:"
 "$JSZ" status "${ASSETS[@]}" | sed 's/^/          /'
 
 # Baseline: one pass as fast as the replayer goes.
@@ -478,4 +490,4 @@ if [ "$FAILED" != 0 ]; then
   echo "chaos: FAILED in $(($(date +%s) - START))s: a phase did not settle at 0 under / 0 over (see above)" >&2
   exit 1
 fi
-echo "chaos: OK in $(($(date +%s) - START))s (converge: from the later of the fault's end and the pass's last event until all $LOAD_REQUESTS requests' answers were at the exact depth; live: answers below / above the truth while the pass ran; settled: the same $LOAD_REQUESTS requests × ${#DCS[@]} DCs once settled)"
+echo "chaos: OK in $(($(date +%s) - START))s (converge: from the later of the fault's end and the pass's last event until all $LOAD_REQUESTS requests' answers were at the exact depth; live: answers below / above the truth while the pass ran; settled: the same $LOAD_REQUESTS requests × ${#DCS[@]} DCs once settled; counts summed over the models ${MODELS[*]})"

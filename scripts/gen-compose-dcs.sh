@@ -4,7 +4,9 @@
 # leaf nats-dc-<x> reachable only through its WAN link wan-dc-<x>
 # (ckf-wanproxy), an active relay relay-<x>1 and, for the first STANDBYS
 # DCs, a standby relay-<x>2; plus a replayer whose workers span all N DCs. N = 16 fills every lane
-# of the index's table.
+# of the index's table. Every relay runs a pool per model of
+# deploy/pools.yaml (demo and demo-2), the indexers and the replayer serve
+# them all, as in docker-compose.yml.
 #
 #   scripts/gen-compose-dcs.sh N [--standbys K] [--out FILE]
 #
@@ -46,6 +48,9 @@ if ! [[ "$STANDBYS" =~ ^[0-9]+$ ]] || [ "$STANDBYS" -gt "$N" ]; then
 fi
 ROOT=$(pwd)
 LETTERS=(a b c d e f g h i j k l m n o p)
+# The models: the pools every relay runs (deploy/pools.yaml, mounted).
+MODELS=$(sed -n 's/^ *- domain: *\([^ #]*\).*/\1/p' deploy/pools.yaml | paste -sd, -)
+[ -n "$MODELS" ] || { echo "gen-compose-dcs: deploy/pools.yaml declares no pool" >&2; exit 2; }
 
 emit() {
   local i x dcs="" urls="" nets=""
@@ -83,6 +88,7 @@ x-wanproxy: &wanproxy
 x-relay: &relay
   <<: *ckf
   entrypoint: ["/relay-producer"]
+  volumes: ["$ROOT/deploy/pools.yaml:/etc/ckfrelay/pools.yaml:ro"]
   healthcheck:
     test: ["CMD", "/ckf-health", "http://127.0.0.1:9090/healthz"]
     interval: 2s
@@ -92,7 +98,7 @@ x-relay-env: &relay-env
   CKFRELAY_JS_DOMAIN: hub
   CKFRELAY_JS_REPLICAS: \${CKF_JS_REPLICAS:-3}
   CKFRELAY_INPUT_JS_REPLICAS: 1
-  CKFRELAY_DOMAIN: demo
+  CKFRELAY_POOLS_FILE: /etc/ckfrelay/pools.yaml
   CKFRELAY_EXPECTED_BLOCKS: \${CKF_EXPECTED_BLOCKS:-65536}
   CKFRELAY_LEASE_TTL: \${CKF_LEASE_TTL:-3s}
   CKFRELAY_CHECKPOINT_INTERVAL: 15s
@@ -105,7 +111,7 @@ x-indexer: &indexer
   environment:
     CKFRELAY_NATS_URL: nats://nats-hub-1:4222,nats://nats-hub-2:4222,nats://nats-hub-3:4222
     CKFRELAY_JS_REPLICAS: \${CKF_JS_REPLICAS:-3}
-    CKFRELAY_DOMAIN: demo
+    CKFRELAY_DOMAIN: $MODELS
     CKFRELAY_HTTP_ADDR: 0.0.0.0:8080
     CKFRELAY_LOG_FORMAT: json
   healthcheck:
@@ -199,7 +205,7 @@ EOF
       CKFRELAY_NATS_URL: nats://nats-hub-1:4222,nats://nats-hub-2:4222,nats://nats-hub-3:4222
       CKFRELAY_DC_NATS_URLS: $urls
       CKFRELAY_QUERY_VIA: nats
-      CKFRELAY_DOMAIN: demo
+      CKFRELAY_DOMAIN: $MODELS
       CKFRELAY_DCS: $dcs
       CKFRELAY_INDEXER_URL: http://indexer-1:8080
     networks: [wan$nets]

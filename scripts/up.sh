@@ -3,7 +3,8 @@
 # builds the FROM scratch images from this checkout (scripts/build-images.sh),
 # starts the stack detached with Compose v2 (`docker compose`) or v1
 # (`docker-compose`), whichever this machine has, and waits until the
-# indexer answers with ready lanes.
+# indexer answers with ready lanes. The stack runs two models, demo and
+# demo-2 (deploy/pools.yaml); a query names one with "model".
 #
 #   scripts/up.sh                   # the stack of docker-compose.yml
 #   scripts/up.sh --observability   # and the observability profile (Jaeger, Prometheus,
@@ -60,7 +61,8 @@ echo "up: ready after $SECONDS s; lanes:"
 curl -s "$url/v1/lanes"
 echo
 cat <<MSG
-query it:  curl -s -X POST $url/v1/match -d '{"local_hashes":[11,12]}'
+query it:  curl -s -X POST $url/v1/match -d '{"local_hashes":[11,12]}'    # model demo (the first)
+           curl -s -X POST $url/v1/match -d '{"model":"demo-2","local_hashes":[11,12]}'
 status:    $url/
 stop:      ${compose[*]} down -v
 MSG
