@@ -17,6 +17,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
@@ -127,10 +128,12 @@ type Config struct {
 type domain struct {
 	name string
 	// model is the kvrelay model the domain follows ("" none).
-	model  string
-	svc    *indexer.Service
-	cancel context.CancelFunc
-	done   chan struct{}
+	model string
+	svc   *indexer.Service
+	// metrics holds the domain's series, unregistered when it is removed.
+	metrics *promx.Scope
+	cancel  context.CancelFunc
+	done    chan struct{}
 	// table is the bytes reserved for its table (0 before it exists).
 	table atomic.Uint64
 }
@@ -360,7 +363,8 @@ func (r *Registry) newDomain(name string, kv *indexer.KvRelayConfig) (*domain, e
 	c := r.cfg.Base
 	c.Domain = name
 	c.Metrics = nil
-	c.Registerer = prometheus.WrapRegistererWith(prometheus.Labels{"domain": name}, r.cfg.Registerer)
+	d.metrics = promx.NewScope(r.cfg.Registerer, prometheus.Labels{"domain": name})
+	c.Registerer = d.metrics
 	switch {
 	case kv != nil:
 		c.KvRelay = *kv
@@ -371,6 +375,7 @@ func (r *Registry) newDomain(name string, kv *indexer.KvRelayConfig) (*domain, e
 	c.ReserveTable = func(_ ckf.FormatIdentity, bytes uint64) error { return r.reserve(d, bytes) }
 	svc, err := indexer.New(r.nc, r.js, c)
 	if err != nil {
+		d.metrics.Close()
 		return nil, err
 	}
 	d.svc = svc
@@ -424,6 +429,7 @@ func (r *Registry) Remove(name string) bool {
 		d.cancel()
 		<-d.done
 	}
+	d.metrics.Close()
 	r.mu.Lock()
 	r.tableBytes -= d.table.Swap(0)
 	r.m.tableBytes.Set(float64(r.tableBytes))

@@ -475,6 +475,16 @@ func TestDomainBounds(t *testing.T) {
 	if err := wl.exact(r, "llama", "dc-a"); err != nil {
 		t.Fatal(err)
 	}
+	// A domain removed comes back: its series left with it.
+	if !r.Remove("gemma") {
+		t.Fatal("gemma not removed")
+	}
+	if err := r.Add("gemma"); err != nil {
+		t.Fatalf("gemma added again: %v", err)
+	}
+	if _, known := r.DomainReady("gemma"); !known {
+		t.Fatal("gemma not served after it was added again")
+	}
 }
 
 func mustFormat(t testing.TB, blocks uint64) ckf.FormatIdentity {

@@ -156,6 +156,17 @@ func ParseFile(b []byte) (File, error) {
 	return f, nil
 }
 
+// Declared returns the spec the file declares for domain, or a spec of the
+// domain alone (the process's sizing) and false.
+func (f File) Declared(domain string) (PoolSpec, bool) {
+	for _, p := range f.Pools {
+		if p.Domain == domain {
+			return p, true
+		}
+	}
+	return PoolSpec{Domain: domain}, false
+}
+
 // Allows reports whether domain may appear on its first event.
 func (f File) Allows(domain string) bool {
 	for _, p := range f.Allow {

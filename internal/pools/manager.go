@@ -66,9 +66,11 @@ type Config struct {
 type pool struct {
 	domain string
 	r      *relay.Relay
-	cancel context.CancelFunc
-	done   chan struct{}
-	err    atomic.Pointer[error]
+	// metrics holds the pool's series, unregistered when it is removed.
+	metrics *promx.Scope
+	cancel  context.CancelFunc
+	done    chan struct{}
+	err     atomic.Pointer[error]
 }
 
 // Manager runs the pools of one DC.
@@ -143,7 +145,8 @@ func (m *Manager) newPool(spec PoolSpec) (*pool, error) {
 		}
 		c.KvRelay = &ks
 	}
-	c.Metrics = prometheus.WrapRegistererWith(prometheus.Labels{"domain": spec.Domain}, m.cfg.Registerer)
+	scope := promx.NewScope(m.cfg.Registerer, prometheus.Labels{"domain": spec.Domain})
+	c.Metrics = scope
 	if spec.ExpectedBlocks != 0 {
 		c.CKF.ExpectedBlocksPerDC = spec.ExpectedBlocks
 	}
@@ -162,9 +165,10 @@ func (m *Manager) newPool(spec PoolSpec) (*pool, error) {
 	}
 	r, err := relay.New(m.nc, m.js, c)
 	if err != nil {
+		scope.Close()
 		return nil, fmt.Errorf("pools: %s: %w", spec.Domain, err)
 	}
-	return &pool{domain: spec.Domain, r: r, done: make(chan struct{})}, nil
+	return &pool{domain: spec.Domain, r: r, metrics: scope, done: make(chan struct{})}, nil
 }
 
 func (m *Manager) publishLocked(p *pool) {
@@ -293,9 +297,10 @@ func domainOf(subject string) string {
 
 var errKnown = errors.New("pools: already running")
 
-// Add starts a pool for domain with the process's sizing. A domain neither
-// declared nor allowed, or past max_pools, is refused (counted, logged
-// once); one already running is errKnown.
+// Add starts a pool for domain: with its declared spec when the pools file
+// declares it (also after a Remove), else with the process's sizing. A
+// domain neither declared nor allowed, or past max_pools, is refused
+// (counted, logged once); one already running is errKnown.
 func (m *Manager) Add(domain string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -303,11 +308,12 @@ func (m *Manager) Add(domain string) error {
 	if _, ok := cur[domain]; ok {
 		return errKnown
 	}
+	spec, declared := m.cfg.File.Declared(domain)
 	var err error
 	switch {
 	case m.runCtx == nil || m.runCtx.Err() != nil:
 		return fmt.Errorf("pools: %s: the manager is not running", domain)
-	case !m.cfg.File.Allows(domain):
+	case !declared && !m.cfg.File.Allows(domain):
 		err = fmt.Errorf("%w: %q matches no allow pattern", ErrNotAllowed, domain)
 		m.refuseLocked(domain, "not_allowed", err)
 		return err
@@ -316,7 +322,7 @@ func (m *Manager) Add(domain string) error {
 		m.refuseLocked(domain, "too_many_pools", err)
 		return err
 	}
-	p, err := m.newPool(PoolSpec{Domain: domain})
+	p, err := m.newPool(spec)
 	if err != nil {
 		m.refuseLocked(domain, "invalid", err)
 		return err
@@ -357,6 +363,7 @@ func (m *Manager) Remove(domain string) bool {
 		p.cancel()
 		<-p.done
 	}
+	p.metrics.Close()
 	m.log.Info().Str("domain", domain).Msg("pool removed")
 	return true
 }

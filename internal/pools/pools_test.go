@@ -247,11 +247,15 @@ func eventually(t testing.TB, what string, f func() error) {
 // A declared pool runs at once; an allowed domain's pool appears on its
 // first event, an unallowed one is refused and counted; every pool
 // answers exactly in the indexer; a removed pool leaves, the others go
-// on.
+// on; a declared pool removed comes back on its next event, with its
+// declared sizing although no allow pattern matches it.
 func TestPoolsAppearOnFirstEventAndLeave(t *testing.T) {
 	e := &env{srv: testenv.StartServer(t)}
 	ix := e.indexer(t)
-	p := e.process(t, "relay-1", pools.File{Allow: []string{"q*"}, Pools: []pools.PoolSpec{{Domain: "llama"}}})
+	// llama's sizing differs from the process's (4096 blocks), so a pool
+	// brought back with the process's sizing would publish another format,
+	// which llama's table refuses.
+	p := e.process(t, "relay-1", pools.File{Allow: []string{"q*"}, Pools: []pools.PoolSpec{{Domain: "llama", ExpectedBlocks: 1 << 14}}})
 	wl, wq, wg := newWorkload("llama", 1, 30, 5), newWorkload("qwen", 2, 30, 7), newWorkload("gemma", 3, 10, 3)
 	wl.publish(t, e)
 	eventually(t, "llama exact", func() error { return wl.exact(ix) })
@@ -285,6 +289,21 @@ func TestPoolsAppearOnFirstEventAndLeave(t *testing.T) {
 	wl2 := newWorkload("llama", 4, 20, 4)
 	wl2.publish(t, e)
 	eventually(t, "llama still follows its input", func() error { return wl2.exact(ix) })
+	svc, _ := ix.Service("llama")
+	table := svc.TableBytes()
+
+	if !p.m.Remove("llama") {
+		t.Fatal("llama not removed")
+	}
+	wl3 := newWorkload("llama", 5, 20, 6)
+	wl3.publish(t, e)
+	eventually(t, "llama back on its next event, exact", func() error { return wl3.exact(ix) })
+	if p.state("llama") == "" {
+		t.Fatal("llama not running after its next event")
+	}
+	if got := svc.TableBytes(); got != table {
+		t.Fatalf("llama's table %d bytes after the pool came back, %d before", got, table)
+	}
 }
 
 // Two processes, each active for some pools and standby for others; the

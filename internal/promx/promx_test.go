@@ -62,3 +62,34 @@ func TestExemplarsOnlyForSampledTracesAndServedAsOpenMetrics(t *testing.T) {
 		t.Fatalf("observations lost:\n%s", v)
 	}
 }
+
+// A scope's collectors leave with it, so the same component registers
+// again; another scope's series stay.
+func TestScopeUnregistersOnClose(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	mk := func() prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts{Name: "ckf_test_total", Help: "test"})
+	}
+	a, b := NewScope(reg, prometheus.Labels{"domain": "a"}), NewScope(reg, prometheus.Labels{"domain": "b"})
+	a.MustRegister(mk())
+	b.MustRegister(mk())
+	if err := a.Register(mk()); err == nil {
+		t.Fatal("a second collector of the same series registered")
+	}
+	a.Close()
+	if err := a.Register(mk()); err != nil {
+		t.Fatalf("registering again after Close: %v", err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(mfs) != 1 || len(mfs[0].GetMetric()) != 2 {
+		t.Fatalf("gathered %v, want ckf_test_total for a and b", mfs)
+	}
+	b.Close()
+	a.Close()
+	if mfs, _ = reg.Gather(); len(mfs) != 0 {
+		t.Fatalf("gathered %v after both scopes closed", mfs)
+	}
+}
