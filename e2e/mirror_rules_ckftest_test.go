@@ -62,7 +62,10 @@ func TestMirrorKeepsAndDropsLanesLikeTheIndexer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	msvc := client.MirrorServiceForTest(m)
+	msvc, ok := client.MirrorServiceForTest(m, domain)
+	if !ok {
+		t.Fatalf("the mirror follows no domain %q", domain)
+	}
 	indexer.SetPoolClockForTest(msvc, clk.now)
 	background(t, m.Run)
 

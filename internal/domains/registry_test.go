@@ -27,6 +27,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/client"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
@@ -387,6 +388,45 @@ func TestHTTPQueriesNameTheirModel(t *testing.T) {
 	res.Body.Close()
 	if res.StatusCode != 200 || !strings.Contains(string(rb), `"depth":6`) {
 		t.Fatalf("route qwen: %d %s", res.StatusCode, rb)
+	}
+	// A binary body names its model in the URL's query: the Go client's
+	// ForModel.
+	seqs := ckf.SequenceHashes(nil, c)
+	hs := make([]uint64, len(seqs))
+	for i, h := range seqs {
+		hs[i] = uint64(h)
+	}
+	hc, err := client.NewHTTP(srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if resp, err := hc.ForModel("qwen").MatchSequenceHashes(ctx, hs); err != nil || resp.Best == nil || resp.Best.Depth != 6 {
+		t.Fatalf("qwen by hashes: %+v %v, want depth 6", resp, err)
+	}
+	if resp, err := hc.MatchSequenceHashes(ctx, hs); err != nil || resp.Best != nil {
+		t.Fatalf("default (llama) by hashes: %+v %v, want no depth", resp, err)
+	}
+	if resp, err := hc.ForModel("qwen").RouteSequenceHashes(ctx, hs, api.RouteOptions{Policy: "prefix", InputTokens: 900}); err != nil || len(resp.Ranked) == 0 || resp.Ranked[0].Depth != 6 {
+		t.Fatalf("qwen route by hashes: %+v %v, want depth 6 first", resp, err)
+	}
+	if _, err := hc.ForModel("gemma").MatchSequenceHashes(ctx, hs); !errors.Is(err, client.ErrUnknownModel) {
+		t.Fatalf("gemma by hashes: %v, want ErrUnknownModel", err)
+	}
+	if _, err := hc.ForModel("qwen").Match(ctx, api.MatchRequest{Model: "llama", LocalHashes: hs}); !errors.Is(err, client.ErrBadRequest) {
+		t.Fatalf("llama in a request for qwen: %v, want ErrBadRequest", err)
+	}
+	if resp, err := hc.ForModel("qwen").Match(ctx, api.MatchRequest{SequenceHashes: hs}); err != nil || resp.Best == nil || resp.Best.Depth != 6 {
+		t.Fatalf("qwen JSON through ForModel: %+v %v, want depth 6", resp, err)
+	}
+	// A JSON body names its model itself, never in the URL as well.
+	res, err = http.Post(srv.URL+"/v1/match?model=qwen", "application/json", bytes.NewBufferString(`{"local_hashes":[`+hashes+`]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusBadRequest {
+		t.Fatalf("JSON with ?model=: %d, want 400", res.StatusCode)
 	}
 	if _, err := r.Route(api.Query{Locals: c, Model: "gemma"}, api.RouteOptions{}); !errors.Is(err, api.ErrUnknownDomain) {
 		t.Fatalf("route of an unknown model: %v", err)

@@ -205,8 +205,11 @@ func Handler(b Backend, m *Metrics, reg prometheus.Gatherer, opts ...Option) htt
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", statusHandler(b, m, ho.info, ho.now))
 	qh := queryHandler{lim: lim, slots: slots, large: large, m: m}
-	mux.HandleFunc("POST /v1/match", qh.serve("match", func(ctx context.Context, kind bodyKind, body []byte, _ *http.Request, dst []byte) ([]byte, int, error) {
+	mux.HandleFunc("POST /v1/match", qh.serve("match", func(ctx context.Context, kind bodyKind, body []byte, r *http.Request, dst []byte) ([]byte, int, error) {
 		q, err := decodeBody(kind, body)
+		if err == nil {
+			_, err = modelFromQuery(kind, &q, r.URL.RawQuery)
+		}
 		if err != nil {
 			m.Requests.WithLabelValues("match", "bad_request").Inc()
 			return nil, http.StatusBadRequest, err
@@ -351,6 +354,22 @@ func Match(ctx context.Context, b Backend, m *Metrics, contentType string, body 
 		return api.MatchResponse{}, http.StatusBadRequest, err
 	}
 	return matchQuery(ctx, b, m, q)
+}
+
+// modelFromQuery sets the model of a binary body's query from the URL
+// query's model (or domain) parameter and returns the rest of the URL
+// query. A JSON body names its model itself: a model parameter with one
+// is refused, so that a request never names two.
+func modelFromQuery(kind bodyKind, q *api.Query, raw string) (rest string, err error) {
+	model, rest, err := api.SplitModelQuery(raw)
+	if err != nil || model == "" {
+		return rest, err
+	}
+	if kind != bodySeqHashes {
+		return "", &api.RequestError{Field: api.ModelParam, Reason: "a JSON request names its model in the body"}
+	}
+	q.Model = model
+	return rest, nil
 }
 
 func tooLargeError(limit int64) error {

@@ -24,9 +24,9 @@ type RouteBackend interface {
 const MetricRouteDuration = "ckf_api_route_duration_seconds"
 
 // routeBody decodes a route request: a JSON body carries its options,
-// a binary one (api.ContentTypeSeqHashes) takes them from rawOptions (the
-// URL's query over HTTP, api.HeaderRouteOptions over NATS), which a JSON
-// body must not have.
+// a binary one (api.ContentTypeSeqHashes) takes them, and its model, from
+// rawOptions (the URL's query over HTTP, api.HeaderRouteOptions over
+// NATS), which a JSON body must not have.
 func routeBody(ctx context.Context, b RouteBackend, m *Metrics, kind bodyKind, body []byte, rawOptions string) (api.RouteResponse, int, error) {
 	var (
 		q   api.Query
@@ -35,7 +35,9 @@ func routeBody(ctx context.Context, b RouteBackend, m *Metrics, kind bodyKind, b
 	)
 	if kind == bodySeqHashes {
 		if q, err = api.DecodeSeqHashes(body); err == nil {
-			o, err = api.ParseRouteOptions(rawOptions)
+			if rawOptions, err = modelFromQuery(kind, &q, rawOptions); err == nil {
+				o, err = api.ParseRouteOptions(rawOptions)
+			}
 		}
 	} else if rawOptions != "" {
 		err = &api.RequestError{Reason: "a JSON route request carries its options in the body"}

@@ -57,6 +57,9 @@ var (
 	// ErrUnavailable is api.ErrUnavailable: no lane is ready (503); route
 	// without the index.
 	ErrUnavailable = api.ErrUnavailable
+	// ErrUnknownModel is api.ErrUnknownDomain: the request named a model
+	// (domain) the indexer does not serve (404).
+	ErrUnknownModel = api.ErrUnknownDomain
 	// ErrServer: any other refusal (5xx).
 	ErrServer = errors.New("client: server error")
 	// ErrBadResponse: the answer was not the documented JSON.
@@ -91,6 +94,8 @@ func (e *StatusError) Unwrap() error {
 		return ErrOverloaded
 	case e.Status == http.StatusServiceUnavailable:
 		return ErrUnavailable
+	case e.Status == http.StatusNotFound:
+		return ErrUnknownModel
 	default:
 		return ErrServer
 	}

@@ -52,6 +52,7 @@ func TestRefusalsAreTypedWithTheirDetails(t *testing.T) {
 		{415, nil, `{"error":"content type \"text/plain\" is not accepted: send application/json (or no Content-Type) or application/x-ckf-seqhashes"}`, ErrBadRequest, "", 0},
 		{429, map[string]string{"Retry-After": "1"}, `{"error":"more than 64 match requests in progress; retry later"}`, ErrOverloaded, "", time.Second},
 		{503, nil, `{"error":"api: no lane is ready"}`, ErrUnavailable, "", 0},
+		{404, nil, `{"error":"domains: \"gemma\" is not served: api: unknown model"}`, ErrUnknownModel, "", 0},
 		{500, nil, `not json at all`, ErrServer, "", 0},
 		{502, nil, ``, ErrServer, "", 0},
 	} {

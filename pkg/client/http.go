@@ -17,6 +17,8 @@ import (
 type HTTP struct {
 	url string
 	hc  *http.Client
+	// model is the model every request names ("" none: ForModel).
+	model string
 }
 
 // NewHTTP returns a client of the indexer at baseURL (for example
@@ -36,23 +38,68 @@ func NewHTTP(baseURL string, hc *http.Client) (*HTTP, error) {
 	return &HTTP{url: strings.TrimSuffix(baseURL, "/") + "/v1/match", hc: hc}, nil
 }
 
+// ForModel is a client of the same indexer whose every request names
+// model: a JSON request in its "model" (its own must be empty or the
+// same), a binary one in the URL's ?model=. An indexer serving several
+// domains answers it from model's, one serving one refuses another model
+// (ErrUnknownModel).
+func (c *HTTP) ForModel(model string) *HTTP {
+	cc := *c
+	cc.model = model
+	return &cc
+}
+
+// withModel is the model of a request: c's, or the request's own.
+func (c *HTTP) withModel(own string) (string, error) {
+	return requestModel(c.model, own)
+}
+
+// requestModel is the model a request names when a client for model
+// sends it with its own: one of them, or a refusal when they differ.
+func requestModel(model, own string) (string, error) {
+	if model == "" || own == model {
+		return own, nil
+	}
+	if own != "" {
+		return "", badRequest(&api.RequestError{Field: "model", Reason: fmt.Sprintf("%q in a request for %q", own, model)})
+	}
+	return model, nil
+}
+
+// modelQuery is the URL query naming c's model ("" none).
+func (c *HTTP) modelQuery() string {
+	if c.model == "" {
+		return ""
+	}
+	return url.Values{api.ModelParam: {c.model}}.Encode()
+}
+
 // Match sends req and returns the answer, or a *StatusError for a refusal,
 // or a transport or ErrBadResponse error.
 func (c *HTTP) Match(ctx context.Context, req api.MatchRequest) (api.MatchResponse, error) {
+	var err error
+	if req.Model, err = c.withModel(req.Model); err != nil {
+		return api.MatchResponse{}, err
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return api.MatchResponse{}, fmt.Errorf("client: encode request: %w", err)
 	}
-	return c.post(ctx, "application/json", body)
+	return c.post(ctx, c.url, "application/json", body)
 }
 
-// MatchSequenceHashes sends hashes as an api.ContentTypeSeqHashes body.
+// MatchSequenceHashes sends hashes as an api.ContentTypeSeqHashes body
+// (ForModel: with the model in the URL's query).
 func (c *HTTP) MatchSequenceHashes(ctx context.Context, hashes []uint64) (api.MatchResponse, error) {
-	return c.post(ctx, api.ContentTypeSeqHashes, seqHashesBody(hashes))
+	u := c.url
+	if q := c.modelQuery(); q != "" {
+		u += "?" + q
+	}
+	return c.post(ctx, u, api.ContentTypeSeqHashes, seqHashesBody(hashes))
 }
 
-func (c *HTTP) post(ctx context.Context, contentType string, body []byte) (api.MatchResponse, error) {
-	b, err := c.exchange(ctx, "match", c.url, contentType, body)
+func (c *HTTP) post(ctx context.Context, url, contentType string, body []byte) (api.MatchResponse, error) {
+	b, err := c.exchange(ctx, "match", url, contentType, body)
 	if err != nil {
 		return api.MatchResponse{}, err
 	}

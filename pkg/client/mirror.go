@@ -13,6 +13,7 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ckfrelay/ckfrelay/internal/domains"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -20,10 +21,25 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
-// MirrorConfig configures a Mirror. Domain is required; the rest defaults
-// as the global-indexer binary does.
+// MirrorConfig configures a Mirror. Domain, Domains or Discover names
+// what to follow; the rest defaults as the global-indexer binary does.
 type MirrorConfig struct {
+	// Domain is the domain a request that names no model is answered
+	// from (with Domains empty and Discover off, the only one).
 	Domain string
+	// Domains are further domains (models) to follow in the same mirror,
+	// each into a table of its own, as global-indexer --domain a,b does;
+	// a request picks one by its "model".
+	Domains []string
+	// Discover also follows every domain a relay registers in the lease
+	// bucket's lane maps (global-indexer --domains-from lane-map).
+	Discover bool
+	// MaxDomains and MaxTableBytes bound the domains followed and the sum
+	// of their tables when the mirror follows several (0: the indexer's
+	// defaults, 64 and 8 GiB); a domain past them is refused, and the ones
+	// followed are unchanged.
+	MaxDomains    int
+	MaxTableBytes uint64
 	// Rules are the lane rules, one field per global-indexer flag
 	// (--max-apply-lag, --expected-blocks, --lane-stale-after,
 	// --stale-lanes, --workers, --queue, --control-timeout,
@@ -36,7 +52,8 @@ type MirrorConfig struct {
 	// Tracer provides lane_apply spans (nil: none).
 	Tracer trace.TracerProvider
 	// Metrics receives the lane metrics (ckf_indexer_*), as the indexer's
-	// /metrics shows them (nil: a private registry).
+	// /metrics shows them, labelled by domain when the mirror follows
+	// several (nil: a private registry).
 	Metrics *prometheus.Registry
 	// JSDomain is the JetStream domain holding the lanes (e.g. "hub" when
 	// the router's NATS is a leaf of the hub); empty: the connection's.
@@ -52,22 +69,44 @@ type MirrorConfig struct {
 	LoadMaxAge time.Duration
 }
 
-// Mirror follows one domain's lanes from JetStream in this process and
-// answers Match from its own copy of the table: a Go router pays for a
-// prefix search, not a network round trip. It is the global indexer's own
-// lane machinery (internal/indexer, without its NATS endpoint), so it
-// applies the same epochs, fencing, freshness and fail-closed rules and
-// gives the same answers; it holds one table (16 lanes × the lanes'
-// bucket count × 8 bytes).
-//
-// Run must be running for the mirror to follow the lanes; Match is safe
-// for concurrent use and never blocks on the network.
-type Mirror struct {
-	svc *indexer.Service
+// several reports whether cfg follows more than one domain.
+func (cfg MirrorConfig) several() bool {
+	return cfg.Discover || len(cfg.Domains) > 0 && !(len(cfg.Domains) == 1 && cfg.Domains[0] == cfg.Domain)
 }
 
-// NewMirror builds a mirror on nc for cfg.Domain. It does not start
-// following the lanes: call Run.
+// mirrorBackend is what a Mirror answers from: one domain's indexer
+// service, or a registry of several.
+type mirrorBackend interface {
+	Run(ctx context.Context) error
+	Ready() bool
+	TableBytes() uint64
+	Lanes() []api.LaneStatus
+	Match(q api.Query) (api.MatchResponse, error)
+	Route(q api.Query, o api.RouteOptions) (api.RouteResponse, error)
+}
+
+// Mirror follows one or several domains' lanes from JetStream in this
+// process and answers Match and Route from its own copy of their tables:
+// a Go router pays for a prefix search, not a network round trip. It is
+// the global indexer's own lane machinery (without its NATS endpoint), so
+// it applies the same epochs, fencing, freshness and fail-closed rules
+// and gives the same answers; it holds one table per domain (16 lanes ×
+// the lanes' bucket count × 8 bytes). A request names its domain with
+// "model" (a domain followed, or none for Domain); ForModel gives the
+// same for requests sent as hashes.
+//
+// Run must be running for the mirror to follow the lanes; the query
+// methods are safe for concurrent use and never block on the network.
+type Mirror struct {
+	b mirrorBackend
+	// svc is the only domain's service (nil when following several).
+	svc *indexer.Service
+	// reg is the registry of several domains (nil when following one).
+	reg *domains.Registry
+}
+
+// NewMirror builds a mirror on nc for the domains cfg names. It does not
+// start following the lanes: call Run.
 func NewMirror(nc *nats.Conn, cfg MirrorConfig) (*Mirror, error) {
 	if nc == nil {
 		return nil, errors.New("client: mirror: nil NATS connection")
@@ -82,38 +121,83 @@ func NewMirror(nc *nats.Conn, cfg MirrorConfig) (*Mirror, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: mirror: %w", err)
 	}
-	icfg, err := indexer.Config{
-		Domain: cfg.Domain, Logger: cfg.Logger, Tracer: cfg.Tracer, Metrics: cfg.Metrics,
-		NoMatchEndpoint: true,
-	}.WithRules(cfg.Rules)
+	base := indexer.Config{Domain: cfg.Domain, Logger: cfg.Logger, Tracer: cfg.Tracer, NoMatchEndpoint: true}
+	if !cfg.several() {
+		base.Metrics = cfg.Metrics
+	}
+	icfg, err := base.WithRules(cfg.Rules)
 	if err != nil {
 		return nil, fmt.Errorf("client: mirror: %w", err)
 	}
 	icfg.Route = indexer.RouteConfig{Policy: cfg.Route, PrefillRate: cfg.RoutePrefillRate, BlockSize: cfg.RouteBlockSize}
 	icfg.LoadMaxAge = cfg.LoadMaxAge
-	svc, err := indexer.New(nc, js, icfg)
+	if !cfg.several() {
+		svc, err := indexer.New(nc, js, icfg)
+		if err != nil {
+			return nil, fmt.Errorf("client: mirror: %w", err)
+		}
+		return &Mirror{b: svc, svc: svc}, nil
+	}
+	var names []string
+	if cfg.Domain != "" {
+		names = append(names, cfg.Domain)
+	}
+	for _, d := range cfg.Domains {
+		if d != cfg.Domain {
+			names = append(names, d)
+		}
+	}
+	rc := domains.Config{Base: icfg, Domains: names, Discover: cfg.Discover, MaxDomains: cfg.MaxDomains,
+		MaxTableBytes: cfg.MaxTableBytes, Logger: cfg.Logger}
+	if cfg.Metrics != nil {
+		rc.Registerer = cfg.Metrics
+	}
+	reg, err := domains.New(nc, js, rc)
 	if err != nil {
 		return nil, fmt.Errorf("client: mirror: %w", err)
 	}
-	return &Mirror{svc: svc}, nil
+	return &Mirror{b: reg, reg: reg}, nil
 }
 
 // Run follows the lanes until ctx ends (it returns nil then).
-func (m *Mirror) Run(ctx context.Context) error { return m.svc.Run(ctx) }
+func (m *Mirror) Run(ctx context.Context) error { return m.b.Run(ctx) }
 
-// Ready reports whether at least one lane can answer.
-func (m *Mirror) Ready() bool { return m.svc.Ready() }
+// Ready reports whether at least one lane of some domain can answer.
+func (m *Mirror) Ready() bool { return m.b.Ready() }
 
-// TableBytes is the memory of the mirror's table (0 until the first
+// DomainReady reports whether model (a domain followed, or a name it is
+// known by) is followed and has a lane that can answer, as GET
+// /readyz?domain= does.
+func (m *Mirror) DomainReady(model string) (ready, known bool) {
+	if m.reg != nil {
+		return m.reg.DomainReady(model)
+	}
+	if model != m.svc.Domain() {
+		return false, false
+	}
+	return m.svc.Ready(), true
+}
+
+// Domains lists the domains followed, sorted.
+func (m *Mirror) Domains() []string {
+	if m.reg != nil {
+		return m.reg.Domains()
+	}
+	return []string{m.svc.Domain()}
+}
+
+// TableBytes is the memory of the mirror's tables (0 until the first
 // lane's format is known).
-func (m *Mirror) TableBytes() uint64 { return m.svc.TableBytes() }
+func (m *Mirror) TableBytes() uint64 { return m.b.TableBytes() }
 
-// Lanes returns the rows GET /v1/lanes would show.
-func (m *Mirror) Lanes() []api.LaneStatus { return m.svc.Lanes() }
+// Lanes returns the rows GET /v1/lanes would show: every domain's lanes,
+// by domain then lane.
+func (m *Mirror) Lanes() []api.LaneStatus { return m.b.Lanes() }
 
 // Match answers req as POST /v1/match would: the same validation (through
-// the API's own decoder) and the same answer; no lane ready is
-// ErrUnavailable, a bad request a *StatusError matching ErrBadRequest.
+// the API's own decoder) and the same answer, from the domain req.Model
+// names; no lane ready is ErrUnavailable, a model not followed
+// ErrUnknownModel, a bad request a *StatusError matching ErrBadRequest.
 func (m *Mirror) Match(_ context.Context, req api.MatchRequest) (api.MatchResponse, error) {
 	body, err := json.Marshal(req)
 	if err != nil {
@@ -123,20 +207,65 @@ func (m *Mirror) Match(_ context.Context, req api.MatchRequest) (api.MatchRespon
 	if err != nil {
 		return api.MatchResponse{}, badRequest(err)
 	}
-	return m.svc.Match(q)
+	return m.b.Match(q)
 }
 
 // MatchSequenceHashes answers a request given as its sequence hashes,
-// without any encoding.
-func (m *Mirror) MatchSequenceHashes(_ context.Context, hashes []uint64) (api.MatchResponse, error) {
+// without any encoding, from the default domain (ForModel: another).
+func (m *Mirror) MatchSequenceHashes(ctx context.Context, hashes []uint64) (api.MatchResponse, error) {
+	return m.matchSeqs(ctx, "", hashes)
+}
+
+func (m *Mirror) matchSeqs(_ context.Context, model string, hashes []uint64) (api.MatchResponse, error) {
 	if len(hashes) > api.MaxBlocks {
 		return api.MatchResponse{}, badRequest(&api.RequestError{Field: "sequence_hashes", Reason: fmt.Sprintf("more than %d blocks", api.MaxBlocks)})
+	}
+	if err := checkModel(model); err != nil {
+		return api.MatchResponse{}, err
 	}
 	seqs := make([]ckf.SequenceHash, len(hashes))
 	for i, h := range hashes {
 		seqs[i] = ckf.SequenceHash(h)
 	}
-	return m.svc.Match(api.Query{Seqs: seqs})
+	return m.b.Match(api.Query{Seqs: seqs, Model: model})
+}
+
+// checkModel refuses a model name the API's decoder would.
+func checkModel(model string) error {
+	if len(model) > api.MaxModelBytes {
+		return badRequest(&api.RequestError{Field: "model", Reason: fmt.Sprintf("longer than %d bytes", api.MaxModelBytes)})
+	}
+	return nil
+}
+
+// ForModel is the mirror answering for model: every request it takes
+// names model (a JSON request's own "model" must be empty or the same).
+func (m *Mirror) ForModel(model string) *MirrorModel { return &MirrorModel{m: m, model: model} }
+
+// MirrorModel is a Mirror answering for one model; see Mirror.ForModel.
+type MirrorModel struct {
+	m     *Mirror
+	model string
+}
+
+// Match answers req for the model.
+func (v *MirrorModel) Match(ctx context.Context, req api.MatchRequest) (api.MatchResponse, error) {
+	var err error
+	if req.Model, err = requestModel(v.model, req.Model); err != nil {
+		return api.MatchResponse{}, err
+	}
+	return v.m.Match(ctx, req)
+}
+
+// MatchSequenceHashes answers hashes for the model.
+func (v *MirrorModel) MatchSequenceHashes(ctx context.Context, hashes []uint64) (api.MatchResponse, error) {
+	return v.m.matchSeqs(ctx, v.model, hashes)
+}
+
+// Ready reports whether the model is followed and a lane of it can answer.
+func (v *MirrorModel) Ready() bool {
+	ready, _ := v.m.DomainReady(v.model)
+	return ready
 }
 
 // badRequest is err as the refusal a server would have sent.
@@ -149,4 +278,7 @@ func badRequest(err error) error {
 	return se
 }
 
-var _ Matcher = (*Mirror)(nil)
+var (
+	_ Matcher = (*Mirror)(nil)
+	_ Matcher = (*MirrorModel)(nil)
+)

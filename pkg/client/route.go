@@ -27,6 +27,10 @@ type Router interface {
 
 // Route sends req as JSON to POST /v1/route.
 func (c *HTTP) Route(ctx context.Context, req api.RouteRequest) (api.RouteResponse, error) {
+	var err error
+	if req.Model, err = c.withModel(req.Model); err != nil {
+		return api.RouteResponse{}, err
+	}
 	body, err := json.Marshal(req)
 	if err != nil {
 		return api.RouteResponse{}, fmt.Errorf("client: encode request: %w", err)
@@ -35,10 +39,14 @@ func (c *HTTP) Route(ctx context.Context, req api.RouteRequest) (api.RouteRespon
 }
 
 // RouteSequenceHashes sends hashes as an api.ContentTypeSeqHashes body,
-// the options as the URL's query.
+// the options (and ForModel's model) as the URL's query.
 func (c *HTTP) RouteSequenceHashes(ctx context.Context, hashes []uint64, o api.RouteOptions) (api.RouteResponse, error) {
 	u := c.routeURL()
-	if q := o.EncodeQuery(); q != "" {
+	q := o.EncodeQuery()
+	if mq := c.modelQuery(); mq != "" {
+		q = strings.TrimPrefix(q+"&"+mq, "&")
+	}
+	if q != "" {
 		u += "?" + q
 	}
 	return c.route(ctx, u, api.ContentTypeSeqHashes, seqHashesBody(hashes))
@@ -98,14 +106,22 @@ func (m *Mirror) Route(_ context.Context, req api.RouteRequest) (api.RouteRespon
 	return m.routeQuery(q, o)
 }
 
-// RouteSequenceHashes routes a request given as its sequence hashes.
+// RouteSequenceHashes routes a request given as its sequence hashes, in
+// the default domain (ForModel: another).
 func (m *Mirror) RouteSequenceHashes(_ context.Context, hashes []uint64, o api.RouteOptions) (api.RouteResponse, error) {
+	return m.routeSeqs("", hashes, o)
+}
+
+func (m *Mirror) routeSeqs(model string, hashes []uint64, o api.RouteOptions) (api.RouteResponse, error) {
 	if len(hashes) > api.MaxBlocks {
 		// The server refuses a binary body over its limit with 413.
 		return api.RouteResponse{}, &StatusError{Status: 413, Message: fmt.Sprintf("more than %d blocks", api.MaxBlocks)}
 	}
 	if len(hashes) == 0 {
 		return api.RouteResponse{}, badRequest(&api.RequestError{Reason: "empty request body"})
+	}
+	if err := checkModel(model); err != nil {
+		return api.RouteResponse{}, err
 	}
 	// The options as the server would read them, validation included.
 	o, err := api.ParseRouteOptions(o.EncodeQuery())
@@ -116,11 +132,11 @@ func (m *Mirror) RouteSequenceHashes(_ context.Context, hashes []uint64, o api.R
 	for i, h := range hashes {
 		seqs[i] = ckf.SequenceHash(h)
 	}
-	return m.routeQuery(api.Query{Seqs: seqs}, o)
+	return m.routeQuery(api.Query{Seqs: seqs, Model: model}, o)
 }
 
 func (m *Mirror) routeQuery(q api.Query, o api.RouteOptions) (api.RouteResponse, error) {
-	resp, err := m.svc.Route(q, o)
+	resp, err := m.b.Route(q, o)
 	if err != nil {
 		var re *api.RequestError
 		if errors.As(err, &re) {
@@ -129,6 +145,20 @@ func (m *Mirror) routeQuery(q api.Query, o api.RouteOptions) (api.RouteResponse,
 		return api.RouteResponse{}, err
 	}
 	return resp, nil
+}
+
+// Route routes req for the model.
+func (v *MirrorModel) Route(ctx context.Context, req api.RouteRequest) (api.RouteResponse, error) {
+	var err error
+	if req.Model, err = requestModel(v.model, req.Model); err != nil {
+		return api.RouteResponse{}, err
+	}
+	return v.m.Route(ctx, req)
+}
+
+// RouteSequenceHashes routes hashes for the model.
+func (v *MirrorModel) RouteSequenceHashes(_ context.Context, hashes []uint64, o api.RouteOptions) (api.RouteResponse, error) {
+	return v.m.routeSeqs(v.model, hashes, o)
 }
 
 // decodeRouteAnswer decodes and checks a route answer: lanes within the
