@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -292,16 +291,8 @@ func (w *workload) laneDepths(t testing.TB, ix *indexerProc, dc string) []int {
 	return out
 }
 
-// withoutAges is r with every lane's age zeroed: two answers given a few
-// milliseconds apart differ in age_ms and nothing else.
-func withoutAges(r api.MatchResponse) api.MatchResponse {
-	r.Lanes = slices.Clone(r.Lanes)
-	for i := range r.Lanes {
-		r.Lanes[i].AgeMs = 0
-	}
-	r.SetBest()
-	return r
-}
+// withoutAges is testenv.WithoutAges.
+func withoutAges(r api.MatchResponse) api.MatchResponse { return testenv.WithoutAges(r) }
 
 func indexOf(s []string, v string) int {
 	for i, x := range s {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/client"
 	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
+	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
 // pkg/client's Mirror following several domains is this package's
@@ -51,20 +51,7 @@ func TestMirrorFollowsSeveralDomains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- m.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("mirror Run: %v", err)
-			}
-		case <-time.After(waitTotal):
-			t.Error("mirror Run did not return")
-		}
-	})
+	runUntilCleanup(t, "mirror", m.Run)
 	if got := m.Domains(); !slices.Equal(got, []string{"llama", "qwen"}) {
 		t.Fatalf("mirror domains %v", got)
 	}
@@ -82,7 +69,7 @@ func TestMirrorFollowsSeveralDomains(t *testing.T) {
 				req.LocalHashes[j] = uint64(l)
 			}
 			got, err := m.Match(context.Background(), req)
-			if err != nil || !reflect.DeepEqual(ages0(got), ages0(want)) {
+			if err != nil || !testenv.SameAnswer(got, want) {
 				return fmt.Errorf("%s chain %d: mirror %+v %v, indexer %+v", model, i, got, err, want)
 			}
 			seqs := ckf.SequenceHashes(nil, c)
@@ -90,12 +77,12 @@ func TestMirrorFollowsSeveralDomains(t *testing.T) {
 			for j, s := range seqs {
 				hs[j] = uint64(s)
 			}
-			if got, err = m.ForModel(model).MatchSequenceHashes(context.Background(), hs); err != nil || !reflect.DeepEqual(ages0(got), ages0(want)) {
+			if got, err = m.ForModel(model).MatchSequenceHashes(context.Background(), hs); err != nil || !testenv.SameAnswer(got, want) {
 				return fmt.Errorf("%s chain %d by hashes: mirror %+v %v, indexer %+v", model, i, got, err, want)
 			}
 			if model == "llama" {
 				req.Model = ""
-				if got, err = m.Match(context.Background(), req); err != nil || !reflect.DeepEqual(ages0(got), ages0(want)) {
+				if got, err = m.Match(context.Background(), req); err != nil || !testenv.SameAnswer(got, want) {
 					return fmt.Errorf("chain %d naming no model: mirror %+v %v, llama %+v", i, got, err, want)
 				}
 			}
@@ -146,15 +133,4 @@ func TestMirrorFollowsSeveralDomains(t *testing.T) {
 	if !m.Ready() {
 		t.Fatal("the mirror unready while llama answers")
 	}
-}
-
-// ages0 is r with every lane's age zeroed: two answers a few milliseconds
-// apart differ in age_ms alone.
-func ages0(r api.MatchResponse) api.MatchResponse {
-	r.Lanes = slices.Clone(r.Lanes)
-	for i := range r.Lanes {
-		r.Lanes[i].AgeMs = 0
-	}
-	r.SetBest()
-	return r
 }

@@ -92,21 +92,27 @@ func (e *env) start(t testing.TB, cfg domains.Config) *domains.Registry {
 	if err != nil {
 		t.Fatal(err)
 	}
+	runUntilCleanup(t, "registry", r.Run)
+	return r
+}
+
+// runUntilCleanup runs run until the test ends, then expects it to return
+// nil soon.
+func runUntilCleanup(t testing.TB, what string, run func(context.Context) error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
+	go func() { done <- run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
 		case err := <-done:
 			if err != nil {
-				t.Errorf("Run: %v", err)
+				t.Errorf("%s Run: %v", what, err)
 			}
 		case <-time.After(waitTotal):
-			t.Errorf("Run did not return; goroutines:\n%s", testenv.Goroutines())
+			t.Errorf("%s Run did not return; goroutines:\n%s", what, testenv.Goroutines())
 		}
 	})
-	return r
 }
 
 // runningRelay is a real relay of one pool on its own connection; kill
