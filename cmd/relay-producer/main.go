@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -103,19 +105,42 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 		return nil, err
 	}
 	if o.poolsFile != "" {
-		f, err := pools.ReadFile(o.poolsFile)
+		f, err := o.readPools()
 		if err != nil {
-			return nil, fmt.Errorf("--pools-file: %w", err)
-		}
-		if len(f.Pools) == 0 && len(f.Allow) == 0 {
-			return nil, fmt.Errorf("--pools-file %s: declares no pool and allows none", o.poolsFile)
-		}
-		if err := o.kv.checkPools(f); err != nil {
-			return nil, fmt.Errorf("--pools-file %s: %w", o.poolsFile, err)
+			return nil, err
 		}
 		o.pools = &f
 	}
 	return o, nil
+}
+
+// readPools reads and checks --pools-file, at start and on SIGHUP.
+func (o *options) readPools() (pools.File, error) {
+	f, err := pools.ReadFile(o.poolsFile)
+	if err != nil {
+		return pools.File{}, fmt.Errorf("--pools-file: %w", err)
+	}
+	if len(f.Pools) == 0 && len(f.Allow) == 0 {
+		return pools.File{}, fmt.Errorf("--pools-file %s: declares no pool and allows none", o.poolsFile)
+	}
+	if err := o.kv.checkPools(f); err != nil {
+		return pools.File{}, fmt.Errorf("--pools-file %s: %w", o.poolsFile, err)
+	}
+	return f, nil
+}
+
+// reloadOnHangup applies the pools file anew on each SIGHUP until ctx
+// ends. The caller has registered hup with signal.Notify.
+func reloadOnHangup(ctx context.Context, o *options, m *pools.Manager, hup <-chan os.Signal) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+			// The manager logs and counts the outcome.
+			_, _ = m.ReloadFile(o.readPools)
+		}
+	}
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
@@ -200,6 +225,11 @@ func servePools(ctx context.Context, o *options, log zerolog.Logger, nc *nats.Co
 			}
 		}, func(domain string) { srv.RemovePool(domain) })
 	}
+	// SIGHUP reloads the pools file (pools.Manager.Reload).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go reloadOnHangup(ctx, o, m, hup)
 	log.Info().Str("dc", o.cfg.DC).Strs("pools", m.Domains()).Strs("allow", o.pools.Allow).Int("max_pools", o.pools.MaxPools).
 		Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).Str("js_domain", o.common.JSDomain).Str("input_js_domain", o.inputJSDomain).
 		Msg("relay-producer starting")

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -88,6 +89,36 @@ func TestRunServesThePoolsOfAPoolsFile(t *testing.T) {
 	res.Body.Close()
 	if !strings.Contains(string(b), "ckf_relay_pools 2") || !strings.Contains(string(b), `domain="qwen"`) {
 		t.Fatalf("metrics lack the pools:\n%.2000s", b)
+	}
+
+	// SIGHUP reloads the file: qwen leaves, mistral comes.
+	if err := os.WriteFile(file, []byte("pools:\n  - domain: llama\n  - domain: mistral\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	testenv.Eventually(t, 30*time.Second, 20*time.Millisecond, func() error {
+		res, err := http.Get("http://" + addr + "/readyz?domain=mistral")
+		if err != nil {
+			return err
+		}
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			return fmt.Errorf("mistral /readyz %d", res.StatusCode)
+		}
+		return nil
+	})
+	res, err = http.Get("http://" + addr + "/readyz?domain=qwen")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != 404 {
+		t.Fatalf("qwen /readyz %d after the reload, want 404", res.StatusCode)
+	}
+	if !strings.Contains(out.String(), `"message":"pools file reloaded"`) {
+		t.Fatalf("no reload logged:\n%s", out)
 	}
 	cancel()
 	select {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -83,10 +84,13 @@ type Manager struct {
 
 	byName atomic.Pointer[map[string]*pool]
 
-	mu      sync.Mutex
-	runCtx  context.Context
-	wg      sync.WaitGroup
-	refused map[string]bool
+	mu     sync.Mutex // guards cfg.File, the fields below and the writes of byName
+	runCtx context.Context
+	// discovering: the discovery of allowed domains runs (from Run, or
+	// from the first Reload that allows some).
+	discovering bool
+	wg          sync.WaitGroup
+	refused     map[string]bool
 	// onAdd is told of every pool started (the kvrelay catalog).
 	onAdd []func(domain string, r *relay.Relay)
 	onDel []func(domain string)
@@ -206,16 +210,31 @@ func (m *Manager) Run(ctx context.Context) error {
 	for _, p := range *m.byName.Load() {
 		m.startLocked(p)
 	}
+	m.startDiscoveryLocked()
 	m.mu.Unlock()
-	if len(m.cfg.File.Allow) > 0 {
-		m.discover(ctx)
-	}
 	<-ctx.Done()
 	m.wg.Wait()
 	return nil
 }
 
 // eventsSubjectAll is the worker events of every domain of the DC.
+// startDiscoveryLocked starts the discovery of allowed domains under Run's
+// context when the file allows some and it does not run yet; once started
+// it runs until Run ends (a file that allows none refuses what it finds).
+// m.mu held.
+func (m *Manager) startDiscoveryLocked() {
+	if m.discovering || len(m.cfg.File.Allow) == 0 || m.runCtx == nil {
+		return
+	}
+	m.discovering = true
+	ctx := m.runCtx
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		m.discover(ctx)
+	}()
+}
+
 func (m *Manager) eventsSubjectAll() string { return "kvevents.*." + m.cfg.Base.DC + ".>" }
 
 // discover adds allowed domains seen on the DC's worker events: live (a
@@ -366,6 +385,85 @@ func (m *Manager) Remove(domain string) bool {
 	p.metrics.Close()
 	m.log.Info().Str("domain", domain).Msg("pool removed")
 	return true
+}
+
+// ReloadResult is what Reload did.
+type ReloadResult struct {
+	// Added are the declared pools started; Removed the pools stopped,
+	// neither declared nor allowed any more.
+	Added, Removed []string
+	// Unchanged are running pools whose declared settings changed: they
+	// keep the ones they run with until the process restarts, since other
+	// settings would publish another CKF format on the same lane, which
+	// the indexers' tables refuse.
+	Unchanged []string
+	// Refused are the declared pools that could not start (past
+	// max_pools, or invalid), each error naming its domain.
+	Refused []error
+}
+
+// ReloadFile reads the pools file anew with read (which also checks it)
+// and applies it (Reload). A file read refuses changes nothing: the
+// error is returned and counted.
+func (m *Manager) ReloadFile(read func() (File, error)) (ReloadResult, error) {
+	f, err := read()
+	if err != nil {
+		m.m.reloads.WithLabelValues("invalid_file").Inc()
+		m.log.Error().Err(err).Msg("pools file refused on reload; the pools run as they were")
+		return ReloadResult{}, err
+	}
+	return m.Reload(f)
+}
+
+// Reload applies f, a pools file read anew (the operator's SIGHUP): pools
+// it declares start, running pools it neither declares nor allows stop
+// (releasing their leases, so a standby whose file still has them takes
+// over), and its allow patterns and max_pools apply from now on. The other
+// running pools go on untouched.
+func (m *Manager) Reload(f File) (ReloadResult, error) {
+	if f.MaxPools == 0 {
+		f.MaxPools = DefaultMaxPools
+	}
+	var res ReloadResult
+	m.mu.Lock()
+	if m.runCtx == nil || m.runCtx.Err() != nil {
+		m.mu.Unlock()
+		return res, errors.New("pools: reload: the manager is not running")
+	}
+	old := m.cfg.File
+	m.cfg.File = f
+	m.m.limit.Set(float64(f.MaxPools))
+	cur := *m.byName.Load()
+	for _, name := range slices.Sorted(maps.Keys(cur)) {
+		spec, declared := f.Declared(name)
+		if !declared && !f.Allows(name) {
+			res.Removed = append(res.Removed, name)
+			continue
+		}
+		if was, _ := old.Declared(name); !reflect.DeepEqual(was, spec) {
+			res.Unchanged = append(res.Unchanged, name)
+		}
+	}
+	m.startDiscoveryLocked()
+	m.mu.Unlock()
+	for _, name := range res.Removed {
+		m.Remove(name)
+	}
+	for _, p := range f.Pools {
+		if _, running := cur[p.Domain]; running {
+			continue
+		}
+		switch err := m.Add(p.Domain); {
+		case err == nil:
+			res.Added = append(res.Added, p.Domain)
+		case !errors.Is(err, errKnown):
+			res.Refused = append(res.Refused, err)
+		}
+	}
+	m.m.reloads.WithLabelValues("ok").Inc()
+	m.log.Info().Strs("added", res.Added).Strs("removed", res.Removed).Strs("unchanged", res.Unchanged).
+		Int("refused", len(res.Refused)).Msg("pools file reloaded")
+	return res, nil
 }
 
 // Relay returns a running pool's relay.

@@ -13,6 +13,9 @@ const (
 	MetricLimit = "ckf_relay_pools_limit"
 	// MetricFailed counts pools whose relay stopped on an error.
 	MetricFailed = "ckf_relay_pool_failures_total"
+	// MetricReloads counts pools file reloads, by outcome (ok,
+	// invalid_file: the file was refused and nothing changed).
+	MetricReloads = "ckf_relay_pools_reloads_total"
 )
 
 type metrics struct {
@@ -20,6 +23,7 @@ type metrics struct {
 	refused *prometheus.CounterVec
 	limit   prometheus.Gauge
 	failed  *prometheus.CounterVec
+	reloads *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -30,8 +34,10 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 		limit: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricLimit, Help: "max_pools of the pools file."}),
 		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricFailed,
 			Help: "Pools whose relay stopped on an error."}, []string{"domain"}),
+		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricReloads,
+			Help: "Pools file reloads, by outcome (ok, invalid_file)."}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.pools, m.refused, m.limit, m.failed} {
+	for _, c := range []prometheus.Collector{m.pools, m.refused, m.limit, m.failed, m.reloads} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -351,5 +352,79 @@ func TestPerPoolTakeoverUnderKill(t *testing.T) {
 	wq2.publish(t, e)
 	for _, w := range []*workload{wl, wq, wl2, wq2, wm} {
 		eventually(t, w.domain+" exact after the takeover", func() error { return w.exact(ix) })
+	}
+}
+
+// A reload starts the pools the file now declares, stops the ones it
+// neither declares nor allows (a standby whose file still has one takes it
+// over), keeps a running pool's settings, starts discovery once patterns
+// are allowed, and a refused file changes nothing.
+func TestReloadAddsAndRemovesPools(t *testing.T) {
+	e := &env{srv: testenv.StartServer(t)}
+	ix := e.indexer(t)
+	a := e.process(t, "relay-a", pools.File{Pools: []pools.PoolSpec{{Domain: "llama"}, {Domain: "qwen"}}})
+	eventually(t, "a active", func() error {
+		if a.state("llama") != relay.StateActive || a.state("qwen") != relay.StateActive {
+			return fmt.Errorf("llama %s qwen %s", a.state("llama"), a.state("qwen"))
+		}
+		return nil
+	})
+	b := e.process(t, "relay-b", pools.File{Pools: []pools.PoolSpec{{Domain: "qwen"}}})
+	wl, wq := newWorkload("llama", 1, 30, 5), newWorkload("qwen", 2, 30, 7)
+	wl.publish(t, e)
+	wq.publish(t, e)
+	for _, w := range []*workload{wl, wq} {
+		eventually(t, w.domain+" exact", func() error { return w.exact(ix) })
+	}
+	if b.state("qwen") != relay.StateStandby {
+		t.Fatalf("b's qwen %s, want standby", b.state("qwen"))
+	}
+
+	res, err := a.m.Reload(pools.File{Pools: []pools.PoolSpec{{Domain: "llama", ExpectedBlocks: 1 << 14}, {Domain: "mistral"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(res.Added, []string{"mistral"}) || !slices.Equal(res.Removed, []string{"qwen"}) ||
+		!slices.Equal(res.Unchanged, []string{"llama"}) || len(res.Refused) != 0 {
+		t.Fatalf("reload: %+v", res)
+	}
+	if a.state("qwen") != "" {
+		t.Fatal("qwen still runs in a")
+	}
+	eventually(t, "b took qwen over", func() error {
+		if b.state("qwen") != relay.StateActive {
+			return fmt.Errorf("b's qwen %s", b.state("qwen"))
+		}
+		return nil
+	})
+	wm, wl2, wq2 := newWorkload("mistral", 3, 30, 3), newWorkload("llama", 4, 20, 4), newWorkload("qwen", 5, 20, 6)
+	wm.publish(t, e)
+	wl2.publish(t, e)
+	wq2.publish(t, e)
+	// llama goes on with the format it ran with: its lane is not refused.
+	for _, w := range []*workload{wm, wl, wl2, wq, wq2} {
+		eventually(t, w.domain+" exact after the reload", func() error { return w.exact(ix) })
+	}
+
+	// A refused file changes nothing; patterns allowed later start discovery.
+	if _, err := a.m.ReloadFile(func() (pools.File, error) { return pools.ParseFile([]byte("pools:\n  - domain: a.b\n")) }); !errors.Is(err, pools.ErrFile) {
+		t.Fatalf("a bad file: %v, want ErrFile", err)
+	}
+	if got := a.m.Domains(); !slices.Equal(got, []string{"llama", "mistral"}) {
+		t.Fatalf("pools after a refused file: %v", got)
+	}
+	if n := promtest.Count(a.reg, pools.MetricReloads+`{outcome="invalid_file"}`); n != 1 {
+		t.Fatalf("%v invalid_file reloads counted, want 1", n)
+	}
+	if _, err := a.m.ReloadFile(func() (pools.File, error) {
+		return pools.File{Allow: []string{"g*"}, Pools: []pools.PoolSpec{{Domain: "llama"}, {Domain: "mistral"}}}, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	wg := newWorkload("gemma", 6, 20, 5)
+	wg.publish(t, e)
+	eventually(t, "gemma discovered after the reload", func() error { return wg.exact(ix) })
+	if n := promtest.Count(a.reg, pools.MetricReloads+`{outcome="ok"}`); n != 2 {
+		t.Fatalf("%v ok reloads counted, want 2", n)
 	}
 }
