@@ -428,3 +428,36 @@ func TestReloadAddsAndRemovesPools(t *testing.T) {
 		t.Fatalf("%v ok reloads counted, want 2", n)
 	}
 }
+
+// The compose stacks' pools file parses, and the indexers and the replayer
+// of docker-compose.yml serve exactly its models.
+func TestDeployPoolsFileMatchesCompose(t *testing.T) {
+	f, err := pools.ReadFile("../../deploy/pools.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var models []string
+	for _, p := range f.Pools {
+		models = append(models, p.Domain)
+	}
+	if len(models) < 2 {
+		t.Fatalf("deploy/pools.yaml declares %v: the stacks run two models or more", models)
+	}
+	compose, err := os.ReadFile("../../docker-compose.yml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "CKFRELAY_DOMAIN: " + strings.Join(models, ",")
+	n := 0
+	for _, line := range strings.Split(string(compose), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "CKFRELAY_DOMAIN:"); ok {
+			n++
+			if strings.TrimSpace(line) != want {
+				t.Errorf("docker-compose.yml has %q, want %q (the models of deploy/pools.yaml)", "CKFRELAY_DOMAIN:"+v, want)
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("docker-compose.yml sets no CKFRELAY_DOMAIN")
+	}
+}
