@@ -57,6 +57,7 @@ func (s *Server) SubscribeKvPool(req *kvrelayv1.SubscribeKvPoolRequest, ss kvrel
 	}
 	defer feed.Close()
 	defer s.m.stream(rpc)()
+	defer s.m.poolStream(sp.name)()
 	err = s.streamPool(ss, sp, gen, feed)
 	var c kvrelay.Condition
 	switch {

@@ -54,6 +54,7 @@ func (s *Server) RemovePool(name string) bool {
 	}
 	delete(s.pools, name)
 	close(p.removed)
+	s.m.poolSubs.DeleteLabelValues(name)
 	s.setChangedLocked()
 	s.log.Info().Str("pool", name).Int("pools", len(s.pools)).Msg("kvrelay pool removed")
 	return true

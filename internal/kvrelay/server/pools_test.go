@@ -5,10 +5,12 @@ import (
 	"errors"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
@@ -17,6 +19,7 @@ import (
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
@@ -186,6 +189,8 @@ func reasonOf(err error, trailer map[string][]string) (codes.Code, kvrelayv1.Rel
 func TestServerServesSeveralPoolsInOneCatalog(t *testing.T) {
 	cfg := server.DefaultConfig()
 	cfg.MaxSubscribersPerPool = 1
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
 	srv, err := server.New(nil, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -264,6 +269,12 @@ func TestServerServesSeveralPoolsInOneCatalog(t *testing.T) {
 		t.Fatalf("a second llama subscriber: %v %v, want RESOURCE_LIMIT", err, extra.Trailer())
 	}
 
+	for _, name := range []string{"llama", "qwen"} {
+		if n := promtest.Count(reg, `ckf_kvrelay_pool_subscribers{pool="`+name+`"}`); n != 1 {
+			t.Fatalf("%s: %v subscribers counted, want 1", name, n)
+		}
+	}
+
 	// Deltas go to their own pool's stream.
 	llama.publish(cbi1.Image{Bucket: 1, Word: 0x11})
 	qwen.publish(cbi1.Image{Bucket: 2, Word: 0x22})
@@ -286,6 +297,9 @@ func TestServerServesSeveralPoolsInOneCatalog(t *testing.T) {
 	_, err = nextDelta(sl)
 	if code, reason := reasonOf(err, sl.Trailer()); code != codes.Unavailable || reason != kvrelayv1.RelayErrorReason_RELAY_ERROR_REASON_PUBLICATION_UNAVAILABLE {
 		t.Fatalf("removed pool's stream: %v (%v), want UNAVAILABLE / PUBLICATION_UNAVAILABLE", err, reason)
+	}
+	if strings.Contains(promtest.Text(reg), `pool="llama"`) {
+		t.Fatalf("llama's subscriber series outlived the pool:\n%s", promtest.Text(reg))
 	}
 	second := nextCatalog(t, cs, first.Revision)
 	if got := catalogModels(second); !slices.Equal(got, []string{"qwen"}) {

@@ -462,6 +462,9 @@ func (s *Server) SubscribeServingLoad(req *kvrelayv1.SubscribeServingLoadRequest
 type metrics struct {
 	refusals *prometheus.CounterVec
 	streams  *prometheus.GaugeVec
+	// poolSubs is each served pool's open pool streams, by the name the
+	// pool was added under (a pools file's domain).
+	poolSubs *prometheus.GaugeVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -477,13 +480,26 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "ckf_kvrelay_streams",
 			Help: "Open dynamo.kvrelay.v1 streams by RPC.",
 		}, []string{"rpc"}),
+		poolSubs: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ckf_kvrelay_pool_subscribers",
+			Help: "Open SubscribeKvPool streams of each served pool, by the pool's name in this process.",
+		}, []string{"pool"}),
 	}
-	for _, c := range []prometheus.Collector{m.refusals, m.streams} {
+	for _, c := range []prometheus.Collector{m.refusals, m.streams, m.poolSubs} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
 	}
 	return m, nil
+}
+
+// poolStream counts an open stream of the pool name; call the result
+// when it ends. The series is taken once, so a stream ending after its
+// pool left (and its series was deleted) does not bring the series back.
+func (m *metrics) poolStream(name string) func() {
+	g := m.poolSubs.WithLabelValues(name)
+	g.Inc()
+	return g.Dec
 }
 
 // stream counts an open stream; call the result when it ends.
