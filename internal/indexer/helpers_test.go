@@ -187,6 +187,13 @@ func waitInstalled(t testing.TB, s *Service, lane int, epoch, seq uint64) {
 		if st.State != PhaseActive || st.Epoch != epoch || st.InstalledSequence < seq {
 			return fmt.Errorf("lane %d: %+v, want active epoch %d sequence >= %d", lane, st, epoch, seq)
 		}
+		// The installed sequence moves when a delta is admitted; its
+		// worker applies it to the table afterwards.
+		if p := s.currentPool(); p != nil {
+			if ls, ok := p.LaneState(lane); ok && ls.OutstandingDeltas != 0 {
+				return fmt.Errorf("lane %d: %d deltas admitted, not applied yet", lane, ls.OutstandingDeltas)
+			}
+		}
 		return nil
 	})
 }

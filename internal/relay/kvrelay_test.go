@@ -232,6 +232,9 @@ func TestKvRelayMirrorReproducesTheRelaysLane(t *testing.T) {
 	cfg := kvConfig("a")
 	r, _ := startRelay(t, nc, js, cfg)
 	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
+	// Active comes a moment before the publication's first generation:
+	// until then the catalog is empty.
+	testenv.WaitFor(t, 0, "published", func() bool { _, ok := r.Publication().Generation(); return ok })
 	scfg := kvServerConfig()
 	reg := prometheus.NewRegistry()
 	scfg.Metrics = reg
