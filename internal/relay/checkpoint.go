@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"time"
 
@@ -133,14 +134,7 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 		log.Warn().Err(err).Str("outcome", outcome).Msg(msg + "; replaying the whole input stream")
 		return nil, 0, false, false
 	}
-	lctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	if hook := r.beforeCheckpointLoad; hook != nil {
-		if err := hook(); err != nil {
-			return reject(cpLoadError, err, "checkpoint info unavailable")
-		}
-	}
-	info, err := snaps.GetInfo(lctx, name)
+	info, err := r.checkpointInfo(ctx, snaps, name)
 	if errors.Is(err, jetstream.ErrObjectNotFound) {
 		r.m.checkpoints.WithLabelValues(cpAbsent).Inc()
 		log.Info().Msg("no checkpoint; replaying the whole input stream")
@@ -176,6 +170,12 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 			seq, created.Format(time.RFC3339Nano), stream.created.Format(time.RFC3339Nano), stream.lastSeq), "checkpoint of another input stream")
 	}
 	start := time.Now()
+	// The fetch gets the time its size needs at the slowest rate the relay
+	// accepts for uploads: a fetch that stalls (its stream's leader lost)
+	// ends there and the epoch replays the input instead of holding the
+	// lease in the rebuilding state.
+	lctx, cancel := context.WithTimeout(ctx, r.cfg.uploadTimeout(int(min(info.Size, uint64(math.MaxInt32)))))
+	defer cancel()
 	obj, err := snaps.Get(lctx, name)
 	if err != nil {
 		return reject(cpLoadError, err, "checkpoint fetch failed")
@@ -202,6 +202,45 @@ func (r *Relay) loadCheckpoint(ctx context.Context, snaps jetstream.ObjectStore,
 	log.Info().Uint64("input_sequence", seq).Uint64("bytes", info.Size).Dur("took_ms", time.Since(start)).
 		Int("unique_blocks", state.UniqueBlocks()).Msg("exact state restored from the checkpoint")
 	return state, seq, true, false
+}
+
+// Bounds of the checkpoint's metadata lookup: each attempt gets
+// checkpointInfoAttempt, and attempts repeat until checkpointInfoBudget.
+// An attempt can go unanswered for good (its request reached a server
+// that then died, or the bucket's stream is electing a leader); a new one
+// reaches the current leader.
+const (
+	checkpointInfoAttempt = 5 * time.Second
+	checkpointInfoBudget  = 30 * time.Second
+)
+
+// checkpointInfo reads the checkpoint's metadata within its budget,
+// attempt by attempt. An absent object ends it at
+// once (jetstream.ErrObjectNotFound).
+func (r *Relay) checkpointInfo(ctx context.Context, snaps jetstream.ObjectStore, name string) (*jetstream.ObjectInfo, error) {
+	bctx, cancel := context.WithTimeout(ctx, r.cpInfoBudget)
+	defer cancel()
+	for {
+		actx, acancel := context.WithTimeout(bctx, r.cpInfoAttempt)
+		var info *jetstream.ObjectInfo
+		var err error
+		if hook := r.beforeCheckpointLoad; hook != nil {
+			err = hook(actx)
+		}
+		if err == nil {
+			info, err = snaps.GetInfo(actx, name)
+		}
+		acancel()
+		if err == nil || errors.Is(err, jetstream.ErrObjectNotFound) || bctx.Err() != nil {
+			return info, err
+		}
+		r.log.Debug().Err(err).Str("object", name).Msg("checkpoint info unavailable; asking again")
+		select {
+		case <-bctx.Done():
+			return nil, err
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
 }
 
 // verifyTimeout bounds the lease read before a checkpoint.

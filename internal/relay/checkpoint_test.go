@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -169,6 +170,41 @@ func TestACorruptCheckpointIsIgnoredAndCounted(t *testing.T) {
 	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
 }
 
+// TestAnUnansweredCheckpointLookupIsAskedAgain: a metadata request that
+// is never answered (it reached a server that then died, or the bucket's
+// stream is electing a leader) costs one attempt, not the epoch: the next
+// attempt restores the checkpoint and the relay replays only what follows
+// it.
+func TestAnUnansweredCheckpointLookupIsAskedAgain(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	steps := traceEvents(t, 300)
+	cfg := testConfig("a")
+	checkpointedFirstHalf(t, srv, cfg, steps[:150])
+	publishEvents(t, js, "a", steps[150:])
+
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	var attempts atomic.Int32
+	r, _ := startRelayWith(t, nc, js, cfg, func(r *relay.Relay) {
+		relay.SetCheckpointInfoBounds(r, 300*time.Millisecond, time.Minute)
+		relay.SetBeforeCheckpointLoad(r, func(ctx context.Context) error {
+			if attempts.Add(1) > 2 {
+				return nil
+			}
+			<-ctx.Done() // unanswered until the attempt's deadline
+			return ctx.Err()
+		})
+	})
+	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+	if n := attempts.Load(); n != 3 {
+		t.Fatalf("%d metadata attempts, want 3 (two unanswered, one answered)", n)
+	}
+	if !hasMetric(reg, checkpointCount("restored", 1)) || hasMetric(reg, `outcome="load_error"`) {
+		t.Fatalf("the checkpoint was not restored after two unanswered lookups:\n%s", promtest.Text(reg))
+	}
+}
+
 // TestAnUnreadableCheckpointIsNeverOverwritten: when the stored checkpoint
 // exists but cannot be read at the start of an epoch (a transport error,
 // not a rejected checkpoint), the relay replays its input and serves, but
@@ -186,7 +222,8 @@ func TestAnUnreadableCheckpointIsNeverOverwritten(t *testing.T) {
 	cfg.Metrics = reg
 	cfg.CheckpointInterval = 20 * time.Millisecond
 	r, stop := startRelayWith(t, nc, js, cfg, func(r *relay.Relay) {
-		relay.SetBeforeCheckpointLoad(r, func() error { return errors.New("object store unreachable") })
+		relay.SetCheckpointInfoBounds(r, 50*time.Millisecond, 400*time.Millisecond)
+		relay.SetBeforeCheckpointLoad(r, func(context.Context) error { return errors.New("object store unreachable") })
 	})
 	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
 	// Several checkpoint periods pass with new input applied.

@@ -1,6 +1,7 @@
 package relay
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -54,8 +55,12 @@ type Relay struct {
 
 	// testHooks
 	beforePublish        func(kind wire.MessageKind) error
-	beforeCheckpointLoad func() error
+	beforeCheckpointLoad func(ctx context.Context) error
 	rebuildTarget        func(target uint64)
+
+	// Bounds of the checkpoint's metadata lookup (checkpointInfo);
+	// tests shorten them.
+	cpInfoAttempt, cpInfoBudget time.Duration
 }
 
 // New validates cfg and prepares a relay; Run starts it.
@@ -87,6 +92,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Relay, error) {
 		subj:   subj,
 		status: Status{State: StateStarting, Domain: cfg.Domain, DC: cfg.DC, Instance: cfg.Instance, Lane: -1},
 		now:    time.Now,
+
+		cpInfoAttempt: checkpointInfoAttempt,
+		cpInfoBudget:  checkpointInfoBudget,
 	}
 	r.baseLog = r.log
 	if cfg.KvRelay != nil {
