@@ -34,16 +34,17 @@ watchdog_start() {
 }
 
 watchdog_stop() {
-  # The FIFO goes first: an external command run after the kill can race
-  # bash's reaping of the watchdog (bash 5.2 then warns "wait_for: No
-  # record of process").
-  if [ -n "${WATCHDOG_DIR:-}" ]; then
-    rm -rf "$WATCHDOG_DIR"
-    WATCHDOG_DIR=
-  fi
-  if [ -n "${WATCHDOG_PID:-}" ]; then
-    kill "$WATCHDOG_PID" 2>/dev/null || true
-    wait "$WATCHDOG_PID" 2>/dev/null || true
-    WATCHDOG_PID=
-  fi
+  # Quiet as a whole: bash 5.2 can warn "wait_for: No record of process"
+  # when it reaps the watchdog during this function's own commands.
+  {
+    if [ -n "${WATCHDOG_DIR:-}" ]; then
+      rm -rf "$WATCHDOG_DIR"
+      WATCHDOG_DIR=
+    fi
+    if [ -n "${WATCHDOG_PID:-}" ]; then
+      kill "$WATCHDOG_PID" || true
+      wait "$WATCHDOG_PID" || true
+      WATCHDOG_PID=
+    fi
+  } 2>/dev/null
 }
