@@ -13,7 +13,9 @@ func SetBeforePublish(r *Relay, fn func(kind wire.MessageKind) error) { r.before
 // SetBeforeCheckpointLoad installs a hook run before each attempt to read
 // the checkpoint's metadata at the start of an epoch, with the attempt's
 // context; an error stands for a failed attempt.
-func SetBeforeCheckpointLoad(r *Relay, fn func(ctx context.Context) error) { r.beforeCheckpointLoad = fn }
+func SetBeforeCheckpointLoad(r *Relay, fn func(ctx context.Context) error) {
+	r.beforeCheckpointLoad = fn
+}
 
 // SetCheckpointInfoBounds sets the time of one checkpoint metadata attempt
 // and of all of them.
