@@ -11,6 +11,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/producer"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
@@ -215,32 +216,30 @@ const (
 )
 
 // checkpointInfo reads the checkpoint's metadata within its budget,
-// attempt by attempt. An absent object ends it at
-// once (jetstream.ErrObjectNotFound).
+// attempt by attempt. An absent object ends it at once
+// (jetstream.ErrObjectNotFound).
 func (r *Relay) checkpointInfo(ctx context.Context, snaps jetstream.ObjectStore, name string) (*jetstream.ObjectInfo, error) {
 	bctx, cancel := context.WithTimeout(ctx, r.cpInfoBudget)
 	defer cancel()
-	for {
-		actx, acancel := context.WithTimeout(bctx, r.cpInfoAttempt)
-		var info *jetstream.ObjectInfo
-		var err error
+	var info *jetstream.ObjectInfo
+	pol := retry.Policy{Min: 250 * time.Millisecond, Max: 2 * time.Second, Attempt: r.cpInfoAttempt,
+		OnRetry: func(_ int, err error, _ time.Duration) {
+			r.log.Debug().Err(err).Str("object", name).Msg("checkpoint info unavailable; asking again")
+		}}
+	err := pol.Do(bctx, func(actx context.Context) error {
 		if hook := r.beforeCheckpointLoad; hook != nil {
-			err = hook(actx)
+			if err := hook(actx); err != nil {
+				return err
+			}
 		}
-		if err == nil {
-			info, err = snaps.GetInfo(actx, name)
+		var err error
+		info, err = snaps.GetInfo(actx, name)
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return retry.Permanent(err)
 		}
-		acancel()
-		if err == nil || errors.Is(err, jetstream.ErrObjectNotFound) || bctx.Err() != nil {
-			return info, err
-		}
-		r.log.Debug().Err(err).Str("object", name).Msg("checkpoint info unavailable; asking again")
-		select {
-		case <-bctx.Done():
-			return nil, err
-		case <-time.After(250 * time.Millisecond):
-		}
-	}
+		return err
+	})
+	return info, err
 }
 
 // verifyTimeout bounds the lease read before a checkpoint.
