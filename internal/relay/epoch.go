@@ -338,6 +338,7 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 			if err := e.heartbeat(); err != nil {
 				return err
 			}
+			r.checkRefusals(r.now())
 		case <-loadTick.C:
 			e.publishLoad()
 		case req := <-e.kvRequests():

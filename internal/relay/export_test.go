@@ -26,3 +26,7 @@ func SetCheckpointInfoBounds(r *Relay, attempt, budget time.Duration) {
 // SetRebuildTarget installs a hook run on the actor once a rebuild knows
 // the last input sequence it waits for, before it applies any message.
 func SetRebuildTarget(r *Relay, fn func(target uint64)) { r.rebuildTarget = fn }
+
+// SetClock replaces the relay's clock (load windows, refusal window)
+// before Run.
+func SetClock(r *Relay, now func() time.Time) { r.now = now }

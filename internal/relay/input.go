@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -56,17 +57,20 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 		span.SetAttributes(attribute.Int64("ckf.input_sequence", int64(meta.Sequence.Stream)))
 	}
 	applied, refused := 0, 0
+	var rf refusedSample
 	limit := r.cfg.maxTrackedBlocks()
 	for i := range evs {
 		ev := &evs[i]
 		if ev.WorkerID != worker {
 			r.m.badEvents.WithLabelValues("worker_mismatch").Inc()
 			r.log.Warn().Uint64("subject_worker", worker).Uint64("event_worker", ev.WorkerID).Msg("event worker id differs from its subject; rejected")
+			rf.add(ev, "worker_mismatch")
 			continue
 		}
 		if ev.Event.Data.Kind == routerevent.EventStored && uint64(e.state.UniqueBlocks()) >= limit {
 			// Bounded state: refuse growth, keep removals and clears.
 			refused++
+			rf.add(ev, FaultTrackedBlocks)
 			continue
 		}
 		out := e.state.ApplyEvent(ev)
@@ -74,16 +78,25 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 		if out.UnknownRemovals > 0 {
 			r.m.unknownRemovals.Add(float64(out.UnknownRemovals))
 		}
+		if out.ZeroParentRoot {
+			r.m.zeroParentRoots.Inc()
+		}
 		if out.FirstError != nil {
 			kind := "other"
 			var ee ckf.EventError
 			if errors.As(out.FirstError, &ee) {
 				kind = ee.FailurePoint().String() + ":" + eventErrorName(ee)
+				if ee.FailurePoint() == ckf.PointSourceProtocolFailure {
+					// The source's event was refused whole: nothing of it
+					// is in the index.
+					rf.add(ev, eventErrorName(ee))
+				}
 			}
 			r.m.eventErrors.WithLabelValues(kind).Inc()
 			r.log.Debug().Err(out.FirstError).Uint64("worker_id", ev.WorkerID).Uint64("event_id", ev.Event.EventID).Msg("event error")
 		}
 	}
+	e.noteRefusals(worker, len(evs)-rf.n, &rf)
 	span.End()
 	e.trackLimit(refused, limit)
 	if applied > 0 {
@@ -102,6 +115,75 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 	return applied
 }
 
+// refusedSample is one message's refused events: how many, and the first
+// one's reason and identity for the warning.
+type refusedSample struct {
+	n      int
+	reason string
+	ev     routerevent.RouterEvent // shallow: only its scalars are logged
+}
+
+func (rf *refusedSample) add(ev *routerevent.RouterEvent, reason string) {
+	if rf.n == 0 {
+		rf.reason, rf.ev = reason, *ev
+	}
+	rf.n++
+}
+
+// noteRefusals feeds one message's outcome to the refusal tracker: a
+// warning (rate-limited per worker) names the reason and one sample, and
+// the refused_events fault is raised as soon as most of the worker's
+// recent events are refused.
+func (e *epochRun) noteRefusals(worker uint64, accepted int, rf *refusedSample) {
+	r := e.r
+	now := r.now()
+	r.refusals.Accept(worker, accepted, now)
+	if rf.n == 0 {
+		return
+	}
+	if w, ok := r.refusals.Refuse(worker, rf.n, rf.reason, now); ok {
+		lg := r.log.Warn().Uint64("worker_id", worker).Str("reason", rf.reason).Int("refused", rf.n).
+			Uint64("suppressed_since_last_warning", w.Suppressed).
+			Uint64("sample_event_id", rf.ev.Event.EventID).Uint64("sample_event_worker", rf.ev.WorkerID).
+			Str("sample_kind", kindName(rf.ev.Event.Data.Kind))
+		if d := &rf.ev.Event.Data; d.Kind == routerevent.EventStored {
+			if d.Stored.ParentHash != nil {
+				lg = lg.Uint64("sample_parent_hash", *d.Stored.ParentHash)
+			}
+			if len(d.Stored.Blocks) > 0 {
+				lg = lg.Uint64("sample_first_block_hash", d.Stored.Blocks[0].BlockHash).Int("sample_blocks", len(d.Stored.Blocks))
+			}
+		}
+		lg.Msg("events refused: their blocks are missing from the index")
+	}
+	r.checkRefusals(now)
+}
+
+// checkRefusals raises the refused_events fault while some worker has
+// most of its recent events refused, and clears it when none has (the
+// publish loop also calls it on each heartbeat tick, so it clears when
+// a worker goes quiet).
+func (r *Relay) checkRefusals(now time.Time) {
+	ws := r.refusals.Refusing(now)
+	if len(ws) == 0 {
+		r.clearFault(FaultRefusedEvents)
+		return
+	}
+	var b strings.Builder
+	for i, w := range ws {
+		if i == 3 {
+			fmt.Fprintf(&b, "; and %d more workers", len(ws)-i)
+			break
+		}
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		fmt.Fprintf(&b, "worker %d: %s", w.Key, w)
+	}
+	b.WriteString(": their blocks are missing from the index (see docs/operating.md)")
+	r.setFault(FaultRefusedEvents, b.String())
+}
+
 // trackLimit reports the tracked_blocks fault while stored events are being
 // refused, and clears it once the pool is below the bound again.
 func (e *epochRun) trackLimit(refused int, limit uint64) {
@@ -118,6 +200,18 @@ func (e *epochRun) trackLimit(refused int, limit uint64) {
 		e.overLimit = false
 		r.clearFault(FaultTrackedBlocks)
 	}
+}
+
+func kindName(k routerevent.EventKind) string {
+	switch k {
+	case routerevent.EventStored:
+		return "stored"
+	case routerevent.EventRemoved:
+		return "removed"
+	case routerevent.EventCleared:
+		return "cleared"
+	}
+	return "unknown"
 }
 
 func eventErrorName(e ckf.EventError) string {

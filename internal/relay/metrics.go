@@ -15,6 +15,7 @@ type relayMetrics struct {
 	badEvents       *prometheus.CounterVec
 	eventErrors     *prometheus.CounterVec
 	unknownRemovals prometheus.Counter
+	zeroParentRoots prometheus.Counter
 	deltas          prometheus.Counter
 	images          prometheus.Counter
 	snapshots       *prometheus.CounterVec
@@ -69,6 +70,8 @@ func newRelayMetrics(reg prometheus.Registerer, dc string) (*relayMetrics, error
 		badEvents:       counterVec("ckf_relay_bad_events_total", "Input messages rejected before apply, by reason.", "reason"),
 		eventErrors:     counterVec("ckf_relay_event_errors_total", "Applied events that reported an error, by kind.", "kind"),
 		unknownRemovals: counter("ckf_relay_unknown_removals_total", "Removals of blocks the pool did not track."),
+		zeroParentRoots: counter("ckf_relay_zero_parent_roots_total",
+			"Stored events whose parent hash 0 the worker did not hold, read as having no parent (the array form of engines that write 0 for none, as llm-d-inference-sim does)."),
 		deltas:          counter("ckf_relay_deltas_published_total", "Deltas accepted by JetStream."),
 		images:          counter("ckf_relay_images_published_total", "Bucket images published in deltas."),
 		snapshots:       counterVec("ckf_relay_snapshots_total", "Barrier snapshots published, by trigger.", "trigger"),
@@ -96,7 +99,7 @@ func newRelayMetrics(reg prometheus.Registerer, dc string) (*relayMetrics, error
 		laneForeignWrites: counter("ckf_relay_lane_foreign_writes_total",
 			"Publishes refused because another writer moved the lane while this relay still held its lease (junk on the lane subjects); each was retried, none fenced the relay."),
 		fault: prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "ckf_relay_fault",
-			Help: "1 while a standing fault holds: epoch_exhausted (the pool's epoch counter is at its maximum), tracked_blocks (--max-tracked-blocks reached), setup (streams, buckets or the lane could not be set up)."}, []string{"kind"}),
+			Help: "1 while a standing fault holds: epoch_exhausted (the pool's epoch counter is at its maximum), tracked_blocks (--max-tracked-blocks reached), setup (streams, buckets or the lane could not be set up), refused_events (most of a worker's recent events refused)."}, []string{"kind"}),
 		setupFailures: counterVec("ckf_relay_setup_failures_total",
 			"Failed (re)creations of the JetStream resources, the lease coordinator or the lane registration, by step; retried with bounded backoff.", "step"),
 		refusedEvents: counter("ckf_relay_refused_events_total",
@@ -106,7 +109,7 @@ func newRelayMetrics(reg prometheus.Registerer, dc string) (*relayMetrics, error
 		workerLoads: counterVec("ckf_relay_worker_load_reports_total",
 			"Worker load reports received by outcome: accepted, malformed, bad_subject.", "outcome"),
 	}
-	for _, c := range []prometheus.Collector{m.events, m.badEvents, m.eventErrors, m.unknownRemovals, m.deltas, m.images,
+	for _, c := range []prometheus.Collector{m.events, m.badEvents, m.eventErrors, m.unknownRemovals, m.zeroParentRoots, m.deltas, m.images,
 		m.snapshots, m.drains, m.heartbeats, m.fences, m.epoch, m.sequence, m.state, m.inputPending, m.uniqueBlocks,
 		m.occupiedSlots, m.publishSeconds, m.checkpoints, m.inputGap, m.rebuildTailDropped, m.checkpointSeconds,
 		m.setupRetries, m.laneForeignWrites, m.fault, m.setupFailures, m.refusedEvents, m.loadWindows, m.workerLoads} {

@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/ckfrelay/ckfrelay/internal/refusal"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -46,8 +47,11 @@ type Relay struct {
 	// built (read by the kvrelay load streams).
 	loads    workerLoads
 	lastLoad atomic.Pointer[wire.PoolLoad]
-	// now is the load plane's clock (tests replace it before Run).
+	// now is the load plane's and the refusal window's clock (tests
+	// replace it before Run).
 	now func() time.Time
+	// refusals watches refused events per worker (input.go).
+	refusals *refusal.Tracker
 
 	mu     sync.Mutex
 	status Status
@@ -92,6 +96,8 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Relay, error) {
 		subj:   subj,
 		status: Status{State: StateStarting, Domain: cfg.Domain, DC: cfg.DC, Instance: cfg.Instance, Lane: -1},
 		now:    time.Now,
+
+		refusals: refusal.New(refusal.Config{}),
 
 		cpInfoAttempt: checkpointInfoAttempt,
 		cpInfoBudget:  checkpointInfoBudget,

@@ -31,7 +31,8 @@ type Status struct {
 	// but the stream no longer held (see ckf_relay_input_gap_messages_total).
 	InputGap uint64 `json:"input_gap"`
 	// Faults lists the standing faults ("kind: detail"), empty when none:
-	// epoch_exhausted, tracked_blocks, setup (see ckf_relay_fault).
+	// epoch_exhausted, tracked_blocks, setup, refused_events (see
+	// ckf_relay_fault).
 	Faults []string `json:"faults"`
 }
 
@@ -40,6 +41,10 @@ const (
 	FaultEpochExhausted = "epoch_exhausted"
 	FaultTrackedBlocks  = "tracked_blocks"
 	FaultSetup          = "setup"
+	// FaultRefusedEvents: most of some worker's recent events were
+	// refused (parent_block_not_found, invalid_block_sequence, ...): the
+	// index is missing that worker's blocks.
+	FaultRefusedEvents = "refused_events"
 )
 
 // Status returns the current status.

@@ -256,3 +256,58 @@ func TestCanonicalReofferOfResidentBlocksChangesNothing(t *testing.T) {
 		}
 	}
 }
+
+// An engine whose array form has no nil writes parent 0 for "none"
+// (llm-d-inference-sim): a parent 0 the member does not hold roots the
+// chain, reported as ZeroParentRoot, and the next store chains onto it.
+func TestCanonicalZeroParentNotHeldIsRoot(t *testing.T) {
+	s := mustState(t, ckf.NewConfig(1024))
+	locals := tokenLocals(12)
+	seq := ckf.SequenceHashes(nil, locals)
+	blk := func(i int) routerevent.StoredBlock {
+		return routerevent.StoredBlock{BlockHash: 0xA0 + uint64(i), TokensHash: uint64(locals[i])}
+	}
+	out := s.ApplyEvent(chainEv(7, 0, ptr(uint64(0)), blk(0), blk(1)))
+	if out.FirstError != nil || !out.ZeroParentRoot {
+		t.Fatalf("zero parent not held: %+v", out)
+	}
+	out = s.ApplyEvent(chainEv(7, 0, ptr(uint64(0xA1)), blk(2)))
+	if out.FirstError != nil || out.ZeroParentRoot {
+		t.Fatalf("continuation: %+v", out)
+	}
+	for i, h := range seq {
+		if !s.Contains(uint64(h)) {
+			t.Fatalf("sequence hash %d not contained", i)
+		}
+	}
+	// A nonzero start without a parent stays invalid under a zero parent.
+	ev := chainEv(8, 0, ptr(uint64(0)), blk(0))
+	ev.Event.Data.Stored.StartPosition = ptr(uint32(4))
+	if out := s.ApplyEvent(ev); !errors.Is(out.FirstError, ckf.ErrInvalidBlockSequence) {
+		t.Fatalf("nonzero start under a zero parent: %+v", out)
+	}
+	if err := checkInvariants(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A real block hash 0 the member holds is a parent like any other: the
+// next store chains onto its canonical hash.
+func TestCanonicalZeroParentHeldChains(t *testing.T) {
+	s := mustState(t, ckf.NewConfig(1024))
+	locals := tokenLocals(8)
+	seq := ckf.SequenceHashes(nil, locals)
+	if out := s.ApplyEvent(chainEv(7, 0, nil, routerevent.StoredBlock{BlockHash: 0, TokensHash: uint64(locals[0])})); out.FirstError != nil {
+		t.Fatal(out.FirstError)
+	}
+	out := s.ApplyEvent(chainEv(7, 0, ptr(uint64(0)), routerevent.StoredBlock{BlockHash: 0xB1, TokensHash: uint64(locals[1])}))
+	if out.FirstError != nil || out.ZeroParentRoot {
+		t.Fatalf("held zero parent: %+v", out)
+	}
+	if !s.Contains(uint64(seq[1])) {
+		t.Fatal("block after the held zero parent is not chained onto it")
+	}
+	if s.Contains(uint64(locals[1])) && uint64(locals[1]) != uint64(seq[1]) {
+		t.Fatal("block after the held zero parent was stored as a root")
+	}
+}

@@ -45,6 +45,10 @@ type EventOutcome struct {
 	UnknownRemovals uint64
 	// PublicationBoundary says the window was cut (even if nothing changed).
 	PublicationBoundary bool
+	// ZeroParentRoot says a stored event named parent hash 0, which the
+	// member does not hold, and was read as having no parent: the array
+	// form of engines that write 0 for "none" (llm-d-inference-sim).
+	ZeroParentRoot bool
 }
 
 // HasPublication reports whether Publication carries images.
@@ -183,7 +187,7 @@ func (s *State) ApplyEvent(ev *routerevent.RouterEvent) EventOutcome {
 	switch data.Kind {
 	case routerevent.EventStored:
 		if s.cfg.Mode == ckf.HashModeCanonical {
-			out.FirstError = s.storeCanonical(m, &data.Stored)
+			out.ZeroParentRoot, out.FirstError = s.storeCanonical(m, &data.Stored)
 		} else {
 			out.FirstError = s.storeVerbatim(m, data.Stored.Blocks)
 		}
@@ -260,21 +264,31 @@ const linearScanLimit = 32
 // §6.9): validate the whole event first, then commit lineage and ownership,
 // then admit new candidates with the full kick search and give non-resident
 // re-offers one relocation-free attempt.
-func (s *State) storeCanonical(m Member, d *routerevent.StoreData) error {
+//
+// A parent hash of 0 that the member does not hold is read as no parent
+// (zeroRoot): engines whose array form has no nil (llm-d-inference-sim)
+// write 0 for "none", and llm-d's own indexer reads 0 so too. A block
+// hash 0 the member does hold still chains.
+func (s *State) storeCanonical(m Member, d *routerevent.StoreData) (zeroRoot bool, err error) {
 	ms := s.members[m]
 	var prev uint64
 	hasPrev := false
 	if d.ParentHash != nil {
-		if ms == nil {
-			return ckf.ErrParentBlockNotFound
+		c, ok := uint64(0), false
+		if ms != nil {
+			c, ok = ms.lineage.get(*d.ParentHash)
 		}
-		c, ok := ms.lineage.get(*d.ParentHash)
-		if !ok {
-			return ckf.ErrParentBlockNotFound
+		switch {
+		case ok:
+			prev, hasPrev = c, true
+		case *d.ParentHash == 0:
+			zeroRoot = true
+		default:
+			return false, ckf.ErrParentBlockNotFound
 		}
-		prev, hasPrev = c, true
-	} else if d.StartPosition != nil && *d.StartPosition != 0 {
-		return ckf.ErrInvalidBlockSequence
+	}
+	if !hasPrev && d.StartPosition != nil && *d.StartPosition != 0 {
+		return zeroRoot, ckf.ErrInvalidBlockSequence
 	}
 
 	long := len(d.Blocks) > linearScanLimit
@@ -322,7 +336,7 @@ func (s *State) storeCanonical(m Member, d *routerevent.StoreData) error {
 		}
 		if seen {
 			if existing != c {
-				return ckf.ErrInvalidBlockSequence
+				return zeroRoot, ckf.ErrInvalidBlockSequence
 			}
 			b.kind = blockReoffer
 			continue
@@ -343,7 +357,7 @@ func (s *State) storeCanonical(m Member, d *routerevent.StoreData) error {
 	}
 	for _, cd := range cands {
 		if o, _ := s.owner(cd.canon); o.Refcount > math.MaxUint32-cd.inc {
-			return ckf.ErrOwnershipDegreeOverflow
+			return zeroRoot, ckf.ErrOwnershipDegreeOverflow
 		}
 	}
 
@@ -389,7 +403,7 @@ func (s *State) storeCanonical(m Member, d *routerevent.StoreData) error {
 			s.owners.put(b.canon, o.pack())
 		}
 	}
-	return first
+	return zeroRoot, first
 }
 
 func (s *State) findExt(blocks []eventBlock, ext uint64, long bool) int {
