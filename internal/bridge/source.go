@@ -20,6 +20,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/internal/engine"
+	"github.com/ckfrelay/ckfrelay/internal/refusal"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 )
 
@@ -43,6 +44,12 @@ type EngineStatus struct {
 	LastGap   *Gap      `json:"last_gap,omitempty"`
 	LastError string    `json:"last_error,omitempty"`
 	Since     time.Time `json:"connected_since,omitzero"`
+	// Refused counts the engine's events the bridge could not index
+	// (malformed batches, bad or unknown events, another block_size, an
+	// unknown medium); Refusing is set while most of its recent events
+	// are refused ("N of M recent events refused (reason)").
+	Refused  uint64 `json:"refused_events"`
+	Refusing string `json:"refusing,omitempty"`
 }
 
 // Gap is an unrecoverable range of engine sequences [From, To).
@@ -99,6 +106,10 @@ type source struct {
 	// it asked for recovered the gap.
 	lost uint64
 
+	// refusals watches this engine's refused events (key 0); safe for
+	// the status reader.
+	refusals *refusal.Tracker
+
 	mu    sync.Mutex
 	st    EngineStatus
 	acked position
@@ -115,7 +126,7 @@ func newSource(b *Bridge, spec EngineSpec, key string, start position) *source {
 		conv: engine.NewConverter(engine.Options{WorkerID: spec.WorkerID, DPRank: spec.DPRank,
 			BlockSize: b.cfg.BlockSize, IndexHostPinned: b.cfg.IndexHostPinned}),
 		epoch: start.Epoch, has: start.Has, last: start.Seq, digest: start.Digest, rank: spec.DPRank,
-		acked: start,
+		acked: start, refusals: refusal.New(refusal.Config{}),
 	}
 	s.acked.Endpoint, s.acked.WorkerID = spec.Pub, spec.WorkerID
 	s.cc = b.m.convertCounters()
@@ -132,8 +143,12 @@ func u64p(v uint64) *uint64 { return &v }
 
 func (s *source) status() EngineStatus {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.st
+	st := s.st
+	s.mu.Unlock()
+	if r := s.refusals.Refusing(s.b.now()); len(r) > 0 {
+		st.Refusing = r[0].String()
+	}
+	return st
 }
 
 func (s *source) updateStatus(fn func(*EngineStatus)) {
@@ -446,9 +461,11 @@ func (s *source) apply(seq uint64, payload []byte) {
 	var st engine.Stats
 	n := 0
 	b, err := s.dec.Decode(payload)
+	refused, reason := 0, ""
 	if err != nil {
 		s.b.m.malformed.Inc()
 		s.log.Warn().Err(err).Uint64("seq", seq).Msg("malformed engine batch skipped")
+		refused, reason = 1, "malformed_batch"
 	} else {
 		if b.HasDPRank && b.DPRank >= 0 && b.DPRank <= 1<<32-1 {
 			s.rank = uint32(b.DPRank)
@@ -458,7 +475,9 @@ func (s *source) apply(seq uint64, payload []byte) {
 		s.cc.unknownEvent.Add(float64(b.UnknownEvents))
 		s.cc.badEvent.Add(float64(b.BadEvents))
 		s.b.countStats(&s.cc, &st)
+		refused, reason = refusedOf(b, &st)
 	}
+	s.noteRefusals(seq, payload, n, refused, reason)
 	s.has, s.last, s.digest = true, seq, xxh3.Hash(payload)
 	s.b.m.batches.Inc()
 	s.lastSeqG.Set(float64(seq))
@@ -472,6 +491,47 @@ func (s *source) apply(seq uint64, payload []byte) {
 	data := append([]byte(nil), s.buf...) // the async publish may still read it after we reuse buf
 	id := s.spec.Pub + "#" + strconv.FormatUint(s.epoch, 10) + "#" + strconv.FormatUint(seq, 10)
 	s.publish(data, id, pos, n)
+}
+
+// refusedOf counts a batch's events the bridge could not index for a
+// fault of the engine or of the configuration (events left out by design,
+// such as another tier, are not refusals) and names the commonest reason.
+func refusedOf(b *engine.Batch, st *engine.Stats) (int, string) {
+	reasons := [...]struct {
+		n    uint64
+		name string
+	}{
+		{st.BlockSizeMismatch, "block_size_mismatch"},
+		{uint64(b.BadEvents), "bad_event"},
+		{uint64(b.UnknownEvents), "unknown_event"},
+		{st.UnknownMedium, "unknown_medium"},
+	}
+	total, top, reason := uint64(0), uint64(0), ""
+	for _, r := range reasons {
+		total += r.n
+		if r.n > top {
+			top, reason = r.n, r.name
+		}
+	}
+	return int(min(total, 1<<31)), reason
+}
+
+// noteRefusals feeds one batch's outcome to the engine's refusal window
+// and logs a warning (at most one per refusal.DefaultWarnEvery) with the
+// reason and the batch as a sample.
+func (s *source) noteRefusals(seq uint64, payload []byte, accepted, refused int, reason string) {
+	now := s.b.now()
+	s.refusals.Accept(0, accepted, now)
+	if refused == 0 {
+		return
+	}
+	s.updateStatus(func(es *EngineStatus) { es.Refused += uint64(refused) })
+	if w, ok := s.refusals.Refuse(0, refused, reason, now); ok {
+		s.log.Warn().Str("reason", reason).Int("refused", refused).Uint64("suppressed_since_last_warning", w.Suppressed).
+			Uint64("sample_seq", seq).Hex("sample_payload_head", payload[:min(len(payload), 64)]).
+			Int("block_size", s.b.cfg.BlockSize).
+			Msg("engine events refused: their blocks are missing from the index")
+	}
 }
 
 func (s *source) publish(data []byte, id string, pos position, events int) {
