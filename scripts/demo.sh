@@ -109,6 +109,7 @@ pids+=($!)
 wait_http "http://$HTTP_ADDR/healthz" "the indexer"
 
 port=${RELAY_PORT:-9091}
+relay_metrics=""
 IFS=, read -ra dcs <<<"$DCS"
 IFS=, read -ra models <<<"$MODELS"
 { echo "pools:"; for m in "${models[@]}"; do echo "  - domain: $m"; done; } >"$logs/pools.yaml"
@@ -120,6 +121,7 @@ for dc in "${dcs[@]}"; do
   pids+=($!)
   wait_http "http://127.0.0.1:$port/healthz" "relay $dc"
   echo "relay $dc: http://127.0.0.1:$port/v1/status  (metrics: /metrics)"
+  relay_metrics+="${relay_metrics:+,}http://127.0.0.1:$port/metrics"
   port=$((port + 1))
 done
 
@@ -131,7 +133,7 @@ logs:            $logs  (removed at exit unless the demo fails or KEEP_LOGS=1)
 MSG
 
 bin/trace-replayer --nats-url "nats://127.0.0.1:$NATS_PORT" --domain "$MODELS" --dcs "$DCS" \
-  --indexer-url "http://$HTTP_ADDR" --speed "$SPEED" "${replay_args[@]}"
+  --indexer-url "http://$HTTP_ADDR" --speed "$SPEED" --relay-metrics "$relay_metrics" "${replay_args[@]}"
 if [ $smoke = 1 ]; then
   echo "demo: smoke run verified, ${SECONDS}s after the start"
   exit 0

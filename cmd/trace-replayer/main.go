@@ -59,6 +59,9 @@ type options struct {
 	repeat      bool
 	rcfg        replay.Config
 	maxRequests int
+	// relayMetrics are the relays' /metrics URLs whose refused events the
+	// status line counts.
+	relayMetrics []string
 
 	// --engine vllm-zmq: fake vLLM engines instead of direct publishing.
 	engineMode    string
@@ -90,6 +93,15 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.DurationVar(&o.verifyWait, "verify-timeout", 60*time.Second, "how long the final verification may wait for the pipeline to settle")
 	fs.BoolVar(&o.repeat, "repeat", false, "replay forever, each pass in a fresh hash space")
 	fs.IntVar(&o.maxRequests, "max-requests", 0, "stop after this many requests (0 = the whole trace)")
+	fs.Func("relay-metrics", "comma-separated /metrics URLs of the relays: the status line counts the events they refused (ckf_relay_refusals_total)", func(v string) error {
+		for _, u := range strings.Split(v, ",") {
+			if !strings.HasPrefix(u, "http://") && !strings.HasPrefix(u, "https://") {
+				return fmt.Errorf("%q: want an http(s) URL", u)
+			}
+			o.relayMetrics = append(o.relayMetrics, u)
+		}
+		return nil
+	})
 	fs.IntVar(&o.rcfg.WorkersPerDC, "workers-per-dc", o.rcfg.WorkersPerDC, "simulated workers per DC")
 	fs.IntVar(&o.rcfg.CapacityBlocks, "capacity-blocks", o.rcfg.CapacityBlocks, "KV cache capacity per worker, in blocks (LRU)")
 	fs.IntVar(&o.rcfg.Duplication, "duplication", o.rcfg.Duplication, "replay the trace this many times in disjoint hash spaces")
@@ -258,7 +270,10 @@ func loadTrace(o *options) ([]replay.Request, error) {
 
 // stats are the live counters of one run.
 type stats struct {
-	start              time.Time
+	start time.Time
+	// refused is the relays' refused events (-1: not asked; -2: a relay
+	// did not answer).
+	refused            int64
 	requests, events   int
 	queries, unavail   int
 	under, over, exact int
@@ -273,8 +288,15 @@ func (s *stats) line(total int) string {
 	if s.bestN > 0 {
 		agree = 100 * float64(s.bestAgree) / float64(s.bestN)
 	}
-	return fmt.Sprintf("t=%5.1fs requests=%d/%d events=%d (%.0f/s) | queries=%d p50=%s p99=%s unavailable=%d | lanes exact=%d over=%d under(lag)=%d best-DC agree=%.1f%%",
+	line := fmt.Sprintf("t=%5.1fs requests=%d/%d events=%d (%.0f/s) | queries=%d p50=%s p99=%s unavailable=%d | lanes exact=%d over=%d under(lag)=%d best-DC agree=%.1f%%",
 		el, s.requests, total, s.events, float64(s.events)/max(el, 1e-9), s.queries, p50, p99, s.unavail, s.exact, s.over, s.under, agree)
+	switch {
+	case s.refused >= 0:
+		line += fmt.Sprintf(" | refused=%d", s.refused)
+	case s.refused == -2:
+		line += " | refused=?"
+	}
+	return line
 }
 
 func percentile(d []time.Duration, q float64) time.Duration {
@@ -452,7 +474,17 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 }
 
 func onePass(ctx context.Context, o *options, pubs map[string]*eventpub.Publisher, fleet *zmqFleet, q *querier, rp *replay.Replayer, stdout io.Writer) error {
-	st := &stats{start: time.Now()}
+	st := &stats{start: time.Now(), refused: -1}
+	hc := &http.Client{}
+	refresh := func() {
+		if len(o.relayMetrics) == 0 {
+			return
+		}
+		st.refused = -2
+		if n, ok := relayRefusals(ctx, hc, o.relayMetrics); ok {
+			st.refused = int64(min(n, 1<<62))
+		}
+	}
 	nextStatus := time.Now().Add(o.status)
 	total := rp.Len()
 	var t0 int64 = -1
@@ -503,10 +535,12 @@ func onePass(ctx context.Context, o *options, pubs map[string]*eventpub.Publishe
 		}
 		st.requests++
 		if time.Now().After(nextStatus) {
+			refresh()
 			printStatus(stdout, st.line(total), false)
 			nextStatus = time.Now().Add(o.status)
 		}
 	}
+	refresh()
 	printStatus(stdout, st.line(total), true)
 	if o.verify && q != nil {
 		return verify(ctx, o, q, rp, stdout)

@@ -57,7 +57,7 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 		span.SetAttributes(attribute.Int64("ckf.input_sequence", int64(meta.Sequence.Stream)))
 	}
 	applied, refused := 0, 0
-	var rf refusedSample
+	rf := refusedSample{m: r.m}
 	limit := r.cfg.maxTrackedBlocks()
 	for i := range evs {
 		ev := &evs[i]
@@ -121,6 +121,7 @@ type refusedSample struct {
 	n      int
 	reason string
 	ev     routerevent.RouterEvent // shallow: only its scalars are logged
+	m      *relayMetrics
 }
 
 func (rf *refusedSample) add(ev *routerevent.RouterEvent, reason string) {
@@ -128,6 +129,7 @@ func (rf *refusedSample) add(ev *routerevent.RouterEvent, reason string) {
 		rf.reason, rf.ev = reason, *ev
 	}
 	rf.n++
+	rf.m.refusals.WithLabelValues(reason).Inc()
 }
 
 // noteRefusals feeds one message's outcome to the refusal tracker: a
@@ -141,6 +143,7 @@ func (e *epochRun) noteRefusals(worker uint64, accepted int, rf *refusedSample) 
 	if rf.n == 0 {
 		return
 	}
+	r.update(func(s *Status) { s.Refused += uint64(rf.n) })
 	if w, ok := r.refusals.Refuse(worker, rf.n, rf.reason, now); ok {
 		lg := r.log.Warn().Uint64("worker_id", worker).Str("reason", rf.reason).Int("refused", rf.n).
 			Uint64("suppressed_since_last_warning", w.Suppressed).

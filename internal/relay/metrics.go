@@ -16,6 +16,7 @@ type relayMetrics struct {
 	eventErrors     *prometheus.CounterVec
 	unknownRemovals prometheus.Counter
 	zeroParentRoots prometheus.Counter
+	refusals        *prometheus.CounterVec
 	deltas          prometheus.Counter
 	images          prometheus.Counter
 	snapshots       *prometheus.CounterVec
@@ -70,6 +71,8 @@ func newRelayMetrics(reg prometheus.Registerer, dc string) (*relayMetrics, error
 		badEvents:       counterVec("ckf_relay_bad_events_total", "Input messages rejected before apply, by reason.", "reason"),
 		eventErrors:     counterVec("ckf_relay_event_errors_total", "Applied events that reported an error, by kind.", "kind"),
 		unknownRemovals: counter("ckf_relay_unknown_removals_total", "Removals of blocks the pool did not track."),
+		refusals: counterVec("ckf_relay_refusals_total",
+			"Worker events refused whole, by reason (parent_block_not_found, invalid_block_sequence, unsupported_residency_domain, worker_mismatch, tracked_blocks): their blocks are missing from the index.", "reason"),
 		zeroParentRoots: counter("ckf_relay_zero_parent_roots_total",
 			"Stored events whose parent hash 0 the worker did not hold, read as having no parent (the array form of engines that write 0 for none, as llm-d-inference-sim does)."),
 		deltas:        counter("ckf_relay_deltas_published_total", "Deltas accepted by JetStream."),
@@ -109,7 +112,7 @@ func newRelayMetrics(reg prometheus.Registerer, dc string) (*relayMetrics, error
 		workerLoads: counterVec("ckf_relay_worker_load_reports_total",
 			"Worker load reports received by outcome: accepted, malformed, bad_subject.", "outcome"),
 	}
-	for _, c := range []prometheus.Collector{m.events, m.badEvents, m.eventErrors, m.unknownRemovals, m.zeroParentRoots, m.deltas, m.images,
+	for _, c := range []prometheus.Collector{m.events, m.badEvents, m.eventErrors, m.unknownRemovals, m.zeroParentRoots, m.refusals, m.deltas, m.images,
 		m.snapshots, m.drains, m.heartbeats, m.fences, m.epoch, m.sequence, m.state, m.inputPending, m.uniqueBlocks,
 		m.occupiedSlots, m.publishSeconds, m.checkpoints, m.inputGap, m.rebuildTailDropped, m.checkpointSeconds,
 		m.setupRetries, m.laneForeignWrites, m.fault, m.setupFailures, m.refusedEvents, m.loadWindows, m.workerLoads} {

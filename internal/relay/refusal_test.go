@@ -112,8 +112,13 @@ func TestRefusedEventsWarnAndRaiseAFault(t *testing.T) {
 		}
 		return false
 	})
-	if out, ok := metricsContain(reg, `ckf_relay_fault{dc="a",kind="refused_events"} 1`); !ok {
-		t.Errorf("fault gauge missing:\n%s", out)
+	for _, want := range []string{`ckf_relay_fault{dc="a",kind="refused_events"} 1`, `ckf_relay_refusals_total{dc="a",reason="parent_block_not_found"} 10`} {
+		if out, ok := metricsContain(reg, want); !ok {
+			t.Errorf("missing %q in\n%s", want, out)
+		}
+	}
+	if got := r.Status().Refused; got != 10 {
+		t.Errorf("status refused_events %d, want 10", got)
 	}
 	warns := logs.lines(`"message":"events refused`)
 	if len(warns) != 1 {

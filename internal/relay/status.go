@@ -30,6 +30,8 @@ type Status struct {
 	// InputGap is how many input stream sequences the last rebuild needed
 	// but the stream no longer held (see ckf_relay_input_gap_messages_total).
 	InputGap uint64 `json:"input_gap"`
+	// Refused counts worker events refused whole (ckf_relay_refusals_total).
+	Refused uint64 `json:"refused_events"`
 	// Faults lists the standing faults ("kind: detail"), empty when none:
 	// epoch_exhausted, tracked_blocks, setup, refused_events (see
 	// ckf_relay_fault).
