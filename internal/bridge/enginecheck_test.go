@@ -117,6 +117,9 @@ func (e *simEngine) start() {
 	e.t.Helper()
 	e.cmd = exec.Command(e.bin, e.args...)
 	e.cmd.Stdout, e.cmd.Stderr = e.logf, e.logf
+	// With --enable-kvcache the simulator names its event topic after
+	// POD_IP (kv@<ip>@<model>) and refuses to start without it.
+	e.cmd.Env = append(os.Environ(), "POD_IP=127.0.0.1")
 	if err := e.cmd.Start(); err != nil {
 		e.t.Fatal(err)
 	}
@@ -373,13 +376,22 @@ func runSimCheck(t *testing.T, bin string, formArgs []string) {
 		ps = append(ps, p)
 		c.request("an eviction filler", p)
 	}
-	for i, p := range append([]string{x}, ps...) {
-		if c.request(fmt.Sprintf("eviction check %d", i), p) == 0 {
+	// Newest first: the prompts the cache still holds answer in full, then
+	// the evicted ones answer 0 (each re-stored evicts the oldest left).
+	kept := 0
+	for i := len(ps) - 1; i >= -1; i-- {
+		p := x
+		if i >= 0 {
+			p = ps[i]
+		}
+		if got := c.request(fmt.Sprintf("eviction check of prompt %d", i), p); got == 0 {
 			c.evicted++
+		} else {
+			kept++
 		}
 	}
-	if c.evicted == 0 {
-		t.Fatal("the eviction phase evicted nothing: the check proves nothing about removals")
+	if c.evicted == 0 || kept == 0 {
+		t.Fatalf("the eviction phase found %d evicted and %d kept prompts: it must see both", c.evicted, kept)
 	}
 
 	// A bridge restart: the index keeps what was indexed and the new
