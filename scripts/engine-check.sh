@@ -45,7 +45,7 @@ import _ "github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim"
 EOF
   if ! (cd "$mod" && GOFLAGS=-mod=mod go mod tidy >"$mod/build.log" 2>&1 &&
     CGO_ENABLED=0 go build -o "$bin.tmp" github.com/llm-d/llm-d-inference-sim/cmd/llm-d-inference-sim >>"$mod/build.log" 2>&1); then
-    echo "engine-check: skipped: llm-d-inference-sim $version could not be built from the module proxy ($(tail -n 1 "$mod/build.log"))"
+    echo "engine-check: skipped: llm-d-inference-sim $version could not be built from the module proxy ($(tail -n 1 "$mod/build.log" | sed 's/^[[:space:]]*//'))"
     exit 0
   fi
   mv "$bin.tmp" "$bin"
