@@ -78,3 +78,18 @@ func TestKeysAreBounded(t *testing.T) {
 		t.Fatal("a new source was not tracked after the others aged out")
 	}
 }
+
+// The relay and the bridge call Accept once per message: it must not
+// allocate once the source is tracked.
+func BenchmarkAcceptAndRefuse(b *testing.B) {
+	tr := New(Config{})
+	now := t0
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		now = now.Add(time.Millisecond)
+		tr.Accept(uint64(i&63), 4, now)
+		if i&7 == 0 {
+			tr.Refuse(uint64(i&63), 1, "parent_block_not_found", now)
+		}
+	}
+}
