@@ -359,8 +359,10 @@ func (m *Manager) refuseLocked(domain, kind string, err error) {
 	}
 }
 
-// Remove stops a pool (it releases its lease, as a stopping relay does)
-// and forgets it; false when it was not running.
+// Remove retires a pool: when it holds the lease it marks its lane retired
+// in the lane map, so the indexers drop the lane instead of keeping it as a
+// stale one (relay.Relay.Retire), then releases the lease, as a stopping
+// relay does; the manager forgets it. False when it was not running.
 func (m *Manager) Remove(domain string) bool {
 	m.mu.Lock()
 	cur := *m.byName.Load()
@@ -379,6 +381,7 @@ func (m *Manager) Remove(domain string) bool {
 		return false
 	}
 	if p.cancel != nil {
+		p.r.Retire() // on purpose: its lane says so, unlike a crash's
 		p.cancel()
 		<-p.done
 	}
