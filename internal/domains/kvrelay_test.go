@@ -246,8 +246,8 @@ func TestKvRelayModelsWithinTheRegistrysBounds(t *testing.T) {
 	// A third model passes the bound of one domain.
 	p.pool(t, "src-mistral", "mistral", 16)
 	eventually(t, "mistral over the bound", func() error {
-		if n := promtest.Count(e.reg, domains.MetricRefused+`{kind="too_many_domains"}`); n != 1 {
-			return fmt.Errorf("%d too_many_domains refusals", n)
+		if n := promtest.Count(e.reg, domains.MetricRefused+`{kind="too_many"}`); n != 1 {
+			return fmt.Errorf("%d too_many refusals", n)
 		}
 		return nil
 	})
@@ -255,8 +255,8 @@ func TestKvRelayModelsWithinTheRegistrysBounds(t *testing.T) {
 	p.srv.RemovePool("src-mistral")
 	p.pool(t, "src-gemma", "gemma", 16)
 	eventually(t, "gemma over the bound", func() error {
-		if n := promtest.Count(e.reg, domains.MetricRefused+`{kind="too_many_domains"}`); n != 2 {
-			return fmt.Errorf("%d too_many_domains refusals", n)
+		if n := promtest.Count(e.reg, domains.MetricRefused+`{kind="too_many"}`); n != 2 {
+			return fmt.Errorf("%d too_many refusals", n)
 		}
 		return nil
 	})
