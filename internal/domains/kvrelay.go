@@ -9,7 +9,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/internal/unithost"
-	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -101,10 +100,7 @@ func ModelDomain(model string) (string, error) {
 		}
 	}
 	d := string(b)
-	if err := lease.ValidateName(d); err != nil {
-		return "", fmt.Errorf("model %q: %w", model, err)
-	}
-	if err := wire.ValidateToken("domain", d); err != nil {
+	if err := wire.ValidateName("domain", d); err != nil {
 		return "", fmt.Errorf("model %q: %w", model, err)
 	}
 	return d, nil

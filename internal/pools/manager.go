@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -103,6 +102,9 @@ type Manager struct {
 func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Manager, error) {
 	if cfg.File.MaxPools == 0 {
 		cfg.File.MaxPools = DefaultMaxPools
+	}
+	if err := wire.ValidateName("dc", cfg.Base.DC); err != nil {
+		return nil, fmt.Errorf("pools: %w", err)
 	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
@@ -234,8 +236,12 @@ func (m *Manager) startDiscovery() {
 	}
 }
 
-// eventsSubjectAll is the worker events of every domain of the DC.
-func (m *Manager) eventsSubjectAll() string { return "kvevents.*." + m.cfg.Base.DC + ".>" }
+// eventsSubjectAll is the worker events of every domain of the DC
+// (wire.WorkerEventsDomainsFilter; the DC is validated by New).
+func (m *Manager) eventsSubjectAll() string {
+	f, _ := wire.WorkerEventsDomainsFilter(m.cfg.Base.DC)
+	return f
+}
 
 // discover adds allowed domains seen on the DC's worker events: live (a
 // core subscription) and already stored in the input stream (scanned
@@ -243,7 +249,7 @@ func (m *Manager) eventsSubjectAll() string { return "kvevents.*." + m.cfg.Base.
 func (m *Manager) discover(ctx context.Context) {
 	seen := make(chan string, 64)
 	sub, err := m.nc.Subscribe(m.eventsSubjectAll(), func(msg *nats.Msg) {
-		if d := domainOf(msg.Subject); d != "" {
+		if d := m.domainOf(msg.Subject); d != "" {
 			select {
 			case seen <- d:
 			default: // the scan finds it
@@ -297,7 +303,7 @@ func (m *Manager) scan(ctx context.Context, seen chan<- string) {
 		return
 	}
 	for subj := range info.State.Subjects {
-		if d := domainOf(subj); d != "" {
+		if d := m.domainOf(subj); d != "" {
 			select {
 			case seen <- d:
 			case <-ctx.Done():
@@ -307,13 +313,14 @@ func (m *Manager) scan(ctx context.Context, seen chan<- string) {
 	}
 }
 
-// domainOf is the domain token of kvevents.<domain>.<dc>.<worker>.
-func domainOf(subject string) string {
-	parts := strings.SplitN(subject, ".", 3)
-	if len(parts) < 3 || parts[0] != "kvevents" || wire.ValidateToken("domain", parts[1]) != nil {
+// domainOf is the domain of a worker events subject of the DC
+// (wire.ParseWorkerEventsSubject), "" for any other subject.
+func (m *Manager) domainOf(subject string) string {
+	d, dc, _, err := wire.ParseWorkerEventsSubject(subject)
+	if err != nil || dc != m.cfg.Base.DC || wire.ValidateName("domain", d) != nil {
 		return ""
 	}
-	return parts[1]
+	return d
 }
 
 // Add starts a pool for domain: with its declared spec when the pools file
