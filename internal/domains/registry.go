@@ -340,12 +340,8 @@ func (r *Registry) resolve(name string) (*domain, bool) {
 // lookup finds the domain a query names, or the default one.
 func (r *Registry) lookup(model string) (*domain, error) {
 	if model == "" {
-		if r.host.Len() == 1 {
-			var only *domain
-			r.host.Each(func(_ string, d *domain) bool { only = d; return false })
-			if only != nil {
-				return only, nil
-			}
+		if d, ok := r.host.Only(); ok {
+			return d, nil
 		}
 		model = *r.def.Load()
 		if model == "" {

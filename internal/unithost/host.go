@@ -402,6 +402,19 @@ func (h *Host[U]) Get(name string) (U, bool) {
 	return e.unit, true
 }
 
+// Only returns the unit when there is exactly one (a host of one), without
+// allocating: the default of a query that names no unit.
+func (h *Host[U]) Only() (U, bool) {
+	units := *h.units.Load()
+	if len(units) == 1 {
+		for _, e := range units {
+			return e.unit, true
+		}
+	}
+	var zero U
+	return zero, false
+}
+
 // Len is the number of units.
 func (h *Host[U]) Len() int { return len(*h.units.Load()) }
 

@@ -230,3 +230,26 @@ func TestStopOnFailure(t *testing.T) {
 		t.Fatal("good still runs")
 	}
 }
+
+// Only names the unit of a host of one, and none otherwise.
+func TestOnly(t *testing.T) {
+	h, _, _ := newHost(t, 0, nil)
+	if _, ok := h.Only(); ok {
+		t.Fatal("an empty host has an only unit")
+	}
+	if err := h.Add("a"); err != nil {
+		t.Fatal(err)
+	}
+	if u, ok := h.Only(); !ok || u.name != "a" {
+		t.Fatalf("Only = %v, %v", u, ok)
+	}
+	if err := h.Add("b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := h.Only(); ok {
+		t.Fatal("a host of two has an only unit")
+	}
+	if n := testing.AllocsPerRun(100, func() { h.Only() }); n != 0 {
+		t.Fatalf("Only allocates %v times", n)
+	}
+}
