@@ -52,23 +52,8 @@ func serveReal(t *testing.T, pub server.Publication, mut func(*server.Config)) (
 	if mut != nil {
 		mut(&cfg)
 	}
-	srv, err := server.New(pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		<-done
-	})
-	return ln.Addr().String(), srv
+	srv, addr := servertest.Serve(t, pub, cfg)
+	return addr, srv
 }
 
 // serveFake serves a hand-written KvEventRelayServer.
