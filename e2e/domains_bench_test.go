@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -44,19 +45,25 @@ import (
 // domain, then the relays stop (the lanes stay installed). RSS is read in
 // the child after a GC, before the registry is built and after every domain
 // answers at full depth. A query is one chain of a random domain, named by
-// its model (distinct inputs), after the child walked 64 MiB to evict its
-// caches; the parent asks the children in turn for dmBatch queries each, so
+// its model (distinct inputs), after the child walked an eviction buffer
+// of twice the last-level cache (evictBytes: measured from sysfs, or
+// declared with CKF_DM_LLC_MB; at least 64 MiB), so the cold state does
+// not depend on the machine's cache size; the parent asks the children in turn for dmBatch queries each, so
 // a load that comes and goes on the machine falls on all of them alike.
 // p50/p99 are of Registry.Match alone; the ratios are to the one-domain
 // process.
 
 const (
-	dmDCs     = 4
-	dmChains  = 256
-	dmBlocks  = 128
-	dmExpect  = 1 << 18 // 2^17 buckets: a 16 MiB table per domain
-	dmEvictMB = 64
-	dmBatch   = 25
+	dmDCs    = 4
+	dmChains = 256
+	dmBlocks = 128
+	dmExpect = 1 << 18 // 2^17 buckets: a 16 MiB table per domain
+	// dmEvictMinMB is the least eviction walk (evictBytes).
+	dmEvictMinMB = 64
+	// dmLLCDeclaredMB is the last-level cache assumed when the machine
+	// reports none and CKF_DM_LLC_MB declares none (an EPYC CCX's L3).
+	dmLLCDeclaredMB = 32
+	dmBatch         = 25
 	// dmChildEnv selects the child's role (TestDomainsBenchChild).
 	dmChildEnv = "CKF_DOMAINS_BENCH_CHILD"
 )
@@ -69,8 +76,8 @@ type dmChild struct {
 	in    *bufio.Writer
 	out   *bufio.Scanner
 	// Reported by the child once loaded.
-	rssBase, rssLoaded, tableBytes, huge uint64
-	lat                                  []time.Duration
+	rssBase, rssLoaded, tableBytes, huge, evict, idleCPU uint64
+	lat                                                  []time.Duration
 }
 
 // The children are built by the parent benchmark (which testing runs once)
@@ -134,6 +141,8 @@ func domainsColdMatch(b *testing.B, kids []*dmChild) {
 		// the resident set is the tables plus a fixed overhead.
 		b.ReportMetric((float64(k.rssLoaded-k.rssBase)-float64(k.tableBytes))/(1<<20), "other_MiB"+sfx)
 		b.ReportMetric(float64(k.huge)/(1<<20), "hugepage_MiB"+sfx)
+		b.ReportMetric(float64(k.evict)/(1<<20), "evict_MiB"+sfx)
+		b.ReportMetric(float64(k.idleCPU)/1e3, "idle_cpu_ms/s"+sfx)
 	}
 }
 
@@ -228,7 +237,7 @@ func startDomainsChild(b *testing.B, srv *testenv.Server, n int) *dmChild {
 	}
 	<-js.PublishAsyncComplete()
 	f := expect("ready")
-	for i, p := range []*uint64{&k.rssBase, &k.rssLoaded, &k.tableBytes, &k.huge} {
+	for i, p := range []*uint64{&k.rssBase, &k.rssLoaded, &k.tableBytes, &k.huge, &k.evict, &k.idleCPU} {
 		if *p, err = strconv.ParseUint(f[i+1], 10, 64); err != nil {
 			b.Fatalf("child %d: ready line %q: %v", n, k.out.Text(), err)
 		}
@@ -256,7 +265,8 @@ func dmStoredEvent(id int, chain []ckf.LocalBlockHash) []byte {
 // TestDomainsBenchChild is the indexer process of BenchmarkDomainsColdMatch;
 // it does nothing unless that benchmark started it. Its protocol, one line
 // each way on stdin/stdout: it prints "started" once its registry runs and
-// "ready RSS_BASE RSS_LOADED TABLE_BYTES HUGE_BYTES" once every domain
+// "ready RSS_BASE RSS_LOADED TABLE_BYTES HUGE_BYTES EVICT_BYTES IDLE_CPU_US"
+// (IDLE_CPU_US: its CPU over one idle second) once every domain
 // answers its last chain at full depth in every DC; then each "q N SEED"
 // gets "lat NS..." (N cold queries) until stdin closes.
 func TestDomainsBenchChild(t *testing.T) {
@@ -306,8 +316,14 @@ func TestDomainsBenchChild(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	say("ready %d %d %d %d", base, rss(), reg.TableBytes(), anonHuge())
-	evict := make([]byte, dmEvictMB<<20)
+	// The process's own CPU while no query runs: what its domains' idle
+	// lanes (state polls, stale checks, watches) cost, and what may run
+	// beside a query on the same cores.
+	c0 := cpuTime()
+	time.Sleep(time.Second)
+	idle := cpuTime() - c0
+	say("ready %d %d %d %d %d %d", base, rss(), reg.TableBytes(), anonHuge(), evictBytes(), idle.Microseconds())
+	evict := make([]byte, evictBytes())
 	sink := byte(0)
 	in := bufio.NewScanner(os.Stdin)
 	var line []byte
@@ -445,6 +461,41 @@ func rss() uint64 {
 	pages, _ := strconv.ParseUint(f[1], 10, 64)
 	return pages * uint64(os.Getpagesize())
 }
+
+// llcBytes is the largest CPU cache sysfs reports for cpu0, else the one
+// CKF_DM_LLC_MB declares, else dmLLCDeclaredMB.
+func llcBytes() uint64 {
+	var most uint64
+	dirs, _ := filepath.Glob("/sys/devices/system/cpu/cpu0/cache/index*")
+	for _, d := range dirs {
+		buf, err := os.ReadFile(filepath.Join(d, "size"))
+		if err != nil {
+			continue
+		}
+		v := strings.TrimSpace(string(buf))
+		mult := uint64(1)
+		switch {
+		case strings.HasSuffix(v, "K"):
+			mult, v = 1<<10, strings.TrimSuffix(v, "K")
+		case strings.HasSuffix(v, "M"):
+			mult, v = 1<<20, strings.TrimSuffix(v, "M")
+		}
+		if n, err := strconv.ParseUint(v, 10, 64); err == nil {
+			most = max(most, n*mult)
+		}
+	}
+	if most != 0 {
+		return most
+	}
+	if mb, err := strconv.ParseUint(os.Getenv("CKF_DM_LLC_MB"), 10, 64); err == nil && mb > 0 {
+		return mb << 20
+	}
+	return dmLLCDeclaredMB << 20
+}
+
+// evictBytes is the cold-state walk: twice the last-level cache, at least
+// dmEvictMinMB.
+func evictBytes() uint64 { return max(2*llcBytes(), dmEvictMinMB<<20) }
 
 // anonHuge is the process's memory in transparent huge pages
 // (/proc/self/smaps_rollup AnonHugePages): a cold query's cost depends on

@@ -56,11 +56,12 @@ func TestParseFlagsDomains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !o.multi() || len(c.Domains) != 2 || c.Domains[1] != "qwen" || !c.Discover || c.Allow("llama") || !c.Allow("qwen3") {
+	if len(c.Domains) != 2 || c.Domains[1] != "qwen" || !c.Discover || c.Allow("llama") || !c.Allow("qwen3") {
 		t.Fatalf("registry config %+v", c)
 	}
-	if o, _ := parseFlags([]string{"--domain", "llama"}, envOf(nil), io.Discard); o.multi() {
-		t.Fatal("one domain runs the registry")
+	// One domain is a registry of one.
+	if o, _ := parseFlags([]string{"--domain", "llama"}, envOf(nil), io.Discard); len(o.domainList()) != 1 {
+		t.Fatalf("one domain: %v", o.domainList())
 	}
 	for _, args := range [][]string{
 		{"--domain", "a,a"},

@@ -168,7 +168,7 @@ func TestKvRelayModelsFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := c.KvRelay
-	if !o.multi() || len(base.KvRelay.Sources) != 0 || len(c.Domains) != 0 || k.All || strings.Join(k.Models, " ") != "llama meta/qwen2.5" ||
+	if len(base.KvRelay.Sources) != 0 || len(c.Domains) != 0 || k.All || strings.Join(k.Models, " ") != "llama meta/qwen2.5" ||
 		k.KvRelay.BlockSize != 0 || len(k.KvRelay.Sources) != 1 || !k.KvRelay.AcceptLegacy || c.Allow("llama") {
 		t.Fatalf("registry config %+v, base kvrelay %+v", c, base.KvRelay)
 	}

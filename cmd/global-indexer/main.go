@@ -92,12 +92,6 @@ func (o options) domainList() []string {
 	return out
 }
 
-// multi: the process serves several domains (internal/domains) rather
-// than exactly one indexer service.
-func (o options) multi() bool {
-	return len(o.domainList()) != 1 || o.domainsFrom != "" || o.kv.models != ""
-}
-
 // errUsage marks a bad command line or environment (exit code 2).
 var errUsage = errors.New("usage")
 
@@ -311,10 +305,13 @@ func (o options) indexerConfigOnly() (indexer.Config, error) {
 	return cfg, cfg.Validate()
 }
 
-// registryConfig is the internal/domains config of a multi-domain process.
+// registryConfig is the internal/domains config of the process, whatever
+// the number of its domains.
 func (o options) registryConfig(base indexer.Config, reg prometheus.Registerer, log zerolog.Logger) (domains.Config, error) {
 	c := domains.Config{Base: base, Domains: o.domainList(), Discover: o.domainsFrom == domainsFromLaneMap,
-		MaxDomains: o.maxDomains, MaxTableBytes: o.maxTableBytes, Registerer: reg, Logger: log}
+		MaxDomains: o.maxDomains, MaxTableBytes: o.maxTableBytes, Registerer: reg, Logger: log,
+		// A fixed set of domains that loses one is a broken process: exit.
+		StopOnFailure: o.domainsFrom == "" && o.kv.models == ""}
 	if o.domainAllow != "" {
 		pattern := o.domainAllow
 		c.Allow = func(d string) bool { ok, _ := path.Match(pattern, d); return ok }
@@ -365,33 +362,23 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 	if err != nil {
 		return err
 	}
-	var (
-		backend queryapi.Backend
-		apiM    *queryapi.Metrics
-		runner  func(context.Context) error
-	)
-	if o.multi() {
-		// Each domain's series carry domain="<name>"; the HTTP endpoint's,
-		// shared by every domain, domain="".
-		rc, err := o.registryConfig(cfg, reg, log)
-		if err != nil {
-			return err
-		}
-		r, err := domains.New(conn.NC, conn.JS, rc)
-		if err != nil {
-			return err
-		}
-		if apiM, err = queryapi.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"domain": ""}, reg)); err != nil {
-			return err
-		}
-		backend, runner = r, r.Run
-	} else {
-		svc, err := indexer.New(conn.NC, conn.JS, cfg)
-		if err != nil {
-			return err
-		}
-		backend, apiM, runner = svc, svc.APIMetrics(), svc.Run
+	// One domain or many, the process is a registry of domains (a host of
+	// one is a host all the same). Each domain's series carry
+	// domain="<name>"; the HTTP endpoint's, shared by every domain,
+	// domain="".
+	rc, err := o.registryConfig(cfg, reg, log)
+	if err != nil {
+		return err
 	}
+	backend, err := domains.New(conn.NC, conn.JS, rc)
+	if err != nil {
+		return err
+	}
+	apiM, err := queryapi.NewMetrics(prometheus.WrapRegistererWith(prometheus.Labels{"domain": ""}, reg))
+	if err != nil {
+		return err
+	}
+	runner := backend.Run
 
 	h := cli.TraceHTTP(queryapi.Handler(backend, apiM, reg, queryapi.WithLimits(queryapi.Limits{MaxConcurrentMatches: o.maxMatches}),
 		queryapi.WithStatusInfo(queryapi.StatusInfo{Domain: o.domain, Version: cli.Version()})), tp, serviceName)

@@ -175,34 +175,24 @@ func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 			return fmt.Errorf("--input-js-domain %q: %w", o.inputJSDomain, err)
 		}
 	}
-	if o.pools != nil {
-		return servePools(ctx, o, log, conn.NC, conn.JS, reg, tp)
-	}
-	r, err := relay.New(conn.NC, conn.JS, o.cfg)
-	if err != nil {
-		return err
-	}
-	if o.kv.listen != "" {
-		_, stopKv, kerr := o.kv.start(r.Publication(), reg, log)
-		if kerr != nil {
-			return kerr
+	// One domain or many, the process runs a pools manager: without
+	// --pools-file it is a manager of the one pool --domain names, which
+	// exits when that pool fails.
+	f, fixed := o.pools, o.pools == nil
+	if fixed {
+		spec := pools.PoolSpec{Domain: o.cfg.Domain}
+		if o.kv.listen != "" {
+			spec.KvRelay = &pools.KvRelayBlock{Model: o.kv.model, SourcePath: o.kv.source, Aliases: o.kv.aliases}
 		}
-		defer stopKv()
+		f = &pools.File{MaxPools: 1, Pools: []pools.PoolSpec{spec}}
 	}
-	log.Info().Str("domain", o.cfg.Domain).Str("dc", o.cfg.DC).Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).
-		Str("mode", o.cfg.CKF.Mode.String()).Str("js_domain", o.common.JSDomain).Str("input_js_domain", o.inputJSDomain).
-		Int("js_replicas", o.common.JSReplicas).Int("input_js_replicas", o.cfg.Streams.EventReplicas).Msg("relay-producer starting")
-	if o.httpAddr == "" {
-		return r.Run(ctx)
-	}
-	// Health, status and metrics; a dead endpoint stops the relay.
-	return o.http.Serve(ctx, o.httpAddr, cli.TraceHTTP(r.Handler(reg), tp, "relay-producer"), log, func(ctx context.Context, _ string) error { return r.Run(ctx) })
+	return servePools(ctx, o, *f, fixed, log, conn.NC, conn.JS, reg, tp)
 }
 
-// servePools runs the pools of the --pools-file (one relay per domain) on
-// one connection until ctx ends.
-func servePools(ctx context.Context, o *options, log zerolog.Logger, nc *nats.Conn, js jetstream.JetStream, reg *prometheus.Registry, tp trace.TracerProvider) error {
-	pc := pools.Config{Base: o.cfg, File: *o.pools, Registerer: reg, Logger: log}
+// servePools runs the pools of f (one relay per domain) on one connection
+// until ctx ends; fixed: f is --domain's one pool, not --pools-file.
+func servePools(ctx context.Context, o *options, f pools.File, fixed bool, log zerolog.Logger, nc *nats.Conn, js jetstream.JetStream, reg *prometheus.Registry, tp trace.TracerProvider) error {
+	pc := pools.Config{Base: o.cfg, File: f, Registerer: reg, StopOnFailure: fixed, Logger: log}
 	if o.kv.listen != "" {
 		pc.KvRelay = &o.kv.text
 	}
@@ -225,12 +215,14 @@ func servePools(ctx context.Context, o *options, log zerolog.Logger, nc *nats.Co
 			}
 		}, func(domain string) { srv.RemovePool(domain) })
 	}
-	// SIGHUP reloads the pools file (pools.Manager.Reload).
-	hup := make(chan os.Signal, 1)
-	signal.Notify(hup, syscall.SIGHUP)
-	defer signal.Stop(hup)
-	go reloadOnHangup(ctx, o, m, hup)
-	log.Info().Str("dc", o.cfg.DC).Strs("pools", m.Domains()).Strs("allow", o.pools.Allow).Int("max_pools", o.pools.MaxPools).
+	if !fixed {
+		// SIGHUP reloads the pools file (pools.Manager.Reload).
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		go reloadOnHangup(ctx, o, m, hup)
+	}
+	log.Info().Str("dc", o.cfg.DC).Strs("pools", m.Domains()).Strs("allow", f.Allow).Int("max_pools", f.MaxPools).
 		Uint64("expected_blocks", o.cfg.CKF.ExpectedBlocksPerDC).Str("js_domain", o.common.JSDomain).Str("input_js_domain", o.inputJSDomain).
 		Msg("relay-producer starting")
 	if o.httpAddr == "" {

@@ -117,13 +117,13 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 		return nil, err
 	}
 	for _, dc := range strings.Split(o.dcs, ",") {
-		if err := wire.ValidateToken("dc", dc); err != nil {
+		if err := wire.ValidateName("dc", dc); err != nil {
 			return nil, err
 		}
 		o.rcfg.DCs = append(o.rcfg.DCs, dc)
 	}
 	for _, d := range strings.Split(o.domain, ",") {
-		if err := wire.ValidateToken("domain", d); err != nil {
+		if err := wire.ValidateName("domain", d); err != nil {
 			return nil, err
 		}
 	}

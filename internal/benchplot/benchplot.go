@@ -33,25 +33,40 @@ var palette = []color.Color{
 	color.RGBA{R: 0x8c, G: 0x56, B: 0x4b, A: 0xff},
 }
 
-// cdfPoints thins a sorted sample to at most 400 points of (µs, fraction).
-func cdfPoints(lat []time.Duration) plotter.XYs {
+// cdfPoints thins a sorted sample to at most 400 points of (duration in
+// unit, fraction); a duration shorter than 0.01 unit is drawn at 0.01 (the
+// log axis has no zero).
+func cdfPoints(lat []time.Duration, unit time.Duration) plotter.XYs {
 	n := len(lat)
 	step := max(1, n/400)
+	x := func(d time.Duration) float64 { return max(float64(d)/float64(unit), 0.01) }
 	var xys plotter.XYs
 	for i := 0; i < n; i += step {
-		xys = append(xys, plotter.XY{X: max(float64(lat[i].Nanoseconds())/1e3, 0.01), Y: float64(i+1) / float64(n)})
+		xys = append(xys, plotter.XY{X: x(lat[i]), Y: float64(i+1) / float64(n)})
 	}
-	xys = append(xys, plotter.XY{X: max(float64(lat[n-1].Nanoseconds())/1e3, 0.01), Y: 1})
+	xys = append(xys, plotter.XY{X: x(lat[n-1]), Y: 1})
 	return xys
 }
 
 // LatencyCDF writes the cumulative distribution of each series' sorted
-// latencies, on a logarithmic time axis.
+// latencies, in µs on a logarithmic axis.
 func LatencyCDF(path, title string, series []Series) error {
+	return cdf(path, title, "query latency (µs, log scale)", "fraction of queries ≤ latency", time.Microsecond, series)
+}
+
+// TTFTCDF writes the cumulative distribution of each series' sorted times to
+// first token, in milliseconds on a logarithmic axis.
+func TTFTCDF(path, title string, series []Series) error {
+	return cdf(path, title, "time to first token (ms, log scale)", "fraction of requests ≤ TTFT", time.Millisecond, series)
+}
+
+// cdf writes the cumulative distribution of each series' sorted durations,
+// in unit on a logarithmic x axis.
+func cdf(path, title, xlabel, ylabel string, unit time.Duration, series []Series) error {
 	p := plot.New()
 	p.Title.Text = title
-	p.X.Label.Text = "query latency (µs, log scale)"
-	p.Y.Label.Text = "fraction of queries ≤ latency"
+	p.X.Label.Text = xlabel
+	p.Y.Label.Text = ylabel
 	p.X.Scale = plot.LogScale{}
 	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 	p.Y.Min, p.Y.Max = 0, 1
@@ -65,7 +80,7 @@ func LatencyCDF(path, title string, series []Series) error {
 		if !slices.IsSorted(s.Latencies) {
 			return fmt.Errorf("benchplot: series %q is not sorted", s.Name)
 		}
-		l, err := plotter.NewLine(cdfPoints(s.Latencies))
+		l, err := plotter.NewLine(cdfPoints(s.Latencies, unit))
 		if err != nil {
 			return err
 		}

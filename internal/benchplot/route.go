@@ -2,53 +2,12 @@ package benchplot
 
 import (
 	"fmt"
-	"math"
-	"slices"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 )
-
-// TTFTCDF writes the cumulative distribution of each series' sorted times to
-// first token, in milliseconds on a logarithmic axis.
-func TTFTCDF(path, title string, series []Series) error {
-	p := plot.New()
-	p.Title.Text = title
-	p.X.Label.Text = "time to first token (ms, log scale)"
-	p.Y.Label.Text = "fraction of requests ≤ TTFT"
-	p.X.Scale = plot.LogScale{}
-	p.X.Tick.Marker = plot.LogTicks{Prec: -1}
-	p.Y.Min, p.Y.Max = 0, 1
-	p.Legend.Top = false
-	p.Legend.Left = false
-	p.Add(plotter.NewGrid())
-	for i, s := range series {
-		if len(s.Latencies) == 0 {
-			continue
-		}
-		if !slices.IsSorted(s.Latencies) {
-			return fmt.Errorf("benchplot: series %q is not sorted", s.Name)
-		}
-		xys := cdfPoints(s.Latencies)
-		for k := range xys {
-			xys[k].X = math.Max(xys[k].X/1e3, 0.01) // µs → ms
-		}
-		l, err := plotter.NewLine(xys)
-		if err != nil {
-			return err
-		}
-		l.Color = palette[i%len(palette)]
-		l.Width = vg.Points(1.5)
-		if s.Dashed {
-			l.Dashes = []vg.Length{vg.Points(5), vg.Points(3)}
-		}
-		p.Add(l)
-		p.Legend.Add(s.Name, l)
-	}
-	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
-}
 
 // Curve is one named line of (x, y) points.
 type Curve struct {

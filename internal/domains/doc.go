@@ -8,9 +8,11 @@
 // Config.Discover, from every lane map in the lease bucket: a domain is
 // created when the first relay registers a DC in it. Two bounds hold: the
 // number of domains (Config.MaxDomains) and the sum of their tables
-// (Config.MaxTableBytes). A domain over either is refused with a typed
-// *Error (ErrTooManyDomains, ErrTableMemory), logged and counted in
-// MetricRefused; nothing already served is dropped.
+// (Config.MaxTableBytes). A domain over either is refused with a
+// *unithost.Error (unithost.ErrTooMany, unithost.ErrOverBudget), logged and
+// counted in MetricRefused; nothing already served is dropped. The domains
+// are the units of a unithost.Host, which owns their life cycle and states
+// the concurrency contract.
 //
 // With Config.KvRelay, models followed over dynamo.kvrelay.v1 come as
 // domains too: each source's catalog is watched (client.WatchModels) and

@@ -8,7 +8,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
-	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/internal/unithost"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -65,10 +65,10 @@ func (k KvRelayModels) Validate(base indexer.Config) error {
 	for _, m := range k.Models {
 		d, err := ModelDomain(m)
 		if err != nil {
-			return &Error{Kind: ErrInvalidDomain, Domain: m, Err: err}
+			return &unithost.Error{Kind: unithost.ErrInvalid, Noun: "domain", Name: m, Err: err}
 		}
 		if other, ok := seen[d]; ok {
-			return &Error{Kind: ErrInvalidDomain, Domain: d, Detail: fmt.Sprintf("models %q and %q map to it", other, m)}
+			return &unithost.Error{Kind: unithost.ErrInvalid, Noun: "domain", Name: d, Detail: fmt.Sprintf("models %q and %q map to it", other, m)}
 		}
 		seen[d] = m
 	}
@@ -100,18 +100,15 @@ func ModelDomain(model string) (string, error) {
 		}
 	}
 	d := string(b)
-	if err := lease.ValidateName(d); err != nil {
-		return "", fmt.Errorf("model %q: %w", model, err)
-	}
-	if err := wire.ValidateToken("domain", d); err != nil {
+	if err := wire.ValidateName("domain", d); err != nil {
 		return "", fmt.Errorf("model %q: %w", model, err)
 	}
 	return d, nil
 }
 
 // followModels adds the listed models that need no catalog, then watches
-// every source's catalog for the models it lists, until ctx ends. The
-// watches run under r.wg.
+// every source's catalog for the models it lists, until ctx ends (a task
+// of the registry's host).
 func (r *Registry) followModels(ctx context.Context) {
 	k := r.cfg.KvRelay
 	if !k.enabled() {
@@ -125,13 +122,13 @@ func (r *Registry) followModels(ctx context.Context) {
 	for _, src := range k.KvRelay.Sources {
 		cfg := client.Config{Name: src.Name, Addr: src.Addr, AcceptLegacy: k.KvRelay.AcceptLegacy, TLS: k.KvRelay.TLS,
 			DialOptions: k.KvRelay.DialOptions, BackoffMin: k.KvRelay.BackoffMin, BackoffMax: k.KvRelay.BackoffMax, Logger: r.cfg.Logger}
-		r.wg.Add(1)
-		go func() {
-			defer r.wg.Done()
+		if err := r.host.Go(func(ctx context.Context) {
 			if err := client.WatchModels(ctx, cfg, r.modelsListed); err != nil {
 				r.log.Error().Err(err).Str("source", src.Name).Msg("kvrelay catalog watch failed; no model is added from this source")
 			}
-		}()
+		}); err != nil {
+			return
+		}
 	}
 }
 
@@ -155,23 +152,23 @@ func (r *Registry) modelsListed(models []client.Model) {
 // addModel serves the model followed by name (m as a catalog lists it) in
 // its domain, once: a model already added or refused is left as it is.
 func (r *Registry) addModel(name string, m client.Model) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.modelsDone[name] || r.runCtx == nil || r.runCtx.Err() != nil {
+	r.models.Lock()
+	defer r.models.Unlock()
+	if r.modelsDone[name] {
 		return
 	}
 	r.modelsDone[name] = true
 	dn, err := ModelDomain(name)
 	if err != nil {
-		r.refuseLocked(&Error{Kind: ErrInvalidDomain, Domain: name, Detail: "the model's name maps to no valid domain", Err: err})
+		_ = r.host.Refuse(&unithost.Error{Kind: unithost.ErrInvalid, Name: name, Detail: "the model's name maps to no valid domain", Err: err})
 		return
 	}
-	if d, ok := (*r.byName.Load())[dn]; ok {
+	if d, ok := r.host.Get(dn); ok {
 		detail := fmt.Sprintf("model %q maps to a domain already served", name)
 		if d.model != "" {
 			detail = fmt.Sprintf("model %q maps to the domain of model %q", name, d.model)
 		}
-		r.refuseLocked(&Error{Kind: ErrInvalidDomain, Domain: dn, Detail: detail})
+		_ = r.host.Refuse(&unithost.Error{Kind: unithost.ErrInvalid, Name: dn, Detail: detail})
 		return
 	}
 	kv := r.cfg.KvRelay.KvRelay
@@ -179,14 +176,14 @@ func (r *Registry) addModel(name string, m client.Model) {
 	if kv.BlockSize == 0 {
 		kv.BlockSize = m.BlockSize
 	}
-	if err := r.addLocked(dn, &kv); err != nil {
-		return // refused: counted and logged by addLocked
+	if err := r.host.AddUnit(dn, func() (*domain, error) { return r.newDomain(dn, &kv) }); err != nil {
+		return // refused: counted and logged by the host
 	}
 	// Queries may also name the model: its followed name, canonical id and
 	// aliases, unless a domain or an earlier model has the name.
 	names := maps.Clone(*r.names.Load())
 	for _, n := range append([]string{name, m.ID}, m.Aliases...) {
-		if _, served := (*r.byName.Load())[n]; n == "" || n == dn || served {
+		if _, served := r.host.Get(n); n == "" || n == dn || served {
 			continue
 		}
 		if _, taken := names[n]; !taken {

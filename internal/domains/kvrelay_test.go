@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"testing"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/domains"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server/servertest"
 	"github.com/ckfrelay/ckfrelay/internal/pools"
 	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
@@ -36,25 +36,8 @@ func (e *env) kvProcess(t *testing.T) *kvProcess {
 	cfg := server.DefaultConfig()
 	cfg.PoolHeartbeat, cfg.CatalogHeartbeat, cfg.ReadinessHeartbeat = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
 	cfg.Logger = logger(t)
-	srv, err := server.New(nil, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
-	return &kvProcess{e: e, srv: srv, addr: ln.Addr().String()}
+	srv, addr := servertest.Serve(t, nil, cfg)
+	return &kvProcess{e: e, srv: srv, addr: addr}
 }
 
 // pool runs a relay of the NATS domain src in DC dc-a whose pool registers
@@ -246,8 +229,8 @@ func TestKvRelayModelsWithinTheRegistrysBounds(t *testing.T) {
 	// A third model passes the bound of one domain.
 	p.pool(t, "src-mistral", "mistral", 16)
 	eventually(t, "mistral over the bound", func() error {
-		if n := promtest.Count(e.reg, domains.MetricRefused+`{kind="too_many_domains"}`); n != 1 {
-			return fmt.Errorf("%d too_many_domains refusals", n)
+		if n := promtest.Count(e.reg, domains.MetricRefused+`{kind="too_many"}`); n != 1 {
+			return fmt.Errorf("%d too_many refusals", n)
 		}
 		return nil
 	})
@@ -255,8 +238,8 @@ func TestKvRelayModelsWithinTheRegistrysBounds(t *testing.T) {
 	p.srv.RemovePool("src-mistral")
 	p.pool(t, "src-gemma", "gemma", 16)
 	eventually(t, "gemma over the bound", func() error {
-		if n := promtest.Count(e.reg, domains.MetricRefused+`{kind="too_many_domains"}`); n != 2 {
-			return fmt.Errorf("%d too_many_domains refusals", n)
+		if n := promtest.Count(e.reg, domains.MetricRefused+`{kind="too_many"}`); n != 2 {
+			return fmt.Errorf("%d too_many refusals", n)
 		}
 		return nil
 	})

@@ -20,6 +20,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/retry"
+	"github.com/ckfrelay/ckfrelay/internal/unithost"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
@@ -35,64 +36,6 @@ const (
 	// discoverRetry spaces the lane-map discovery watch's restarts.
 	discoverRetry = time.Second
 )
-
-// ErrorKind classifies registry refusals; each kind is itself an error.
-type ErrorKind uint8
-
-const (
-	// ErrTooManyDomains: the domain would pass Config.MaxDomains.
-	ErrTooManyDomains ErrorKind = iota + 1
-	// ErrTableMemory: the domain's table would pass Config.MaxTableBytes.
-	ErrTableMemory
-	// ErrNotAllowed: discovery found a domain Config.Allow refuses.
-	ErrNotAllowed
-	// ErrInvalidDomain: the name is not a valid domain, or its service
-	// could not be built.
-	ErrInvalidDomain
-)
-
-func (k ErrorKind) String() string {
-	switch k {
-	case ErrTooManyDomains:
-		return "too_many_domains"
-	case ErrTableMemory:
-		return "table_memory"
-	case ErrNotAllowed:
-		return "not_allowed"
-	case ErrInvalidDomain:
-		return "invalid_domain"
-	}
-	return fmt.Sprintf("ErrorKind(%d)", uint8(k))
-}
-
-func (k ErrorKind) Error() string { return "domains: " + k.String() }
-
-// Error is a refused domain.
-type Error struct {
-	Kind   ErrorKind
-	Domain string
-	Detail string
-	Err    error
-}
-
-func (e *Error) Error() string {
-	s := fmt.Sprintf("domains: domain %q refused (%s)", e.Domain, e.Kind)
-	if e.Detail != "" {
-		s += ": " + e.Detail
-	}
-	if e.Err != nil {
-		s += ": " + e.Err.Error()
-	}
-	return s
-}
-
-// Unwrap matches the kind and the cause.
-func (e *Error) Unwrap() []error {
-	if e.Err == nil {
-		return []error{e.Kind}
-	}
-	return []error{e.Kind, e.Err}
-}
 
 // Config configures a Registry.
 type Config struct {
@@ -120,11 +63,14 @@ type Config struct {
 	// Registerer is the process registry; each domain's series are
 	// registered on it with the label domain (nil: a private registry).
 	Registerer prometheus.Registerer
+	// StopOnFailure ends Run when a domain's service fails
+	// (unithost.Config): a process of a fixed set of domains exits then.
+	StopOnFailure bool
 	// Logger receives the registry's logs.
 	Logger zerolog.Logger
 }
 
-// domain is one served domain.
+// domain is one served domain: a unit of the registry's host.
 type domain struct {
 	name string
 	// model is the kvrelay model the domain follows ("" none).
@@ -132,23 +78,25 @@ type domain struct {
 	svc   *indexer.Service
 	// metrics holds the domain's series, unregistered when it is removed.
 	metrics *promx.Scope
-	cancel  context.CancelFunc
-	done    chan struct{}
 	// table is the bytes reserved for its table (0 before it exists).
 	table atomic.Uint64
 }
 
-// Registry serves several domains from one process.
-type Registry struct {
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	cfg Config
-	log zerolog.Logger
-	m   *metrics
+func (d *domain) Run(ctx context.Context) error { return d.svc.Run(ctx) }
 
-	// byName is the served domains (copy-on-write), read by every query
-	// without a lock.
-	byName atomic.Pointer[map[string]*domain]
+// Registry serves several domains from one process: the units of a
+// unithost.Host, which owns their life cycle, the MaxDomains bound, the
+// admission (Allow), refusals and the domain metrics (see its concurrency
+// contract); the registry adds the table budget, discovery, the kvrelay
+// models and the routing of queries. Safe for concurrent use.
+type Registry struct {
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  Config
+	log  zerolog.Logger
+	m    *metrics
+	host *unithost.Host[*domain]
+
 	// def is the default domain's name ("" when there is none yet).
 	def atomic.Pointer[string]
 	// names maps the other names a query may give a domain by (a kvrelay
@@ -156,11 +104,10 @@ type Registry struct {
 	// (copy-on-write, read without a lock).
 	names atomic.Pointer[map[string]string]
 
-	mu         sync.Mutex // guards the fields below and the writes of byName
+	mu         sync.Mutex // guards tableBytes; may be held while calling the host
 	tableBytes uint64
-	runCtx     context.Context
-	wg         sync.WaitGroup
-	refused    map[string]bool
+
+	models sync.Mutex // serializes addModel; guards modelsDone and the writes of names
 	// modelsDone is every kvrelay model added or refused: each is judged
 	// once, so a refusal is counted once however often catalogs list it.
 	modelsDone map[string]bool
@@ -181,18 +128,18 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Registry, error) {
 		return nil, err
 	}
 	if len(cfg.Domains) > cfg.MaxDomains {
-		return nil, &Error{Kind: ErrTooManyDomains, Domain: cfg.Domains[cfg.MaxDomains], Detail: fmt.Sprintf("%d configured, at most %d", len(cfg.Domains), cfg.MaxDomains)}
+		return nil, &unithost.Error{Kind: unithost.ErrTooMany, Noun: "domain", Name: cfg.Domains[cfg.MaxDomains], Detail: fmt.Sprintf("%d configured, at most %d", len(cfg.Domains), cfg.MaxDomains)}
 	}
 	seen := map[string]bool{}
 	for _, d := range cfg.Domains {
 		if seen[d] {
-			return nil, &Error{Kind: ErrInvalidDomain, Domain: d, Detail: "configured twice"}
+			return nil, &unithost.Error{Kind: unithost.ErrInvalid, Noun: "domain", Name: d, Detail: "configured twice"}
 		}
 		seen[d] = true
 		c := cfg.Base
 		c.Domain = d
 		if err := c.Validate(); err != nil {
-			return nil, &Error{Kind: ErrInvalidDomain, Domain: d, Err: err}
+			return nil, &unithost.Error{Kind: unithost.ErrInvalid, Noun: "domain", Name: d, Err: err}
 		}
 	}
 	if cfg.Registerer == nil {
@@ -202,9 +149,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Registry, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Registry{nc: nc, js: js, cfg: cfg, log: cfg.Logger.With().Str("component", "domains").Logger(), m: m, refused: map[string]bool{}, modelsDone: map[string]bool{}}
-	empty := map[string]*domain{}
-	r.byName.Store(&empty)
+	r := &Registry{nc: nc, js: js, cfg: cfg, log: cfg.Logger.With().Str("component", "domains").Logger(), m: m, modelsDone: map[string]bool{}}
 	noNames := map[string]string{}
 	r.names.Store(&noNames)
 	def := ""
@@ -212,38 +157,52 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Registry, error) {
 		def = cfg.Domains[0]
 	}
 	r.def.Store(&def)
-	m.limit.WithLabelValues("domains").Set(float64(cfg.MaxDomains))
-	m.limit.WithLabelValues("table_bytes").Set(float64(cfg.MaxTableBytes))
+	r.host, err = unithost.New(unithost.Config[*domain]{
+		Noun: "domain", Registerer: cfg.Registerer, Max: cfg.MaxDomains,
+		Metrics: unithost.MetricNames{Units: MetricDomains, Refused: MetricRefused, Limit: MetricLimit, Failed: MetricFailed, FailedLabel: "domain"},
+		Admit: func(name string) bool {
+			return cfg.Allow == nil || slices.Contains(cfg.Domains, name) || cfg.Allow(name)
+		},
+		Build: func(name string) (*domain, error) { return r.newDomain(name, nil) },
+		OnAdd: func(name string, _ *domain) {
+			if *r.def.Load() == "" && r.host.Len() == 1 {
+				r.def.Store(&name)
+			}
+		},
+		Stopped:       r.stopped,
+		StopOnFailure: cfg.StopOnFailure,
+		Logger:        r.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	r.host.SetLimit("table_bytes", float64(cfg.MaxTableBytes))
 	// The configured domains are known (and 503, not 404) before Run.
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	for _, name := range cfg.Domains {
-		d, err := r.newDomain(name, nil)
-		if err != nil {
-			return nil, &Error{Kind: ErrInvalidDomain, Domain: name, Err: err}
+		if err := r.host.Add(name); err != nil {
+			return nil, err
 		}
-		r.publishLocked(d)
 	}
 	return r, nil
 }
 
-// Run starts the configured domains, follows the lane maps when
-// Config.Discover is set, and returns when ctx ends, after every domain's
-// service stopped. A domain whose service fails stops alone.
+// Run serves the configured domains, follows the lane maps when
+// Config.Discover is set and the kvrelay models when configured, until
+// ctx ends; it returns after every domain's service stopped: the failures
+// of the domains still served then, joined (unithost.ErrFailed), or nil.
+// A domain whose service fails stops alone.
 func (r *Registry) Run(ctx context.Context) error {
-	r.mu.Lock()
-	r.runCtx = ctx
-	for _, d := range *r.byName.Load() {
-		r.startLocked(d)
+	if r.cfg.KvRelay.enabled() {
+		if err := r.host.Go(r.followModels); err != nil {
+			return err
+		}
 	}
-	r.mu.Unlock()
-	r.followModels(ctx)
 	if r.cfg.Discover {
-		r.discover(ctx)
+		if err := r.host.Go(r.discover); err != nil {
+			return err
+		}
 	}
-	<-ctx.Done()
-	r.wg.Wait()
-	return nil
+	return r.host.Run(ctx)
 }
 
 // discover adds each domain the lane maps name, until ctx ends.
@@ -265,7 +224,7 @@ func (r *Registry) discover(ctx context.Context) {
 			continue
 		}
 		for d := range ch {
-			if err := r.Add(d); err != nil && !errors.Is(err, errKnown) {
+			if err := r.Add(d); err != nil && !errors.Is(err, unithost.ErrExists) {
 				r.log.Warn().Err(err).Msg("discovered domain refused")
 			}
 		}
@@ -273,93 +232,16 @@ func (r *Registry) discover(ctx context.Context) {
 	}
 }
 
-// errKnown: Add of a domain already served.
-var errKnown = errors.New("domains: already served")
-
-// Add serves domain from now on: its service starts under Run's context.
-// A domain over a bound, refused by Allow or invalid fails with *Error
-// (counted and logged once); one already served is a no-op (errKnown).
-func (r *Registry) Add(name string) error {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.addLocked(name, nil)
-}
-
-// addLocked is Add; kv, when set, is the domain's kvrelay configuration
-// (a model's). r.mu held.
-func (r *Registry) addLocked(name string, kv *indexer.KvRelayConfig) error {
-	cur := *r.byName.Load()
-	if _, ok := cur[name]; ok {
-		return errKnown
-	}
-	if r.runCtx == nil || r.runCtx.Err() != nil {
-		return &Error{Kind: ErrInvalidDomain, Domain: name, Detail: "the registry is not running"}
-	}
-	var rerr *Error
-	switch {
-	case !slices.Contains(r.cfg.Domains, name) && r.cfg.Allow != nil && !r.cfg.Allow(name):
-		rerr = &Error{Kind: ErrNotAllowed, Domain: name, Detail: "not in the allowed domains"}
-	case len(cur) >= r.cfg.MaxDomains:
-		rerr = &Error{Kind: ErrTooManyDomains, Domain: name, Detail: fmt.Sprintf("%d domains served, at most %d", len(cur), r.cfg.MaxDomains)}
-	}
-	var d *domain
-	if rerr == nil {
-		var err error
-		if d, err = r.newDomain(name, kv); err != nil {
-			rerr = &Error{Kind: ErrInvalidDomain, Domain: name, Err: err}
-		}
-	}
-	if rerr != nil {
-		return r.refuseLocked(rerr)
-	}
-	r.publishLocked(d)
-	r.startLocked(d)
-	return nil
-}
-
-// publishLocked makes d visible to queries. r.mu held.
-func (r *Registry) publishLocked(d *domain) {
-	next := maps.Clone(*r.byName.Load())
-	next[d.name] = d
-	r.byName.Store(&next)
-	if *r.def.Load() == "" && len(next) == 1 {
-		r.def.Store(&d.name)
-	}
-	r.m.domains.Set(float64(len(next)))
-	r.log.Info().Str("domain", d.name).Int("domains", len(next)).Msg("domain added")
-}
-
-// startLocked runs d's service under Run's context. r.mu held.
-func (r *Registry) startLocked(d *domain) {
-	ctx, cancel := context.WithCancel(r.runCtx)
-	d.cancel = cancel
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		defer close(d.done)
-		if err := d.svc.Run(ctx); err != nil {
-			r.m.failed.WithLabelValues(d.name).Inc()
-			r.log.Error().Err(err).Str("domain", d.name).Msg("domain stopped; the other domains go on")
-		}
-	}()
-}
-
-// refuseLocked counts and logs a refusal (once per domain and kind).
-func (r *Registry) refuseLocked(e *Error) error {
-	r.m.refused.WithLabelValues(e.Kind.String()).Inc()
-	key := e.Kind.String() + "/" + e.Domain
-	if !r.refused[key] {
-		r.refused[key] = true
-		r.log.Error().Err(e).Str("domain", e.Domain).Msg("domain refused; the domains already served are unchanged")
-	}
-	return e
-}
+// Add serves domain from now on: its service starts under Run. A domain
+// over a bound, refused by Allow or invalid fails with *unithost.Error
+// (counted and logged once); one already served is unithost.ErrExists.
+func (r *Registry) Add(name string) error { return r.host.Add(name) }
 
 // newDomain builds name's service on the process registry, labelled; kv,
 // when set, is its kvrelay configuration (a model's), else Base.KvRelay
-// goes to the default domain alone.
+// goes to the default domain alone. Called under the host's lock.
 func (r *Registry) newDomain(name string, kv *indexer.KvRelayConfig) (*domain, error) {
-	d := &domain{name: name, done: make(chan struct{})}
+	d := &domain{name: name}
 	c := r.cfg.Base
 	c.Domain = name
 	c.Metrics = nil
@@ -369,7 +251,7 @@ func (r *Registry) newDomain(name string, kv *indexer.KvRelayConfig) (*domain, e
 	case kv != nil:
 		c.KvRelay = *kv
 		d.model = kv.Model
-	case name != *r.def.Load() && !(*r.def.Load() == "" && len(*r.byName.Load()) == 0):
+	case name != *r.def.Load() && !(*r.def.Load() == "" && r.host.Len() == 0):
 		c.KvRelay = indexer.KvRelayConfig{}
 	}
 	c.ReserveTable = func(_ ckf.FormatIdentity, bytes uint64) error { return r.reserve(d, bytes) }
@@ -395,8 +277,8 @@ func (r *Registry) reserve(d *domain, bytes uint64) error {
 		d.table.Store(0)
 	}
 	if r.tableBytes+bytes > r.cfg.MaxTableBytes {
-		return r.refuseLocked(&Error{Kind: ErrTableMemory, Domain: d.name,
-			Detail: fmt.Sprintf("a table of %d bytes over the %d reserved passes the bound of %d", bytes, r.tableBytes, r.cfg.MaxTableBytes)})
+		return r.host.Refuse(&unithost.Error{Kind: unithost.ErrOverBudget, Name: d.name,
+			Detail: fmt.Sprintf("a table of %d bytes over the %d reserved passes the table memory bound of %d", bytes, r.tableBytes, r.cfg.MaxTableBytes)})
 	}
 	r.tableBytes += bytes
 	d.table.Store(bytes)
@@ -406,41 +288,27 @@ func (r *Registry) reserve(d *domain, bytes uint64) error {
 
 // Remove stops serving name and frees its table; false when it was not
 // served.
-func (r *Registry) Remove(name string) bool {
-	r.mu.Lock()
-	cur := *r.byName.Load()
-	d, ok := cur[name]
-	if ok {
-		next := maps.Clone(cur)
-		delete(next, name)
-		r.byName.Store(&next)
-		r.m.domains.Set(float64(len(next)))
-		names := maps.Clone(*r.names.Load())
-		maps.DeleteFunc(names, func(_, dn string) bool { return dn == name })
-		r.names.Store(&names)
-		// A later catalog update that lists the model adds its domain again.
-		delete(r.modelsDone, d.model)
-	}
-	r.mu.Unlock()
-	if !ok {
-		return false
-	}
-	if d.cancel != nil {
-		d.cancel()
-		<-d.done
-	}
+func (r *Registry) Remove(name string) bool { return r.host.Remove(name) }
+
+// stopped frees what a removed domain held: its series, its table, its
+// names; a later catalog update that lists its model adds it again.
+func (r *Registry) stopped(name string, d *domain) {
 	d.metrics.Close()
 	r.mu.Lock()
 	r.tableBytes -= d.table.Swap(0)
 	r.m.tableBytes.Set(float64(r.tableBytes))
 	r.mu.Unlock()
-	r.log.Info().Str("domain", name).Msg("domain removed")
-	return true
+	r.models.Lock()
+	names := maps.Clone(*r.names.Load())
+	maps.DeleteFunc(names, func(_, dn string) bool { return dn == name })
+	r.names.Store(&names)
+	delete(r.modelsDone, d.model)
+	r.models.Unlock()
 }
 
 // Service returns the service of a served domain.
 func (r *Registry) Service(name string) (*indexer.Service, bool) {
-	d, ok := (*r.byName.Load())[name]
+	d, ok := r.host.Get(name)
 	if !ok {
 		return nil, false
 	}
@@ -448,9 +316,7 @@ func (r *Registry) Service(name string) (*indexer.Service, bool) {
 }
 
 // Domains lists the served domains, sorted.
-func (r *Registry) Domains() []string {
-	return slices.Sorted(maps.Keys(*r.byName.Load()))
-}
+func (r *Registry) Domains() []string { return r.host.Names() }
 
 // TableBytes is the table memory reserved by every domain.
 func (r *Registry) TableBytes() uint64 {
@@ -462,25 +328,20 @@ func (r *Registry) TableBytes() uint64 {
 // resolve finds the domain a query names: by its name, else by a kvrelay
 // model's name.
 func (r *Registry) resolve(name string) (*domain, bool) {
-	by := *r.byName.Load()
-	if d, ok := by[name]; ok {
+	if d, ok := r.host.Get(name); ok {
 		return d, true
 	}
 	if dn, ok := (*r.names.Load())[name]; ok {
-		d, ok := by[dn]
-		return d, ok
+		return r.host.Get(dn)
 	}
 	return nil, false
 }
 
 // lookup finds the domain a query names, or the default one.
 func (r *Registry) lookup(model string) (*domain, error) {
-	by := *r.byName.Load()
 	if model == "" {
-		if len(by) == 1 {
-			for _, d := range by {
-				return d, nil
-			}
+		if d, ok := r.host.Only(); ok {
+			return d, nil
 		}
 		model = *r.def.Load()
 		if model == "" {
@@ -517,21 +378,16 @@ func (r *Registry) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, er
 // Lanes lists every domain's lanes, by domain then lane.
 func (r *Registry) Lanes() []api.LaneStatus {
 	out := []api.LaneStatus{}
-	by := *r.byName.Load()
-	for _, name := range slices.Sorted(maps.Keys(by)) {
-		out = append(out, by[name].svc.Lanes()...)
-	}
+	r.host.Each(func(_ string, d *domain) bool {
+		out = append(out, d.svc.Lanes()...)
+		return true
+	})
 	return out
 }
 
 // Ready reports whether some domain is ready; DomainReady answers for one.
 func (r *Registry) Ready() bool {
-	for _, d := range *r.byName.Load() {
-		if d.svc.Ready() {
-			return true
-		}
-	}
-	return false
+	return r.host.Ready(func(d *domain) bool { return d.svc.Ready() })
 }
 
 // DomainReady reports whether name (a domain, or a kvrelay model's name)

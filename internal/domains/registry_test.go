@@ -25,6 +25,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/internal/unithost"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/client"
@@ -473,11 +474,11 @@ func TestDomainBounds(t *testing.T) {
 	// A third domain fits the count but not the table memory.
 	e.relay(t, "mistral", "dc-a", testBlocks)
 	eventually(t, "mistral refused its table", func() error {
-		if promtest.Count(e.reg, domains.MetricRefused+`{kind="table_memory"}`) == 0 {
-			return errors.New("no table_memory refusal counted")
+		if promtest.Count(e.reg, domains.MetricRefused+`{kind="over_budget"}`) == 0 {
+			return errors.New("no over_budget refusal counted")
 		}
 		for _, l := range r.Lanes() {
-			if l.Domain == "mistral" && strings.Contains(l.LastFault, "table_memory") {
+			if l.Domain == "mistral" && strings.Contains(l.LastFault, "over_budget") {
 				return nil
 			}
 		}
@@ -486,13 +487,13 @@ func TestDomainBounds(t *testing.T) {
 	// A fourth passes the count.
 	e.relay(t, "gemma", "dc-a", testBlocks)
 	eventually(t, "gemma refused", func() error {
-		if promtest.Count(e.reg, domains.MetricRefused+`{kind="too_many_domains"}`) == 0 {
-			return errors.New("no too_many_domains refusal counted")
+		if promtest.Count(e.reg, domains.MetricRefused+`{kind="too_many"}`) == 0 {
+			return errors.New("no too_many refusal counted")
 		}
 		return nil
 	})
-	var de *domains.Error
-	if err := r.Add("gemma"); !errors.As(err, &de) || !errors.Is(err, domains.ErrTooManyDomains) || de.Domain != "gemma" {
+	var de *unithost.Error
+	if err := r.Add("gemma"); !errors.As(err, &de) || !errors.Is(err, unithost.ErrTooMany) || de.Name != "gemma" {
 		t.Fatalf("Add past the bound: %v", err)
 	}
 	if _, err := r.Match(api.Query{Locals: wl.chains[1], Model: "gemma"}); !errors.Is(err, api.ErrUnknownDomain) {

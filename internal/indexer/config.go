@@ -202,10 +202,7 @@ func (c Config) withDefaults() Config {
 // ErrInvalidConfig and, where one exists, the underlying package's error.
 func (c Config) Validate() error {
 	c = c.withDefaults()
-	if err := lease.ValidateName(c.Domain); err != nil {
-		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "domain", Err: err}
-	}
-	if err := wire.ValidateToken("domain", c.Domain); err != nil {
+	if err := wire.ValidateName("domain", c.Domain); err != nil {
 		return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "domain", Err: err}
 	}
 	if err := c.Pool.Validate(); err != nil {

@@ -10,7 +10,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
-	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -25,8 +24,8 @@ func TestConfigValidate(t *testing.T) {
 		{"defaults", func(c *Config) {}, "", nil},
 		{"explicit format", func(c *Config) { c.Format = &good }, "", nil},
 		{"longest domain", func(c *Config) { c.Domain = "d234567890123456789012345678901234567890123456789012345678901234" }, "", nil},
-		{"empty domain", func(c *Config) { c.Domain = "" }, "domain", lease.ErrInvalidName},
-		{"dotted domain", func(c *Config) { c.Domain = "a.b" }, "domain", lease.ErrInvalidName},
+		{"empty domain", func(c *Config) { c.Domain = "" }, "domain", wire.ErrInvalidToken},
+		{"dotted domain", func(c *Config) { c.Domain = "a.b" }, "domain", wire.ErrInvalidToken},
 		{"zero workers", func(c *Config) { c.Pool = consumer.DefaultPoolConfig(); c.Pool.WorkerCount = 0 }, "pool", consumer.ErrInvalidWorkerCount},
 		{"zero queue", func(c *Config) { c.Pool = consumer.DefaultPoolConfig(); c.Pool.QueueCapacity = 0 }, "pool", consumer.ErrInvalidQueueCapacity},
 		{"window 9", func(c *Config) { c.Search.VerificationWindow = 9 }, "search", ckf.ErrInvalidVerificationWindow},

@@ -104,10 +104,7 @@ func (k KvRelayConfig) validate() error {
 	}
 	seen := map[string]bool{}
 	for _, s := range k.Sources {
-		if err := lease.ValidateName(s.Name); err != nil {
-			return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "kvrelay.sources", Detail: fmt.Sprintf("name %q", s.Name), Err: err}
-		}
-		if err := wire.ValidateToken("dc", s.Name); err != nil {
+		if err := wire.ValidateName("dc", s.Name); err != nil {
 			return &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "kvrelay.sources", Detail: fmt.Sprintf("name %q", s.Name), Err: err}
 		}
 		if seen[s.Name] {

@@ -33,6 +33,10 @@ type laneRunner struct {
 	m    *laneMetrics
 	// faults receives the pool faults of this lane (dispatcher → runner).
 	faults chan genFault
+	// stop ends the run goroutine of a NATS lane (its lane retired) and
+	// done closes when it returned; both set before the runner starts.
+	stop context.CancelFunc
+	done chan struct{}
 	// kv is set for a dynamo.kvrelay.v1 lane (kvrelay.go): its follower's
 	// goroutine is then the run goroutine. Set before the runner starts.
 	kv *kvLane
@@ -129,7 +133,7 @@ type markerAt struct {
 
 func newLaneRunner(s *Service, lane int, dc string, pool ckf.PoolID, subj wire.LaneSubjects, log zerolog.Logger, m *laneMetrics) *laneRunner {
 	r := &laneRunner{svc: s, lane: lane, dc: dc, pool: pool, subj: subj, log: log, m: m,
-		faults: make(chan genFault, 8)}
+		faults: make(chan genFault, 8), done: make(chan struct{})}
 	r.setStatus(PhasePending, "")
 	return r
 }

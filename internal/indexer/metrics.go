@@ -78,6 +78,9 @@ const (
 	// meeting the same traffic after it), the lane left the ready set and
 	// asked for a snapshot {lane, dc, kind}.
 	MetricNewerEpochWithoutMarker = "ckf_indexer_newer_epoch_without_marker_total"
+	// MetricLanesRetired counts lanes dropped because their relay retired
+	// them on purpose (the pool was removed; lease.LaneEntry.RetiredAt).
+	MetricLanesRetired = "ckf_indexer_lanes_retired_total"
 	// MetricLaneMapRejected counts lane map entries refused on read (bad DC
 	// name, DC id not derived from the name, duplicate), and maps that did
 	// not decode at all (entry="map").
@@ -160,6 +163,7 @@ type serviceMetrics struct {
 	withoutMarker    *prometheus.CounterVec
 	laneMapRejected  *prometheus.CounterVec
 	streamRecreated  *prometheus.CounterVec
+	lanesRetired     prometheus.Counter
 }
 
 // perLane are the vectors whose series a lane owns.
@@ -206,12 +210,14 @@ func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
 			"Lane messages of a granted newer epoch skipped while the lane waits for that epoch's marker (its latest marker was the installed one).", "kind"),
 		laneMapRejected: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLaneMapRejected,
 			Help: "Lane map entries (entry=lane) or whole maps (entry=map) refused on read."}, []string{"entry"}),
+		lanesRetired: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricLanesRetired,
+			Help: "Lanes no longer followed because their relay retired them on purpose (the pool was removed)."}),
 		streamRecreated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLaneStreamRecreated,
 			Help: "Lane stream incarnations replaced: recreated by another process, or created by this indexer after it went missing."}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.laneState, m.laneReady, m.installed, m.lag, m.age, m.faults, m.malformed, m.superseded,
 		m.bootstraps, m.snapshotRequests, m.fetchRetries, m.consumerRestarts, m.deltas, m.images, m.latency, m.workerFailures, m.poolRebuilds,
-		m.setupRetries, m.ungranted, m.withoutMarker, m.laneMapRejected, m.streamRecreated} {
+		m.setupRetries, m.ungranted, m.withoutMarker, m.laneMapRejected, m.streamRecreated, m.lanesRetired} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

@@ -96,7 +96,10 @@ type Service struct {
 
 	mu      sync.Mutex // guards the fields below
 	runners [ckf.LaneCount]*laneRunner
-	closing bool
+	// retiring holds, per lane, the runner of a retired lane until it has
+	// returned (retireLaneLocked); a revived lane's runner waits for it.
+	retiring [ckf.LaneCount]*laneRunner
+	closing  bool
 	// runnerCtx is the context runners run under; set by Run.
 	runnerCtx context.Context
 	runnersWG sync.WaitGroup
@@ -421,14 +424,65 @@ func (s *Service) applyLaneMap(m lease.LaneMap) {
 			continue
 		}
 		if r := s.runners[lane]; r != nil {
-			if r.pool != e.Pool || r.dc != e.DcName {
+			switch {
+			case r.pool != e.Pool || r.dc != e.DcName:
 				s.log.Error().Int("lane", lane).Str("dc", e.DcName).Str("running_dc", r.dc).
 					Msg("lane map re-pointed a running lane; ignoring the change")
+			case e.Retired():
+				s.retireLaneLocked(r)
 			}
 			continue
 		}
-		s.startLaneLocked(lane, e)
+		if !e.Retired() {
+			s.startLaneLocked(lane, e)
+		}
 	}
+}
+
+// retireLaneLocked stops following a lane its relay retired on purpose
+// (lease.LaneEntry.RetiredAt): the lane leaves Lanes, query and route
+// answers at once, its series go once its runner returned, and it is
+// counted. A lane that merely went silent is never retired here: it stays
+// listed as stale. The lane stays configured for its pool in the table
+// (lanes are never re-pointed), so a revived entry starts a new runner
+// that bootstraps from the relay's next snapshot. s.mu held.
+func (s *Service) retireLaneLocked(r *laneRunner) {
+	lane := r.lane
+	s.runners[lane] = nil
+	s.retiring[lane] = r
+	labels := *s.labels.Load()
+	labels[lane] = laneLabel{}
+	s.labels.Store(&labels)
+	s.heard[lane].Store(0)
+	s.owners[lane].Store(nil)
+	if g := s.gen.Load(); g != nil {
+		g.pool.Indexer().RetireLaneReadiness(lane)
+	}
+	s.m.lanesRetired.Inc()
+	r.log.Info().Msg("lane retired by its relay; no longer followed")
+	if r.stop == nil {
+		r.m.remove() // refused: it never ran
+		s.retiring[lane] = nil
+		return
+	}
+	r.stop()
+	s.runnersWG.Add(1)
+	go func() {
+		defer s.runnersWG.Done()
+		<-r.done
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.retiring[lane] != r {
+			return // revived meanwhile: the new runner owns the lane's series
+		}
+		s.retiring[lane] = nil
+		// The runner may have installed a snapshot while it stopped.
+		if g := s.gen.Load(); g != nil {
+			g.pool.Indexer().RetireLaneReadiness(lane)
+		}
+		r.m.remove()
+		s.lm.removeLane(lane, r.dc)
+	}()
 }
 
 // startLaneLocked configures lane in the pool (when it exists) and starts
@@ -441,7 +495,7 @@ func (s *Service) startLaneLocked(lane int, e *lease.LaneEntry) {
 		err = &consumer.BuildError{Kind: consumer.ErrMixedIndexerDomain, Lane: lane, Expected: s.domainID, Actual: e.Pool.Domain}
 	}
 	if err == nil {
-		if g := s.gen.Load(); g != nil {
+		if g := s.gen.Load(); g != nil && !laneConfiguredFor(g, lane, e.Pool) {
 			err = g.pool.ConfigureLane(lane, e.Pool)
 			if errors.Is(err, consumer.ErrWorkerFailed) || errors.Is(err, consumer.ErrPoolClosed) {
 				// The pool is failing (or its rebuild is being retried):
@@ -453,6 +507,8 @@ func (s *Service) startLaneLocked(lane int, e *lease.LaneEntry) {
 		}
 	}
 	r := newLaneRunner(s, lane, e.DcName, e.Pool, subj, log, lm)
+	prev := s.retiring[lane]
+	s.retiring[lane] = nil
 	s.runners[lane] = r
 	s.heard[lane].Store(0)
 	s.owners[lane].Store(nil)
@@ -468,11 +524,31 @@ func (s *Service) startLaneLocked(lane int, e *lease.LaneEntry) {
 		return
 	}
 	log.Info().Str("pool", e.Pool.String()).Msg("lane added")
+	ctx, stop := context.WithCancel(s.runnerCtx)
+	r.stop = stop
 	s.runnersWG.Add(1)
 	go func() {
 		defer s.runnersWG.Done()
-		r.run(s.runnerCtx)
+		defer close(r.done)
+		defer stop()
+		if prev != nil {
+			// A revived lane: its retired runner lets go of the lane first.
+			select {
+			case <-prev.done:
+			case <-ctx.Done():
+				return
+			}
+		}
+		r.run(ctx)
 	}()
+}
+
+// laneConfiguredFor reports whether g's table has lane configured for pool
+// already: a lane revived after its retirement (lanes are never
+// unconfigured).
+func laneConfiguredFor(g *poolGen, lane int, pool ckf.PoolID) bool {
+	p, ok := g.pool.Indexer().Manifest().PoolID(lane)
+	return ok && p == pool
 }
 
 // ensurePool returns the current pool generation, building the first one
@@ -662,6 +738,11 @@ func (s *Service) Match(q api.Query) (api.MatchResponse, error) {
 			continue
 		}
 		lbl := labels[l.Lane]
+		if lbl.dc == "" {
+			// Retired: a ready bit raised while its runner stopped.
+			resp.ReadyLanes &^= 1 << l.Lane
+			continue
+		}
 		resp.Lanes = append(resp.Lanes, api.LaneDepth{Lane: int(l.Lane), DC: lbl.dc, Pool: lbl.pool, Depth: l.Depth,
 			AgeMs: age, Stale: stale})
 	}

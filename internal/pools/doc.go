@@ -8,7 +8,9 @@
 // Pools are declared in a file (File, YAML) and, where its allow patterns
 // admit the domain, appear on their first worker event: the manager
 // watches kvevents.*.<dc>.> and the input stream's subjects for domains it
-// does not run yet. Every pool's series carry the label domain.
+// does not run yet. Every pool's series carry the label domain. The pools
+// are the units of a unithost.Host, which owns their life cycle, bound,
+// refusals and metrics and states the concurrency contract.
 //
 // With Config.KvRelay set every pool also publishes over dynamo.kvrelay.v1:
 // OnPool's callbacks hand each pool's Publication to one server, whose

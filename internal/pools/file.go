@@ -137,7 +137,7 @@ func ParseFile(b []byte) (File, error) {
 	}
 	seen := map[string]bool{}
 	for i, p := range f.Pools {
-		if err := wire.ValidateToken("domain", p.Domain); err != nil {
+		if err := wire.ValidateName("domain", p.Domain); err != nil {
 			return File{}, fmt.Errorf("%w: pools[%d]: %w", ErrFile, i, err)
 		}
 		if seen[p.Domain] {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"sync"
@@ -18,6 +17,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server/servertest"
 	"github.com/ckfrelay/ckfrelay/internal/pools"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -159,29 +159,12 @@ func (e *env) kvProcess(t *testing.T, instance string, f pools.File) (*process, 
 	cfg := server.DefaultConfig()
 	cfg.PoolHeartbeat, cfg.CatalogHeartbeat, cfg.ReadinessHeartbeat = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
 	cfg.Logger = logger(t)
-	srv, err := server.New(nil, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	srv, addr := servertest.Serve(t, nil, cfg)
 	defaults := kvDefaults
 	p := e.processWith(t, instance, f, func(c *pools.Config) { c.KvRelay = &defaults }, func(m *pools.Manager) {
 		m.OnPool(func(domain string, r *relay.Relay) { srv.AddPool(domain, r.Publication()) }, func(domain string) { srv.RemovePool(domain) })
 	})
-	return p, srv, ln.Addr().String()
+	return p, srv, addr
 }
 
 // catalogModels reads addr's current catalog: its pools' canonical models,

@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"net/http"
 	"reflect"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -24,6 +22,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/internal/unithost"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -35,12 +34,6 @@ const DefaultMaxPools = 64
 // scanInterval paces the scans of the input stream's subjects for pools
 // whose first event arrived while nobody listened.
 const scanInterval = 5 * time.Second
-
-// ErrTooManyPools: a pool past max_pools was refused.
-var ErrTooManyPools = errors.New("pools: too many pools")
-
-// ErrNotAllowed: a domain neither declared nor allowed.
-var ErrNotAllowed = errors.New("pools: domain not allowed")
 
 // Config configures a Manager.
 type Config struct {
@@ -60,37 +53,46 @@ type Config struct {
 	// Registerer is the process registry; each pool's series are
 	// registered on it with the label domain (nil: a private registry).
 	Registerer prometheus.Registerer
-	Logger     zerolog.Logger
+	// StopOnFailure ends Run when a pool fails (unithost.Config): a process
+	// of a fixed pool (relay-producer without --pools-file) exits then.
+	StopOnFailure bool
+	Logger        zerolog.Logger
 }
 
-// pool is one running pool.
+// pool is one running pool: a unit of the manager's host.
 type pool struct {
 	domain string
 	r      *relay.Relay
 	// metrics holds the pool's series, unregistered when it is removed.
 	metrics *promx.Scope
-	cancel  context.CancelFunc
-	done    chan struct{}
-	err     atomic.Pointer[error]
 }
 
-// Manager runs the pools of one DC.
+func (p *pool) Run(ctx context.Context) error { return p.r.Run(ctx) }
+
+// Manager runs the pools of one DC: the units of a unithost.Host, which
+// owns their life cycle, the max_pools bound, refusals and the pool
+// metrics (see its concurrency contract); the manager adds the pools
+// file, discovery and the kvrelay catalog's callbacks. Safe for
+// concurrent use.
 type Manager struct {
-	nc  *nats.Conn
-	js  jetstream.JetStream
-	cfg Config
-	log zerolog.Logger
-	m   *metrics
+	nc   *nats.Conn
+	js   jetstream.JetStream
+	cfg  Config
+	log  zerolog.Logger
+	m    *metrics
+	host *unithost.Host[*pool]
 
-	byName atomic.Pointer[map[string]*pool]
+	// reloading serializes Reload.
+	reloading sync.Mutex
+	// file is the pools file in force (replaced by Reload); read by the
+	// host's admission and build under the host's lock.
+	file atomic.Pointer[File]
 
-	mu     sync.Mutex // guards cfg.File, the fields below and the writes of byName
-	runCtx context.Context
-	// discovering: the discovery of allowed domains runs (from Run, or
-	// from the first Reload that allows some).
+	mu sync.Mutex // guards the fields below; never held while calling the host
+	// discovering: the discovery of allowed domains was handed to the
+	// host (at New when the file allows some, or by the first Reload that
+	// does).
 	discovering bool
-	wg          sync.WaitGroup
-	refused     map[string]bool
 	// onAdd is told of every pool started (the kvrelay catalog).
 	onAdd []func(domain string, r *relay.Relay)
 	onDel []func(domain string)
@@ -101,6 +103,9 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Manager, error) {
 	if cfg.File.MaxPools == 0 {
 		cfg.File.MaxPools = DefaultMaxPools
 	}
+	if err := wire.ValidateName("dc", cfg.Base.DC); err != nil {
+		return nil, fmt.Errorf("pools: %w", err)
+	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
@@ -108,33 +113,66 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &Manager{nc: nc, js: js, cfg: cfg, m: met, refused: map[string]bool{},
+	m := &Manager{nc: nc, js: js, cfg: cfg, m: met,
 		log: cfg.Logger.With().Str("component", "pools").Str("dc", cfg.Base.DC).Logger()}
-	empty := map[string]*pool{}
-	m.byName.Store(&empty)
-	met.limit.Set(float64(cfg.File.MaxPools))
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	for _, spec := range cfg.File.Pools {
-		p, err := m.newPool(spec)
-		if err != nil {
+	f := cfg.File
+	m.file.Store(&f)
+	m.host, err = unithost.New(unithost.Config[*pool]{
+		Noun: "pool", Registerer: cfg.Registerer, Max: f.MaxPools, Admit: m.admits,
+		Metrics: unithost.MetricNames{Units: MetricPools, Refused: MetricRefused, Limit: MetricLimit, Failed: MetricFailed, FailedLabel: "domain"},
+		Build: func(domain string) (*pool, error) {
+			spec, _ := m.file.Load().Declared(domain)
+			return m.newPool(spec)
+		},
+		OnAdd: func(domain string, p *pool) {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			for _, f := range m.onAdd {
+				f(domain, p.r)
+			}
+		},
+		OnRemove: func(domain string, p *pool) {
+			p.r.Retire() // on purpose: its lane says so, unlike a crash's
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			for _, f := range m.onDel {
+				f(domain)
+			}
+		},
+		Stopped:       func(_ string, p *pool) { p.metrics.Close() },
+		StopOnFailure: cfg.StopOnFailure,
+		Logger:        m.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, spec := range f.Pools {
+		if err := m.host.Add(spec.Domain); err != nil {
 			return nil, err
 		}
-		m.publishLocked(p)
 	}
+	m.startDiscovery()
 	return m, nil
+}
+
+// admits is the host's admission: a declared or allowed domain.
+func (m *Manager) admits(domain string) bool {
+	f := m.file.Load()
+	_, declared := f.Declared(domain)
+	return declared || f.Allows(domain)
 }
 
 // OnPool registers callbacks told of each pool started and removed (the
 // kvrelay catalog follows them); call before Run.
 func (m *Manager) OnPool(add func(domain string, r *relay.Relay), del func(domain string)) {
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	m.onAdd = append(m.onAdd, add)
 	m.onDel = append(m.onDel, del)
-	for name, p := range *m.byName.Load() {
+	m.mu.Unlock()
+	m.host.Each(func(name string, p *pool) bool {
 		add(name, p.r)
-	}
+		return true
+	})
 }
 
 // newPool builds the relay of spec (not started).
@@ -163,6 +201,7 @@ func (m *Manager) newPool(spec PoolSpec) (*pool, error) {
 	if spec.Mode != "" {
 		mode, err := ckf.ParseHashMode(spec.Mode)
 		if err != nil {
+			scope.Close()
 			return nil, fmt.Errorf("pools: %s: %w", spec.Domain, err)
 		}
 		c.CKF.Mode = mode
@@ -172,70 +211,37 @@ func (m *Manager) newPool(spec PoolSpec) (*pool, error) {
 		scope.Close()
 		return nil, fmt.Errorf("pools: %s: %w", spec.Domain, err)
 	}
-	return &pool{domain: spec.Domain, r: r, metrics: scope, done: make(chan struct{})}, nil
+	return &pool{domain: spec.Domain, r: r, metrics: scope}, nil
 }
 
-func (m *Manager) publishLocked(p *pool) {
-	next := maps.Clone(*m.byName.Load())
-	next[p.domain] = p
-	m.byName.Store(&next)
-	m.m.pools.Set(float64(len(next)))
-	for _, f := range m.onAdd {
-		f(p.domain, p.r)
-	}
-	m.log.Info().Str("domain", p.domain).Int("pools", len(next)).Msg("pool added")
-}
+// Run runs the pools (the declared ones, and each allowed domain from its
+// first event) until ctx ends, and returns after every pool stopped: the
+// failures of the pools still run then, joined (unithost.ErrFailed), or
+// nil.
+func (m *Manager) Run(ctx context.Context) error { return m.host.Run(ctx) }
 
-// startLocked runs p under Run's context; a pool that fails stops alone.
-func (m *Manager) startLocked(p *pool) {
-	ctx, cancel := context.WithCancel(m.runCtx)
-	p.cancel = cancel
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		defer close(p.done)
-		if err := p.r.Run(ctx); err != nil {
-			p.err.Store(&err)
-			m.m.failed.WithLabelValues(p.domain).Inc()
-			m.log.Error().Err(err).Str("domain", p.domain).Msg("pool stopped; the other pools go on")
-		}
-	}()
-}
-
-// Run starts the declared pools and adds each allowed domain on its first
-// event, until ctx ends; it returns after every pool stopped.
-func (m *Manager) Run(ctx context.Context) error {
+// startDiscovery hands the discovery of allowed domains to the host when
+// the file allows some and it is not handed yet; once started it runs
+// until Run ends (a file that allows none refuses what it finds).
+func (m *Manager) startDiscovery() {
 	m.mu.Lock()
-	m.runCtx = ctx
-	for _, p := range *m.byName.Load() {
-		m.startLocked(p)
-	}
-	m.startDiscoveryLocked()
-	m.mu.Unlock()
-	<-ctx.Done()
-	m.wg.Wait()
-	return nil
-}
-
-// eventsSubjectAll is the worker events of every domain of the DC.
-// startDiscoveryLocked starts the discovery of allowed domains under Run's
-// context when the file allows some and it does not run yet; once started
-// it runs until Run ends (a file that allows none refuses what it finds).
-// m.mu held.
-func (m *Manager) startDiscoveryLocked() {
-	if m.discovering || len(m.cfg.File.Allow) == 0 || m.runCtx == nil {
+	if m.discovering || len(m.file.Load().Allow) == 0 {
+		m.mu.Unlock()
 		return
 	}
 	m.discovering = true
-	ctx := m.runCtx
-	m.wg.Add(1)
-	go func() {
-		defer m.wg.Done()
-		m.discover(ctx)
-	}()
+	m.mu.Unlock()
+	if err := m.host.Go(m.discover); err != nil {
+		m.log.Warn().Err(err).Msg("discovery of allowed domains not started")
+	}
 }
 
-func (m *Manager) eventsSubjectAll() string { return "kvevents.*." + m.cfg.Base.DC + ".>" }
+// eventsSubjectAll is the worker events of every domain of the DC
+// (wire.WorkerEventsDomainsFilter; the DC is validated by New).
+func (m *Manager) eventsSubjectAll() string {
+	f, _ := wire.WorkerEventsDomainsFilter(m.cfg.Base.DC)
+	return f
+}
 
 // discover adds allowed domains seen on the DC's worker events: live (a
 // core subscription) and already stored in the input stream (scanned
@@ -243,7 +249,7 @@ func (m *Manager) eventsSubjectAll() string { return "kvevents.*." + m.cfg.Base.
 func (m *Manager) discover(ctx context.Context) {
 	seen := make(chan string, 64)
 	sub, err := m.nc.Subscribe(m.eventsSubjectAll(), func(msg *nats.Msg) {
-		if d := domainOf(msg.Subject); d != "" {
+		if d := m.domainOf(msg.Subject); d != "" {
 			select {
 			case seen <- d:
 			default: // the scan finds it
@@ -255,9 +261,11 @@ func (m *Manager) discover(ctx context.Context) {
 	} else {
 		defer func() { _ = sub.Unsubscribe() }()
 	}
-	m.wg.Add(1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
 	go func() {
-		defer m.wg.Done()
+		defer wg.Done()
 		for {
 			m.scan(ctx, seen)
 			if !ctxwait.Sleep(ctx, scanInterval) {
@@ -270,10 +278,10 @@ func (m *Manager) discover(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case d := <-seen:
-			if _, ok := (*m.byName.Load())[d]; ok {
+			if _, ok := m.host.Get(d); ok {
 				continue
 			}
-			if err := m.Add(d); err != nil && !errors.Is(err, errKnown) {
+			if err := m.host.Add(d); err != nil && !errors.Is(err, unithost.ErrExists) {
 				m.log.Debug().Err(err).Str("domain", d).Msg("pool not added")
 			}
 		}
@@ -295,7 +303,7 @@ func (m *Manager) scan(ctx context.Context, seen chan<- string) {
 		return
 	}
 	for subj := range info.State.Subjects {
-		if d := domainOf(subj); d != "" {
+		if d := m.domainOf(subj); d != "" {
 			select {
 			case seen <- d:
 			case <-ctx.Done():
@@ -305,87 +313,28 @@ func (m *Manager) scan(ctx context.Context, seen chan<- string) {
 	}
 }
 
-// domainOf is the domain token of kvevents.<domain>.<dc>.<worker>.
-func domainOf(subject string) string {
-	parts := strings.SplitN(subject, ".", 3)
-	if len(parts) < 3 || parts[0] != "kvevents" || wire.ValidateToken("domain", parts[1]) != nil {
+// domainOf is the domain of a worker events subject of the DC
+// (wire.ParseWorkerEventsSubject), "" for any other subject.
+func (m *Manager) domainOf(subject string) string {
+	d, dc, _, err := wire.ParseWorkerEventsSubject(subject)
+	if err != nil || dc != m.cfg.Base.DC || wire.ValidateName("domain", d) != nil {
 		return ""
 	}
-	return parts[1]
+	return d
 }
-
-var errKnown = errors.New("pools: already running")
 
 // Add starts a pool for domain: with its declared spec when the pools file
 // declares it (also after a Remove), else with the process's sizing. A
-// domain neither declared nor allowed, or past max_pools, is refused
-// (counted, logged once); one already running is errKnown.
-func (m *Manager) Add(domain string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	cur := *m.byName.Load()
-	if _, ok := cur[domain]; ok {
-		return errKnown
-	}
-	spec, declared := m.cfg.File.Declared(domain)
-	var err error
-	switch {
-	case m.runCtx == nil || m.runCtx.Err() != nil:
-		return fmt.Errorf("pools: %s: the manager is not running", domain)
-	case !declared && !m.cfg.File.Allows(domain):
-		err = fmt.Errorf("%w: %q matches no allow pattern", ErrNotAllowed, domain)
-		m.refuseLocked(domain, "not_allowed", err)
-		return err
-	case len(cur) >= m.cfg.File.MaxPools:
-		err = fmt.Errorf("%w: %q would pass max_pools %d", ErrTooManyPools, domain, m.cfg.File.MaxPools)
-		m.refuseLocked(domain, "too_many_pools", err)
-		return err
-	}
-	p, err := m.newPool(spec)
-	if err != nil {
-		m.refuseLocked(domain, "invalid", err)
-		return err
-	}
-	m.publishLocked(p)
-	m.startLocked(p)
-	return nil
-}
+// domain neither declared nor allowed, past max_pools or invalid is
+// refused with a *unithost.Error (counted, logged once); one already
+// running is unithost.ErrExists.
+func (m *Manager) Add(domain string) error { return m.host.Add(domain) }
 
-func (m *Manager) refuseLocked(domain, kind string, err error) {
-	m.m.refused.WithLabelValues(kind).Inc()
-	if !m.refused[kind+"/"+domain] {
-		m.refused[kind+"/"+domain] = true
-		m.log.Warn().Err(err).Str("domain", domain).Msg("pool refused; the running pools are unchanged")
-	}
-}
-
-// Remove stops a pool (it releases its lease, as a stopping relay does)
-// and forgets it; false when it was not running.
-func (m *Manager) Remove(domain string) bool {
-	m.mu.Lock()
-	cur := *m.byName.Load()
-	p, ok := cur[domain]
-	if ok {
-		next := maps.Clone(cur)
-		delete(next, domain)
-		m.byName.Store(&next)
-		m.m.pools.Set(float64(len(next)))
-		for _, f := range m.onDel {
-			f(domain)
-		}
-	}
-	m.mu.Unlock()
-	if !ok {
-		return false
-	}
-	if p.cancel != nil {
-		p.cancel()
-		<-p.done
-	}
-	p.metrics.Close()
-	m.log.Info().Str("domain", domain).Msg("pool removed")
-	return true
-}
+// Remove retires a pool: when it holds the lease it marks its lane retired
+// in the lane map, so the indexers drop the lane instead of keeping it as a
+// stale one (relay.Relay.Retire), then releases the lease, as a stopping
+// relay does; the manager forgets it. False when it was not running.
+func (m *Manager) Remove(domain string) bool { return m.host.Remove(domain) }
 
 // ReloadResult is what Reload did.
 type ReloadResult struct {
@@ -417,24 +366,21 @@ func (m *Manager) ReloadFile(read func() (File, error)) (ReloadResult, error) {
 
 // Reload applies f, a pools file read anew (the operator's SIGHUP): pools
 // it declares start, running pools it neither declares nor allows stop
-// (releasing their leases, so a standby whose file still has them takes
-// over), and its allow patterns and max_pools apply from now on. The other
-// running pools go on untouched.
+// (retiring their lanes and releasing their leases, so a standby whose
+// file still has them takes over), and its allow patterns and max_pools
+// apply from now on. The other running pools go on untouched. Reloads are
+// applied one at a time.
 func (m *Manager) Reload(f File) (ReloadResult, error) {
 	if f.MaxPools == 0 {
 		f.MaxPools = DefaultMaxPools
 	}
+	m.reloading.Lock()
+	defer m.reloading.Unlock()
 	var res ReloadResult
-	m.mu.Lock()
-	if m.runCtx == nil || m.runCtx.Err() != nil {
-		m.mu.Unlock()
-		return res, errors.New("pools: reload: the manager is not running")
-	}
-	old := m.cfg.File
-	m.cfg.File = f
-	m.m.limit.Set(float64(f.MaxPools))
-	cur := *m.byName.Load()
-	for _, name := range slices.Sorted(maps.Keys(cur)) {
+	old := m.file.Swap(&f)
+	m.host.SetBounds(f.MaxPools, m.admits)
+	running := m.host.Names()
+	for _, name := range running {
 		spec, declared := f.Declared(name)
 		if !declared && !f.Allows(name) {
 			res.Removed = append(res.Removed, name)
@@ -444,19 +390,18 @@ func (m *Manager) Reload(f File) (ReloadResult, error) {
 			res.Unchanged = append(res.Unchanged, name)
 		}
 	}
-	m.startDiscoveryLocked()
-	m.mu.Unlock()
+	m.startDiscovery()
 	for _, name := range res.Removed {
 		m.Remove(name)
 	}
 	for _, p := range f.Pools {
-		if _, running := cur[p.Domain]; running {
+		if slices.Contains(running, p.Domain) {
 			continue
 		}
-		switch err := m.Add(p.Domain); {
+		switch err := m.host.Add(p.Domain); {
 		case err == nil:
 			res.Added = append(res.Added, p.Domain)
-		case !errors.Is(err, errKnown):
+		case !errors.Is(err, unithost.ErrExists):
 			res.Refused = append(res.Refused, err)
 		}
 	}
@@ -468,7 +413,7 @@ func (m *Manager) Reload(f File) (ReloadResult, error) {
 
 // Relay returns a running pool's relay.
 func (m *Manager) Relay(domain string) (*relay.Relay, bool) {
-	p, ok := (*m.byName.Load())[domain]
+	p, ok := m.host.Get(domain)
 	if !ok {
 		return nil, false
 	}
@@ -476,15 +421,15 @@ func (m *Manager) Relay(domain string) (*relay.Relay, bool) {
 }
 
 // Domains lists the pools' domains, sorted.
-func (m *Manager) Domains() []string { return slices.Sorted(maps.Keys(*m.byName.Load())) }
+func (m *Manager) Domains() []string { return m.host.Names() }
 
 // Statuses is every pool's status, by domain.
 func (m *Manager) Statuses() []relay.Status {
-	by := *m.byName.Load()
-	out := make([]relay.Status, 0, len(by))
-	for _, d := range slices.Sorted(maps.Keys(by)) {
-		out = append(out, by[d].r.Status())
-	}
+	out := make([]relay.Status, 0, m.host.Len())
+	m.host.Each(func(_ string, p *pool) bool {
+		out = append(out, p.r.Status())
+		return true
+	})
 	return out
 }
 

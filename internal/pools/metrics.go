@@ -6,10 +6,10 @@ import "github.com/prometheus/client_golang/prometheus"
 const (
 	// MetricPools is the number of pools the process runs.
 	MetricPools = "ckf_relay_pools"
-	// MetricRefused counts pools refused, by kind (not_allowed,
-	// too_many_pools, invalid).
+	// MetricRefused counts pools refused, by kind (not_allowed, too_many,
+	// invalid: unithost.ErrorKind).
 	MetricRefused = "ckf_relay_pools_refused_total"
-	// MetricLimit is max_pools.
+	// MetricLimit is max_pools (bound="pools").
 	MetricLimit = "ckf_relay_pools_limit"
 	// MetricFailed counts pools whose relay stopped on an error.
 	MetricFailed = "ckf_relay_pool_failures_total"
@@ -18,26 +18,18 @@ const (
 	MetricReloads = "ckf_relay_pools_reloads_total"
 )
 
+// metrics are the manager's own; the host exports MetricPools,
+// MetricRefused, MetricLimit and MetricFailed.
 type metrics struct {
-	pools   prometheus.Gauge
-	refused *prometheus.CounterVec
-	limit   prometheus.Gauge
-	failed  *prometheus.CounterVec
 	reloads *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 	m := &metrics{
-		pools: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricPools, Help: "Pools (domains) this relay process runs."}),
-		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricRefused,
-			Help: "Pools refused, by kind (not_allowed, too_many_pools, invalid)."}, []string{"kind"}),
-		limit: prometheus.NewGauge(prometheus.GaugeOpts{Name: MetricLimit, Help: "max_pools of the pools file."}),
-		failed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricFailed,
-			Help: "Pools whose relay stopped on an error."}, []string{"domain"}),
 		reloads: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricReloads,
 			Help: "Pools file reloads, by outcome (ok, invalid_file)."}, []string{"outcome"}),
 	}
-	for _, c := range []prometheus.Collector{m.pools, m.refused, m.limit, m.failed, m.reloads} {
+	for _, c := range []prometheus.Collector{m.reloads} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}

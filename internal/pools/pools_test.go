@@ -63,6 +63,8 @@ func TestParseFile(t *testing.T) {
 
 type env struct {
 	srv *testenv.Server
+	// ixReg is the registry of the last indexer started.
+	ixReg *prometheus.Registry
 }
 
 // process is one relay process: a manager on its own connection; kill
@@ -149,7 +151,8 @@ func (e *env) indexer(t testing.TB) *domains.Registry {
 	}
 	pc := consumer.DefaultPoolConfig()
 	pc.MaxDirtyToAppliedAge = time.Minute
-	r, err := domains.New(nc, js, domains.Config{Discover: true, Logger: logger(t), Base: indexer.Config{
+	e.ixReg = prometheus.NewRegistry()
+	r, err := domains.New(nc, js, domains.Config{Discover: true, Logger: logger(t), Registerer: e.ixReg, Base: indexer.Config{
 		Pool: pc, Logger: logger(t), BootstrapBackoffMin: 10 * time.Millisecond, BootstrapBackoffMax: 100 * time.Millisecond,
 		StatePollInterval: 20 * time.Millisecond, Streams: streams.Options{Memory: true},
 		LeaseOptions: []lease.Option{lease.WithMemoryStorage()},
@@ -426,6 +429,102 @@ func TestReloadAddsAndRemovesPools(t *testing.T) {
 	eventually(t, "gemma discovered after the reload", func() error { return wg.exact(ix) })
 	if n := promtest.Count(a.reg, pools.MetricReloads+`{outcome="ok"}`); n != 2 {
 		t.Fatalf("%v ok reloads counted, want 2", n)
+	}
+}
+
+// A pool a reload removes retires its lane on purpose: the indexer drops
+// it from /v1/lanes and from answers within two heartbeat intervals and
+// counts it, the other pool goes on, and the pool comes back cleanly when
+// the file declares it again. A killed relay's lanes are not retired: they
+// stay listed, as a crash's do.
+func TestReloadRetiresTheRemovedPoolsLane(t *testing.T) {
+	const heartbeat = time.Second
+	e := &env{srv: testenv.StartServer(t)}
+	ix := e.indexer(t)
+	a := e.processWith(t, "relay-a", pools.File{Pools: []pools.PoolSpec{{Domain: "llama"}, {Domain: "qwen"}}},
+		func(c *pools.Config) { c.Base.HeartbeatInterval = heartbeat }, nil)
+	wl, wq := newWorkload("llama", 1, 30, 5), newWorkload("qwen", 2, 30, 7)
+	wl.publish(t, e)
+	wq.publish(t, e)
+	for _, w := range []*workload{wl, wq} {
+		eventually(t, w.domain+" exact", func() error { return w.exact(ix) })
+	}
+	listed := func(domain string) bool {
+		for _, l := range ix.Lanes() {
+			if l.Domain == domain {
+				return true
+			}
+		}
+		return false
+	}
+	res, err := a.m.Reload(pools.File{Pools: []pools.PoolSpec{{Domain: "llama"}}})
+	if err != nil || !slices.Equal(res.Removed, []string{"qwen"}) {
+		t.Fatalf("reload: %+v, %v", res, err)
+	}
+	gone := time.Now()
+	for listed("qwen") {
+		if time.Since(gone) > 2*heartbeat {
+			t.Fatalf("qwen's lane still listed %s after its pool was removed: %+v", time.Since(gone), ix.Lanes())
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := promtest.Count(e.ixReg, indexer.MetricLanesRetired+`{domain="qwen"}`); n != 1 {
+		t.Fatalf("%v lanes counted retired, want 1", n)
+	}
+	if _, err := ix.Match(api.Query{Locals: wq.chains[1], Model: "qwen"}); !errors.Is(err, api.ErrUnavailable) {
+		t.Fatalf("qwen answered after its lane retired: %v", err)
+	}
+	if err := wl.exact(ix); err != nil {
+		t.Fatalf("llama after qwen retired: %v", err)
+	}
+
+	// Back: the same lane, live again, fed from the relay's new epoch.
+	if res, err := a.m.Reload(pools.File{Pools: []pools.PoolSpec{{Domain: "llama"}, {Domain: "qwen"}}}); err != nil ||
+		!slices.Equal(res.Added, []string{"qwen"}) {
+		t.Fatalf("reload: %+v, %v", res, err)
+	}
+	wq2 := newWorkload("qwen", 3, 20, 6)
+	wq2.publish(t, e)
+	for _, w := range []*workload{wq, wq2} {
+		eventually(t, w.domain+" exact after it came back", func() error { return w.exact(ix) })
+	}
+	eventually(t, "qwen listed active once", func() error {
+		var states []string
+		for _, l := range ix.Lanes() {
+			if l.Domain == "qwen" {
+				states = append(states, l.State)
+			}
+		}
+		if !slices.Equal(states, []string{indexer.PhaseActive}) {
+			return fmt.Errorf("qwen lanes %v", states)
+		}
+		return nil
+	})
+
+	// A crash is not a retirement: the lanes stay in the map, live.
+	a.kill(t)
+	nc := e.srv.Connect(t)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), waitTotal)
+	defer cancel()
+	coord, err := lease.New(ctx, js, lease.WithMemoryStorage())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"llama", "qwen"} {
+		m, err := coord.LaneMap(ctx, d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if lane, ok := m.LaneOf("dc-a"); !ok || m.Lanes[lane].Retired() {
+			t.Fatalf("%s after a kill: %+v", d, m.Lanes)
+		}
+		if !listed(d) {
+			t.Fatalf("%s's lane left /v1/lanes after a kill", d)
+		}
 	}
 }
 

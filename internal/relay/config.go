@@ -209,10 +209,10 @@ func (c *Config) Validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrConfig, fmt.Sprintf(format, a...))
 	}
-	if err := wire.ValidateToken("domain", c.Domain); err != nil {
+	if err := wire.ValidateName("domain", c.Domain); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	if err := wire.ValidateToken("dc", c.DC); err != nil {
+	if err := wire.ValidateName("dc", c.DC); err != nil {
 		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	if c.Instance == "" {

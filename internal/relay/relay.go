@@ -57,6 +57,10 @@ type Relay struct {
 	status Status
 	faults map[string]string // kind → detail; guarded by mu
 
+	// retiring: the next end of Run's context is the pool's retirement
+	// (Retire), not a process stop.
+	retiring atomic.Bool
+
 	// testHooks
 	beforePublish        func(kind wire.MessageKind) error
 	beforeCheckpointLoad func(ctx context.Context) error
@@ -66,6 +70,13 @@ type Relay struct {
 	// tests shorten them.
 	cpInfoAttempt, cpInfoBudget time.Duration
 }
+
+// Retire makes the next end of Run's context a retirement: the pool was
+// removed on purpose, so when this relay holds the lease at that moment it
+// marks the lane retired in the lane map (lease.Coordinator.Retire) before
+// releasing the lease, and the indexers drop the lane instead of keeping it
+// as a stale one. Call it before cancelling Run's context.
+func (r *Relay) Retire() { r.retiring.Store(true) }
 
 // New validates cfg and prepares a relay; Run starts it.
 func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Relay, error) {

@@ -87,7 +87,14 @@ func (r *Relay) Run(ctx context.Context) error {
 		r.clearFault(FaultEpochExhausted)
 		began := time.Now()
 		l := sess.Lease()
-		err = r.serve(ctx, coord, res, lane, l)
+		// A lane its previous holder retired is live again under this
+		// lease (a standby took over a pool another relay's file dropped).
+		if lane, err = coord.Register(ctx, r.cfg.Domain, r.cfg.DC, r.pool); err == nil {
+			err = r.serve(ctx, coord, res, lane, l)
+		}
+		if ctx.Err() != nil && r.retiring.Load() {
+			r.retireLane(coord, l)
+		}
 		if rerr := sess.Close(context.WithoutCancel(ctx)); rerr != nil {
 			// The lease has ended here all the same; the stored record lapses
 			// at its TTL, so a standby waits that long before taking over.
@@ -112,6 +119,22 @@ func (r *Relay) Run(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// retireLane marks the lane retired while l, the lease it publishes under,
+// is still held, so a standby that acquires the lease afterwards revives it.
+func (r *Relay) retireLane(coord *lease.Coordinator, l *lease.Lease) {
+	if l.Err() != nil {
+		return // lost meanwhile: another relay may serve the pool now
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), leaseReleaseTimeout)
+	defer cancel()
+	lane, err := coord.Retire(ctx, r.cfg.Domain, r.cfg.DC, r.pool)
+	if err != nil {
+		r.log.Warn().Err(err).Msg("marking the lane retired failed; indexers keep it as a stale lane")
+		return
+	}
+	r.log.Info().Int("lane", lane).Msg("lane retired: the pool was removed on purpose")
 }
 
 // setup ensures the JetStream resources (the input stream on InputJS when

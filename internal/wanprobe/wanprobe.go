@@ -58,10 +58,10 @@ func (c *Config) Validate() error {
 	if c.JS == nil || c.Indexer == nil {
 		return fmt.Errorf("%w: JetStream and indexer are required", ErrInvalidConfig)
 	}
-	if err := wire.ValidateToken("domain", c.Domain); err != nil {
+	if err := wire.ValidateName("domain", c.Domain); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	if err := wire.ValidateToken("dc", c.DC); err != nil {
+	if err := wire.ValidateName("dc", c.DC); err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if c.Poll <= 0 {

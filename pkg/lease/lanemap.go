@@ -21,7 +21,16 @@ type LaneEntry struct {
 	DcName       string
 	Pool         ckf.PoolID
 	RegisteredAt time.Time
+	// RetiredAt is when the pool's active relay retired the lane on
+	// purpose (the pool was removed from its relay); zero while it is live.
+	// A lane that merely went silent (a crash: its lease lapsed) is never
+	// marked. A retired lane keeps its pool's place, since lanes are never
+	// re-pointed, and Register of the same pool revives it.
+	RetiredAt time.Time
 }
+
+// Retired reports whether the lane was retired on purpose (Retire).
+func (e *LaneEntry) Retired() bool { return !e.RetiredAt.IsZero() }
 
 // LaneMap is a domain's assignment of DC pools to the ckf.LaneCount physical
 // lanes. A nil entry is a free lane. Values returned by the package are the
@@ -99,6 +108,9 @@ type laneEntryJSON struct {
 	RoutingScope         string `json:"routing_scope"`
 	RoutingScopeSource   string `json:"routing_scope_source"`
 	RegisteredAt         int64  `json:"registered_at"`
+	// RetiredAt is absent while the lane is live (and in maps written
+	// before retirement existed, which readers take as live).
+	RetiredAt int64 `json:"retired_at,omitempty"`
 }
 
 // MarshalJSON writes the stored form: a 16-element array with null for free
@@ -118,6 +130,9 @@ func (m *LaneMap) MarshalJSON() ([]byte, error) {
 			RoutingScope:         d.RoutingScope.Digest.String(),
 			RoutingScopeSource:   d.RoutingScope.Source.String(),
 			RegisteredAt:         e.RegisteredAt.UnixNano(),
+		}
+		if e.Retired() {
+			out.Lanes[i].RetiredAt = e.RetiredAt.UnixNano()
 		}
 	}
 	return json.Marshal(out)
@@ -176,6 +191,9 @@ func (m *LaneMap) UnmarshalJSON(b []byte) error {
 				Dc: ckf.DcID(e.DcID),
 			},
 			RegisteredAt: time.Unix(0, e.RegisteredAt),
+		}
+		if e.RetiredAt > 0 {
+			m.Lanes[i].RetiredAt = time.Unix(0, e.RetiredAt)
 		}
 	}
 	return nil
@@ -288,8 +306,8 @@ func (c *Coordinator) UpdateLaneMap(ctx context.Context, domain string, fn func(
 }
 
 // Register assigns pool, named dcName, a lane in domain's lane map and
-// returns it (-1 on failure). Registering a pool already present returns its lane without a
-// write. A new pool takes the lowest free lane. Fails with ErrInvalidName,
+// returns it (-1 on failure). Registering a pool already present returns its
+// lane, without a write unless the lane was retired, which it revives. A new pool takes the lowest free lane. Fails with ErrInvalidName,
 // ErrLaneConflict (the name or the pool is already registered with another
 // partner), ErrNoFreeLane (all ckf.LaneCount lanes taken) or ErrContention.
 func (c *Coordinator) Register(ctx context.Context, domain, dcName string, pool ckf.PoolID) (lane int, err error) {
@@ -304,6 +322,10 @@ func (c *Coordinator) Register(ctx context.Context, domain, dcName string, pool 
 				return false, e
 			}
 			lane = i
+			if m.Lanes[i].Retired() {
+				m.Lanes[i].RetiredAt = time.Time{}
+				return true, nil
+			}
 			return false, nil
 		}
 		if i, ok := m.LaneOf(dcName); ok {
@@ -317,6 +339,42 @@ func (c *Coordinator) Register(ctx context.Context, domain, dcName string, pool 
 		}
 		m.Lanes[i] = &LaneEntry{DcName: dcName, Pool: pool, RegisteredAt: c.now()}
 		lane = i
+		return true, nil
+	})
+	if err != nil {
+		return -1, err
+	}
+	return lane, nil
+}
+
+// Retire marks pool's lane, registered as dcName, retired on purpose (its
+// relay removed the pool): indexers stop following it and drop it from
+// their answers, where a crashed relay's lane would only go stale. The
+// active relay calls it while it still holds the pool's lease, so a standby
+// that takes the lease over afterwards revives the lane (Register). It
+// returns the lane, or -1 without a write when dcName holds no lane; a lane
+// already retired is not written again. Fails with ErrInvalidName,
+// ErrLaneConflict (dcName's lane is another pool's) or ErrContention.
+func (c *Coordinator) Retire(ctx context.Context, domain, dcName string, pool ckf.PoolID) (lane int, err error) {
+	if err := validatePool(domain, dcName); err != nil {
+		return -1, err
+	}
+	lane = -1
+	_, err = c.UpdateLaneMap(ctx, domain, func(m *LaneMap) (bool, error) {
+		i, ok := m.LaneOf(dcName)
+		if !ok {
+			return false, nil
+		}
+		if m.Lanes[i].Pool != pool {
+			e := newError(ErrLaneConflict, domain, dcName, fmt.Sprintf("name is registered for pool %s, not %s", m.Lanes[i].Pool, pool))
+			e.Lane = i
+			return false, e
+		}
+		lane = i
+		if m.Lanes[i].Retired() {
+			return false, nil
+		}
+		m.Lanes[i].RetiredAt = c.now()
 		return true, nil
 	})
 	if err != nil {

@@ -392,3 +392,76 @@ func TestWatchDomainsNamesEachDomainOnce(t *testing.T) {
 		t.Fatalf("next domain %q, want mistral (llama already named)", d)
 	}
 }
+
+// A retired lane says so in the stored map, keeps its pool's place, is
+// retired once, and comes back live when the same pool registers again; a
+// retirement naming another pool is refused.
+func TestRetireMarksTheLaneAndRegisterRevivesIt(t *testing.T) {
+	ctx := testCtx(t)
+	c, clk, _ := startCoordinator(t)
+	if _, err := c.Register(ctx, domain, "dc-a", testPool(t, "dc-a")); err != nil {
+		t.Fatal(err)
+	}
+	if lane, err := c.Register(ctx, domain, "dc-b", testPool(t, "dc-b")); err != nil || lane != 1 {
+		t.Fatalf("dc-b: lane %d, %v", lane, err)
+	}
+	if lane, err := c.Retire(ctx, domain, "dc-none", testPool(t, "dc-none")); err != nil || lane != -1 {
+		t.Fatalf("retire of an unregistered dc: lane %d, %v", lane, err)
+	}
+	_, err := c.Retire(ctx, domain, "dc-b", testPool(t, "dc-a"))
+	asError(t, err, lease.ErrLaneConflict)
+
+	clk.Advance(time.Minute)
+	if lane, err := c.Retire(ctx, domain, "dc-b", testPool(t, "dc-b")); err != nil || lane != 1 {
+		t.Fatalf("retire dc-b: lane %d, %v", lane, err)
+	}
+	m, err := c.LaneMap(ctx, domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !m.Lanes[1].Retired() || m.Lanes[0].Retired() || m.Occupied() != 0b11 {
+		t.Fatalf("after retiring dc-b: %+v %+v", m.Lanes[0], m.Lanes[1])
+	}
+	if lane, err := c.Retire(ctx, domain, "dc-b", testPool(t, "dc-b")); err != nil || lane != 1 {
+		t.Fatalf("retire again: lane %d, %v", lane, err)
+	}
+	again, err := c.LaneMap(ctx, domain)
+	if err != nil || again.Version != m.Version {
+		t.Fatalf("a second retirement wrote: version %d -> %d, %v", m.Version, again.Version, err)
+	}
+	// The lane is not free: a new DC takes the next one.
+	if lane, err := c.Register(ctx, domain, "dc-c", testPool(t, "dc-c")); err != nil || lane != 2 {
+		t.Fatalf("dc-c: lane %d, %v", lane, err)
+	}
+	if lane, err := c.Register(ctx, domain, "dc-b", testPool(t, "dc-b")); err != nil || lane != 1 {
+		t.Fatalf("dc-b back: lane %d, %v", lane, err)
+	}
+	m, err = c.LaneMap(ctx, domain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Lanes[1].Retired() {
+		t.Fatalf("dc-b still retired after registering again: %+v", m.Lanes[1])
+	}
+}
+
+func TestLaneMapJSONRetired(t *testing.T) {
+	var m lease.LaneMap
+	at := time.Unix(0, 1_700_000_000_123_456_789)
+	m.Lanes[0] = &lease.LaneEntry{DcName: "dc-a", Pool: testPool(t, "dc-a"), RegisteredAt: at}
+	m.Lanes[1] = &lease.LaneEntry{DcName: "dc-b", Pool: testPool(t, "dc-b"), RegisteredAt: at, RetiredAt: at.Add(time.Second)}
+	b, err := json.Marshal(&m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Count(string(b), `"retired_at"`) != 1 {
+		t.Fatalf("stored form = %s, want retired_at on dc-b only", b)
+	}
+	var back lease.LaneMap
+	if err := json.Unmarshal(b, &back); err != nil {
+		t.Fatal(err)
+	}
+	if back.Lanes[0].Retired() || !back.Lanes[1].RetiredAt.Equal(at.Add(time.Second)) {
+		t.Fatalf("round trip: %+v %+v", back.Lanes[0], back.Lanes[1])
+	}
+}

@@ -1,10 +1,15 @@
 package lease
 
-import "fmt"
+import (
+	"errors"
+	"fmt"
 
-// MaxNameLen bounds domain and DC names: they appear in KV keys and in the
-// lane subjects ckf.<domain>.<dc>.*, so they stay short.
-const MaxNameLen = 64
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
+)
+
+// MaxNameLen bounds domain and DC names (wire.MaxNameBytes): they appear in
+// KV keys and in the lane subjects ckf.<domain>.<dc>.*, so they stay short.
+const MaxNameLen = wire.MaxNameBytes
 
 // Key layout in the bucket. Each %s is one validated name token.
 const (
@@ -14,19 +19,14 @@ const (
 	snapReqKeyT = "snapreq.%s.%s" // snapshot request counter of a pool
 )
 
-// ValidateName reports whether name can be one NATS subject / KV key token:
-// 1..MaxNameLen characters of [A-Za-z0-9_-]. Dots, wildcards, whitespace and
-// everything else are rejected with ErrInvalidName.
+// ValidateName reports whether name can be a domain or DC name
+// (wire.ValidateName: 1..MaxNameLen characters of [A-Za-z0-9_-]); dots,
+// wildcards, whitespace and everything else are rejected with
+// ErrInvalidName.
 func ValidateName(name string) error {
-	if name == "" || len(name) > MaxNameLen {
-		return newError(ErrInvalidName, "", "", fmt.Sprintf("%q must be 1..%d characters", name, MaxNameLen))
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' {
-			continue
-		}
-		return newError(ErrInvalidName, "", "", fmt.Sprintf("%q has %q at %d; want [A-Za-z0-9_-]", name, c, i))
+	var te *wire.TokenError
+	if err := wire.ValidateName("name", name); errors.As(err, &te) {
+		return newError(ErrInvalidName, "", "", fmt.Sprintf("%q %s", name, te.Reason))
 	}
 	return nil
 }

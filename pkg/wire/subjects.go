@@ -2,6 +2,7 @@ package wire
 
 import (
 	"encoding/hex"
+	"fmt"
 	"strconv"
 	"strings"
 	"unicode"
@@ -90,6 +91,38 @@ func ValidateToken(what, s string) error {
 		}
 	}
 	return nil
+}
+
+// MaxNameBytes bounds a domain or DC name (ValidateName).
+const MaxNameBytes = 64
+
+// ValidateName is the one check of a domain or DC name, wherever a name
+// enters (a flag, a pools file, a catalog's model, a lane map): 1..64
+// bytes of [A-Za-z0-9_-], so a name is one subject token, one KV key
+// token, one Object Store name part and one metric label value alike.
+// what names the value in the error ("domain", "dc"). Errors are
+// *TokenError wrapping ErrInvalidToken.
+func ValidateName(what, s string) error {
+	if s == "" || len(s) > MaxNameBytes {
+		return &TokenError{What: what, Token: s, Reason: "must be 1.." + strconv.Itoa(MaxNameBytes) + " characters"}
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' {
+			continue
+		}
+		return &TokenError{What: what, Token: s, Reason: fmt.Sprintf("has %q at %d; want [A-Za-z0-9_-]", c, i)}
+	}
+	return nil
+}
+
+// WorkerEventsDomainsFilter is kvevents.*.<dc>.*: the events of every
+// worker of every domain of one DC (a relay discovering its pools).
+func WorkerEventsDomainsFilter(dc string) (string, error) {
+	if err := ValidateToken("dc", dc); err != nil {
+		return "", err
+	}
+	return WorkerEventsPrefix + ".*." + dc + ".*", nil
 }
 
 // LaneSubjects are the subjects of one pool (domain, DC).

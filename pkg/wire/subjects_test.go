@@ -162,3 +162,23 @@ func TestMessageKindString(t *testing.T) {
 		t.Error("Valid wrong")
 	}
 }
+
+func TestValidateNameIsTheOneNameRule(t *testing.T) {
+	for _, ok := range []string{"a", "llama-3_1", strings.Repeat("x", MaxNameBytes)} {
+		if err := ValidateName("domain", ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "a.b", "a*", "a b", "llama:8b", "é", strings.Repeat("x", MaxNameBytes+1)} {
+		if err := ValidateName("domain", bad); !errors.Is(err, ErrInvalidToken) {
+			t.Errorf("%q: %v, want ErrInvalidToken", bad, err)
+		}
+	}
+	f, err := WorkerEventsDomainsFilter("dc-a")
+	if err != nil || f != "kvevents.*.dc-a.*" {
+		t.Fatalf("filter %q, %v", f, err)
+	}
+	if _, err := WorkerEventsDomainsFilter("dc.a"); err == nil {
+		t.Fatal("a dc with a dot built a filter")
+	}
+}

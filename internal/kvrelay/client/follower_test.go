@@ -31,10 +31,10 @@ func TestFollowerMirrorsThePoolExactly(t *testing.T) {
 	if sink.key != g.Key || sink.seq != 0 || sink.events[0].op != "admit" {
 		t.Fatalf("installed %+v at %d, events %+v", sink.key, sink.seq, sink.events)
 	}
-	pub.publish(cbi1.Image{Bucket: 0, Word: 0})
-	pub.publish(cbi1.Image{Bucket: 3, Word: 0x0001ABCD00001234}, cbi1.Image{Bucket: 1000, Word: 42})
-	pub.publish() // an empty delta is legal
-	want, seq := pub.lane()
+	pub.Publish(cbi1.Image{Bucket: 0, Word: 0})
+	pub.Publish(cbi1.Image{Bucket: 3, Word: 0x0001ABCD00001234}, cbi1.Image{Bucket: 1000, Word: 42})
+	pub.Publish() // an empty delta is legal
+	want, seq := pub.Lane()
 	sink.waitFor(t, "deltas", func(s *recSink) bool { return s.seq == seq })
 	sink.waitFor(t, "heartbeat", func(s *recSink) bool { return s.has("heartbeat", "") })
 	sink.mu.Lock()
@@ -54,12 +54,12 @@ func TestFollowerMirrorsThePoolExactly(t *testing.T) {
 func TestFollowerAssemblesAChunkedSnapshot(t *testing.T) {
 	pub := newTestPub()
 	pub.setGen(t, testSpec, 11, 1<<20)
-	pub.publish(cbi1.Image{Bucket: 0, Word: 11}, cbi1.Image{Bucket: 524289, Word: 22}, cbi1.Image{Bucket: 1<<20 - 1, Word: 33})
+	pub.Publish(cbi1.Image{Bucket: 0, Word: 11}, cbi1.Image{Bucket: 524289, Word: 22}, cbi1.Image{Bucket: 1<<20 - 1, Word: 33})
 	addr, _ := serveReal(t, pub, nil)
 	sink := newRecSink(t)
 	startFollower(t, addr, sink, nil)
 	sink.waitFor(t, "install and heartbeat", func(s *recSink) bool { return s.ready && s.has("heartbeat", "") })
-	want, _ := pub.lane()
+	want, _ := pub.Lane()
 	sink.mu.Lock()
 	defer sink.mu.Unlock()
 	if sink.seq != 1 || !slices.Equal(sink.words, want) {
@@ -76,7 +76,7 @@ func TestFollowerFollowsAReplacementGeneration(t *testing.T) {
 	sink := newRecSink(t)
 	startFollower(t, addr, sink, nil)
 	sink.waitFor(t, "A installed", func(s *recSink) bool { return s.ready && s.key == a.Key })
-	pub.publish(cbi1.Image{Bucket: 5, Word: 5})
+	pub.Publish(cbi1.Image{Bucket: 5, Word: 5})
 	sink.waitFor(t, "A delta", func(s *recSink) bool { return s.seq == 1 })
 	b := pub.setGen(t, testSpec, 12, 1024)
 	sink.waitFor(t, "B installed", func(s *recSink) bool { return s.ready && s.key == b.Key })
@@ -230,7 +230,7 @@ func TestFollowerDropsAWithdrawnPool(t *testing.T) {
 	sink := newRecSink(t)
 	_, m, _ := startFollower(t, addr, sink, nil)
 	sink.waitFor(t, "installed", func(s *recSink) bool { return s.ready })
-	pub.withdraw()
+	pub.Withdraw()
 	sink.waitFor(t, "withdrawn", func(s *recSink) bool { return !s.ready && s.has("invalidate", client.ReasonWithdrawn) })
 	b := pub.setGen(t, testSpec, 12, 1024)
 	sink.waitFor(t, "back", func(s *recSink) bool { return s.ready && s.key == b.Key })

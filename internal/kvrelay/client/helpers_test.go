@@ -2,9 +2,7 @@ package client_test
 
 import (
 	"context"
-	"fmt"
 	"net"
-	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -16,7 +14,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
-	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server/servertest"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
 
@@ -28,23 +26,10 @@ const waitTotal = 20 * time.Second
 var testSpec = server.PoolSpec{Model: "llama", Aliases: []string{"chat"}, Namespace: "prod", Component: "backend", Endpoint: "generate", BlockSize: 4,
 	Roles: []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_AGGREGATED}}
 
-// testPub is a server.Publication of one in-memory lane: the test sets
-// generations and publishes deltas. Safe for concurrent use.
-type testPub struct {
-	mu      sync.Mutex
-	gen     server.Generation
-	ok      bool
-	changed chan struct{}
-	fan     *server.Fanout
-	words   []uint64
-	seq     uint64
+// testPub is servertest's in-memory lane, with the fixture's generations.
+type testPub struct{ *servertest.Pub }
 
-	load      server.PoolLoad
-	serving   server.ServingLoad
-	servingOK bool
-}
-
-func newTestPub() *testPub { return &testPub{changed: make(chan struct{})} }
+func newTestPub() *testPub { return &testPub{servertest.NewPub()} }
 
 // setGen publishes a new generation of buckets buckets at sequence 0 with
 // an empty lane; the previous one's feeds end PUBLICATION_UNAVAILABLE.
@@ -54,79 +39,8 @@ func (p *testPub) setGen(t testing.TB, spec server.PoolSpec, incarnation uint64,
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.fan != nil {
-		p.fan.Close(fmt.Errorf("replaced: %w", kvrelay.ErrPublicationUnavailable))
-	}
-	p.gen, p.ok, p.fan, p.words, p.seq = g, true, server.NewFanout(), make([]uint64, buckets), 0
-	close(p.changed)
-	p.changed = make(chan struct{})
+	p.SetGen(g, buckets)
 	return g
-}
-
-// publish applies images to the lane as one delta.
-func (p *testPub) publish(images ...cbi1.Image) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, im := range images {
-		p.words[im.Bucket] = im.Word
-	}
-	p.seq++
-	p.fan.Publish(p.seq-1, p.seq, slices.Clone(images))
-}
-
-func (p *testPub) lane() ([]uint64, uint64) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return slices.Clone(p.words), p.seq
-}
-
-func (p *testPub) Generation() (server.Generation, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.gen, p.ok
-}
-
-func (p *testPub) Changed() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.changed
-}
-
-func (p *testPub) Subscribe(_ context.Context, key kvrelay.ProducerKey, limits server.QueueLimits) (*server.Feed, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case !p.ok:
-		return nil, kvrelay.ErrPoolNotFound
-	case key != p.gen.Key:
-		return nil, kvrelay.ErrProducerChanged
-	}
-	return p.fan.Add(slices.Clone(p.words), p.seq, limits), nil
-}
-
-func (p *testPub) Load() server.PoolLoad {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.load
-}
-
-func (p *testPub) ServingLoad() (server.ServingLoad, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.serving, p.servingOK
-}
-
-// setLoad sets what the load windows report from the next window on.
-func (p *testPub) setLoad(kv server.PoolLoad, serving *server.ServingLoad) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.load = kv
-	p.servingOK = serving != nil
-	if serving != nil {
-		p.serving = *serving
-	}
 }
 
 // serve serves srv (a *server.Server or any registration) on loopback
@@ -138,23 +52,8 @@ func serveReal(t *testing.T, pub server.Publication, mut func(*server.Config)) (
 	if mut != nil {
 		mut(&cfg)
 	}
-	srv, err := server.New(pub, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		<-done
-	})
-	return ln.Addr().String(), srv
+	srv, addr := servertest.Serve(t, pub, cfg)
+	return addr, srv
 }
 
 // serveFake serves a hand-written KvEventRelayServer.
@@ -338,15 +237,4 @@ func startFollower(t *testing.T, addr string, sink client.LaneSink, mut func(*cl
 	}
 	t.Cleanup(stop)
 	return f, m, stop
-}
-
-// withdraw stops publishing the pool: it leaves the catalog and its feeds
-// end PUBLICATION_UNAVAILABLE.
-func (p *testPub) withdraw() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.fan.Close(kvrelay.ErrPublicationUnavailable)
-	p.gen, p.ok = server.Generation{}, false
-	close(p.changed)
-	p.changed = make(chan struct{})
 }

@@ -167,37 +167,13 @@ func (f *Follower) kvLoadStream(ctx context.Context, rc kvrelayv1.KvEventRelayCl
 	if err != nil {
 		return err
 	}
-	var last uint64
-	first := true
-	for {
-		u, err := st.Recv()
-		if err != nil {
-			return err
-		}
-		if err := checkWindow(u.GetProtocolVersion(), u.GetContractMarker(), u.GetRelay(), relay, u.GetWindowSequence(), &last, &first); err != nil {
-			f.loadCount("kv", "invalid")
-			return err
-		}
-		pools := u.GetPools()
-		sel := f.selected.Load()
-		i, err := producerEntry(len(pools), func(i int) *kvrelayv1.ProducerIdentity { return pools[i].GetProducer() }, sel)
-		if err != nil {
-			f.loadCount("kv", "invalid")
-			return err
-		}
-		f.loadCount("kv", "accepted")
-		if sel == nil {
-			continue
-		}
+	return followLoad(f, "kv", st.Recv, relay, nil, func(key kvrelay.ProducerKey, seq uint64, e *kvrelayv1.KvPoolLoadEntry) {
 		var l KvLoad
-		if i >= 0 {
-			e := pools[i]
-			if e.GetKvExpectedRanks() > 0 && e.GetKvObservedRanks() == e.GetKvExpectedRanks() && e.GetTotalKvBlocks() > 0 {
-				l = KvLoad{Complete: true, UsedBlocks: e.GetKvUsedBlocks(), TotalBlocks: e.GetTotalKvBlocks()}
-			}
+		if e != nil && e.GetKvExpectedRanks() > 0 && e.GetKvObservedRanks() == e.GetKvExpectedRanks() && e.GetTotalKvBlocks() > 0 {
+			l = KvLoad{Complete: true, UsedBlocks: e.GetKvUsedBlocks(), TotalBlocks: e.GetTotalKvBlocks()}
 		}
-		f.cfg.Load.KvPoolLoad(sel.Key, u.GetWindowSequence(), l)
-	}
+		f.cfg.Load.KvPoolLoad(key, seq, l)
+	})
 }
 
 func (f *Follower) servingLoadStream(ctx context.Context, rc kvrelayv1.KvEventRelayClient, relay *kvrelayv1.RelayIdentity) error {
@@ -206,45 +182,79 @@ func (f *Follower) servingLoadStream(ctx context.Context, rc kvrelayv1.KvEventRe
 	if err != nil {
 		return err
 	}
+	check := func(pools []*kvrelayv1.PoolServingLoad) error {
+		for _, p := range pools {
+			if p.GetLoad().GetStatus() == kvrelayv1.DataStatus_DATA_STATUS_UNSPECIFIED {
+				return fmt.Errorf("%w: pool status UNSPECIFIED", errLoadWindow)
+			}
+		}
+		return nil
+	}
+	return followLoad(f, "serving", st.Recv, relay, check, func(key kvrelay.ProducerKey, seq uint64, e *kvrelayv1.PoolServingLoad) {
+		var l ServingLoad
+		lv := e.GetLoad()
+		tk := lv.GetTokens()
+		// An unknown status is unsupported (neutral), not malformed.
+		if e != nil && lv.GetStatus() == kvrelayv1.DataStatus_DATA_STATUS_COMPLETE && tk != nil && tk.ActivePrefillTokens != nil && tk.ActiveDecodeBlocks != nil {
+			l = ServingLoad{Complete: true, ActivePrefillTokens: tk.GetActivePrefillTokens(), ActiveDecodeBlocks: tk.GetActiveDecodeBlocks()}
+		}
+		f.cfg.Load.ServingLoad(key, seq, l)
+	})
+}
+
+// loadWindow is a load stream's update (KvPoolLoadUpdate,
+// ServingLoadUpdate) with entries E.
+type loadWindow[E loadEntry] interface {
+	GetProtocolVersion() uint32
+	GetContractMarker() uint32
+	GetRelay() *kvrelayv1.RelayIdentity
+	GetWindowSequence() uint64
+	GetPools() []E
+}
+
+// loadEntry is one producer's entry of a load window.
+type loadEntry interface {
+	GetProducer() *kvrelayv1.ProducerIdentity
+}
+
+// followLoad reads one load stream's windows until it fails: each window's
+// envelope and sequence are checked (checkWindow), its producers (no
+// repeat) and, when check is set, its entries; a bad window ends the
+// stream (counted invalid). deliver gets the selected producer's entry
+// (the zero E when the window lacks it), nothing while no producer is
+// selected.
+func followLoad[W loadWindow[E], E loadEntry](f *Follower, stream string, recv func() (W, error), relay *kvrelayv1.RelayIdentity,
+	check func([]E) error, deliver func(key kvrelay.ProducerKey, seq uint64, e E)) error {
 	var last uint64
 	first := true
 	for {
-		u, err := st.Recv()
+		u, err := recv()
 		if err != nil {
 			return err
 		}
 		if err := checkWindow(u.GetProtocolVersion(), u.GetContractMarker(), u.GetRelay(), relay, u.GetWindowSequence(), &last, &first); err != nil {
-			f.loadCount("serving", "invalid")
+			f.loadCount(stream, "invalid")
 			return err
 		}
 		pools := u.GetPools()
 		sel := f.selected.Load()
 		i, err := producerEntry(len(pools), func(i int) *kvrelayv1.ProducerIdentity { return pools[i].GetProducer() }, sel)
-		if err == nil {
-			for _, p := range pools {
-				if p.GetLoad().GetStatus() == kvrelayv1.DataStatus_DATA_STATUS_UNSPECIFIED {
-					err = fmt.Errorf("%w: pool status UNSPECIFIED", errLoadWindow)
-				}
-			}
+		if err == nil && check != nil {
+			err = check(pools)
 		}
 		if err != nil {
-			f.loadCount("serving", "invalid")
+			f.loadCount(stream, "invalid")
 			return err
 		}
-		f.loadCount("serving", "accepted")
+		f.loadCount(stream, "accepted")
 		if sel == nil {
 			continue
 		}
-		var l ServingLoad
+		var e E
 		if i >= 0 {
-			lv := pools[i].GetLoad()
-			tk := lv.GetTokens()
-			// An unknown status is unsupported (neutral), not malformed.
-			if lv.GetStatus() == kvrelayv1.DataStatus_DATA_STATUS_COMPLETE && tk != nil && tk.ActivePrefillTokens != nil && tk.ActiveDecodeBlocks != nil {
-				l = ServingLoad{Complete: true, ActivePrefillTokens: tk.GetActivePrefillTokens(), ActiveDecodeBlocks: tk.GetActiveDecodeBlocks()}
-			}
+			e = pools[i]
 		}
-		f.cfg.Load.ServingLoad(sel.Key, u.GetWindowSequence(), l)
+		deliver(sel.Key, u.GetWindowSequence(), e)
 	}
 }
 

@@ -66,7 +66,7 @@ func TestFollowerHandsOverOnlyCompleteLoad(t *testing.T) {
 	startFollower(t, addr, newRecSink(t), func(c *client.Config) { c.Load = rec })
 
 	waitLoad(t, rec, "no load known", func(kv client.KvLoad, sv client.ServingLoad) bool { return !kv.Complete && !sv.Complete })
-	pub.setLoad(server.PoolLoad{UsedBlocks: 30, TotalBlocks: 100, ObservedRanks: 2, ExpectedRanks: 2},
+	pub.SetLoad(server.PoolLoad{UsedBlocks: 30, TotalBlocks: 100, ObservedRanks: 2, ExpectedRanks: 2},
 		&server.ServingLoad{ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now()})
 	waitLoad(t, rec, "complete load", func(kv client.KvLoad, sv client.ServingLoad) bool {
 		return kv == client.KvLoad{Complete: true, UsedBlocks: 30, TotalBlocks: 100} &&
@@ -77,7 +77,7 @@ func TestFollowerHandsOverOnlyCompleteLoad(t *testing.T) {
 		"capacity unknown": {UsedBlocks: 30, TotalBlocks: 0, ObservedRanks: 2, ExpectedRanks: 2},
 		"no ranks":         {UsedBlocks: 0, TotalBlocks: 100},
 	} {
-		pub.setLoad(l, nil)
+		pub.SetLoad(l, nil)
 		waitLoad(t, rec, name, func(kv client.KvLoad, sv client.ServingLoad) bool { return !kv.Complete && !sv.Complete })
 	}
 	rec.mu.Lock()

@@ -6,7 +6,6 @@ import (
 	"net"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,24 +18,14 @@ import (
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server/servertest"
 	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
 
-// lanePub is a Publication of one in-memory lane of 1024 buckets.
-type lanePub struct {
-	mu      sync.Mutex
-	gen     server.Generation
-	ok      bool
-	changed chan struct{}
-	fan     *server.Fanout
-	words   []uint64
-	seq     uint64
-	load    server.PoolLoad
-}
-
-func newLanePub(t *testing.T, model, endpoint string, incarnation uint64) *lanePub {
+// newLanePub is a pool publishing one in-memory lane of 1024 buckets.
+func newLanePub(t *testing.T, model, endpoint string, incarnation uint64) *servertest.Pub {
 	t.Helper()
 	spec := server.PoolSpec{Model: model, Namespace: "prod", Component: "backend", Endpoint: endpoint, BlockSize: 16,
 		Roles: []kvrelayv1.WorkerRole{kvrelayv1.WorkerRole_WORKER_ROLE_AGGREGATED}}
@@ -44,59 +33,10 @@ func newLanePub(t *testing.T, model, endpoint string, incarnation uint64) *laneP
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &lanePub{gen: g, ok: true, changed: make(chan struct{}), fan: server.NewFanout(), words: make([]uint64, 1024)}
+	p := servertest.NewPub()
+	p.SetGen(g, 1024)
+	return p
 }
-
-func (p *lanePub) publish(im cbi1.Image) uint64 {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.words[im.Bucket] = im.Word
-	p.seq++
-	p.fan.Publish(p.seq-1, p.seq, []cbi1.Image{im})
-	return p.seq
-}
-
-// withdraw stops publishing (standby): the pool leaves the catalog.
-func (p *lanePub) withdraw() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.fan.Close(kvrelay.ErrPublicationUnavailable)
-	p.ok = false
-	close(p.changed)
-	p.changed = make(chan struct{})
-}
-
-func (p *lanePub) Generation() (server.Generation, bool) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.gen, p.ok
-}
-
-func (p *lanePub) Changed() <-chan struct{} {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.changed
-}
-
-func (p *lanePub) Subscribe(_ context.Context, key kvrelay.ProducerKey, limits server.QueueLimits) (*server.Feed, error) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	switch {
-	case !p.ok:
-		return nil, kvrelay.ErrPoolNotFound
-	case key != p.gen.Key:
-		return nil, kvrelay.ErrProducerChanged
-	}
-	return p.fan.Add(slices.Clone(p.words), p.seq, limits), nil
-}
-
-func (p *lanePub) Load() server.PoolLoad {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.load
-}
-
-func (p *lanePub) ServingLoad() (server.ServingLoad, bool) { return server.ServingLoad{}, false }
 
 // serveMulti serves srv on loopback until the test ends and returns a
 // client of it.
@@ -197,7 +137,7 @@ func TestServerServesSeveralPoolsInOneCatalog(t *testing.T) {
 	}
 	llama := newLanePub(t, "llama", "generate", 3)
 	qwen := newLanePub(t, "qwen", "generate", 5)
-	qwen.load = server.PoolLoad{UsedBlocks: 10, TotalBlocks: 100, ObservedRanks: 1, ExpectedRanks: 1}
+	qwen.SetLoad(server.PoolLoad{UsedBlocks: 10, TotalBlocks: 100, ObservedRanks: 1, ExpectedRanks: 1}, nil)
 	srv.AddPool("llama", llama)
 	srv.AddPool("qwen", qwen)
 	if got := srv.Pools(); !slices.Equal(got, []string{"llama", "qwen"}) {
@@ -251,15 +191,15 @@ func TestServerServesSeveralPoolsInOneCatalog(t *testing.T) {
 	}
 
 	// Each pool has its own subscriber limit of 1.
-	sl, err := subscribe(t, ctx, c, llama.gen, "a")
+	sl, err := subscribe(t, ctx, c, llama.Gen(), "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sq, err := subscribe(t, ctx, c, qwen.gen, "b")
+	sq, err := subscribe(t, ctx, c, qwen.Gen(), "b")
 	if err != nil {
 		t.Fatalf("qwen refused while llama holds its own pool's slot: %v", err)
 	}
-	extra, err := c.SubscribeKvPool(ctx, &kvrelayv1.SubscribeKvPoolRequest{SubscriberId: "c", ExpectedProducer: llama.gen.Descriptor.Producer,
+	extra, err := c.SubscribeKvPool(ctx, &kvrelayv1.SubscribeKvPoolRequest{SubscriberId: "c", ExpectedProducer: llama.Gen().Descriptor.Producer,
 		ContractMarker: kvrelayv1.ContractMarker})
 	if err != nil {
 		t.Fatal(err)
@@ -276,14 +216,14 @@ func TestServerServesSeveralPoolsInOneCatalog(t *testing.T) {
 	}
 
 	// Deltas go to their own pool's stream.
-	llama.publish(cbi1.Image{Bucket: 1, Word: 0x11})
-	qwen.publish(cbi1.Image{Bucket: 2, Word: 0x22})
+	llama.Publish(cbi1.Image{Bucket: 1, Word: 0x11})
+	qwen.Publish(cbi1.Image{Bucket: 2, Word: 0x22})
 	for name, ps := range map[string]kvrelayv1.KvEventRelay_SubscribeKvPoolClient{"llama": sl, "qwen": sq} {
 		u, err := nextDelta(ps)
 		if err != nil || u.Kind != kvrelayv1.FilterUpdateKind_FILTER_UPDATE_KIND_DELTA || u.Sequence != 1 {
 			t.Fatalf("%s: %v %v, want delta 1", name, u, err)
 		}
-		want := map[string]uint64{"llama": llama.gen.Key.ProducerIncarnation, "qwen": qwen.gen.Key.ProducerIncarnation}[name]
+		want := map[string]uint64{"llama": llama.Gen().Key.ProducerIncarnation, "qwen": qwen.Gen().Key.ProducerIncarnation}[name]
 		if u.Producer.ProducerIncarnation != want {
 			t.Fatalf("%s: delta of incarnation %d, want %d", name, u.Producer.ProducerIncarnation, want)
 		}
@@ -305,11 +245,11 @@ func TestServerServesSeveralPoolsInOneCatalog(t *testing.T) {
 	if got := catalogModels(second); !slices.Equal(got, []string{"qwen"}) {
 		t.Fatalf("catalog after removal %v, want [qwen]", got)
 	}
-	qwen.publish(cbi1.Image{Bucket: 3, Word: 0x33})
+	qwen.Publish(cbi1.Image{Bucket: 3, Word: 0x33})
 	if u, err := nextDelta(sq); err != nil || u.Sequence != 2 {
 		t.Fatalf("qwen after llama's removal: %v %v, want delta 2", u, err)
 	}
-	gone, err := c.SubscribeKvPool(ctx, &kvrelayv1.SubscribeKvPoolRequest{SubscriberId: "d", ExpectedProducer: llama.gen.Descriptor.Producer,
+	gone, err := c.SubscribeKvPool(ctx, &kvrelayv1.SubscribeKvPoolRequest{SubscriberId: "d", ExpectedProducer: llama.Gen().Descriptor.Producer,
 		ContractMarker: kvrelayv1.ContractMarker})
 	if err != nil {
 		t.Fatal(err)
@@ -319,7 +259,7 @@ func TestServerServesSeveralPoolsInOneCatalog(t *testing.T) {
 	}
 
 	// A pool in standby is absent; one added again is listed again.
-	qwen.withdraw()
+	qwen.Withdraw()
 	third := nextCatalog(t, cs, second.Revision)
 	if got := catalogModels(third); len(got) != 0 {
 		t.Fatalf("catalog with qwen in standby %v, want empty", got)
