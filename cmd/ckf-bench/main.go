@@ -32,6 +32,10 @@ func main() {
 	cli.Main(func(ctx context.Context) int { return run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr) })
 }
 
+// generatorCommand is the first argument of the e2e suite's load
+// generator process (this binary, started by the suite).
+const generatorCommand = "e2e-generator"
+
 type options struct {
 	only       string
 	buckets    uint64
@@ -51,6 +55,7 @@ type options struct {
 	samples    int
 	pctSamples int
 	cpuProfile string
+	generator  string
 	// queryRequests is the query suite's requests per side.
 	queryRequests int
 	benchtime     string
@@ -86,7 +91,8 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	fs.StringVar(&o.plots, "plots", "", "write SVG plots of the scale and paced e2e results into this directory (e.g. docs/bench)")
 	fs.BoolVar(&o.radix, "radix", false, "scale: add a radix-tree exact index (hashicorp/go-immutable-radix/v2) as a third side; skipped above --radix-max-memberships")
 	fs.Uint64Var(&o.radixMax, "radix-max-memberships", bench.DefaultRadixMaxMemberships, "scale: the most (block, DC) memberships the radix side is built for (it needs hundreds of bytes per distinct block)")
-	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run (load generator, server, relays and indexer share the process) to this file")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write a CPU profile of the run (the server, relays and indexer; the load generator too with --e2e-generator inline or in the paced sweep) to this file")
+	fs.StringVar(&o.generator, "e2e-generator", "process", "e2e: where the throughput pair's load generator runs: process (a child ckf-bench, so this process's CPU time and profile hold the pipeline alone) or inline")
 	fs.BoolVar(&o.json, "json", false, "print the report as JSON instead of a table")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print progress on stderr")
 	if err := cli.Parse(fs, args, getenv); err != nil {
@@ -120,6 +126,9 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 	if !(o.ingest > 0) || o.ingest > 1e9 {
 		return nil, fmt.Errorf("--ingest-rate %v must be within (0, 1e9] images/s", o.ingest)
 	}
+	if o.generator != "process" && o.generator != "inline" {
+		return nil, fmt.Errorf("--e2e-generator %q: want process or inline", o.generator)
+	}
 	if o.hot > o.queries {
 		return nil, fmt.Errorf("--hot-queries %d exceeds --queries %d", o.hot, o.queries)
 	}
@@ -143,6 +152,14 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if routeMode(args) {
 		return runRoute(args, getenv, stdout, stderr)
 	}
+	if len(args) == 2 && args[0] == generatorCommand {
+		// The e2e suite's load generator, started by the suite itself.
+		if err := bench.RunGenerator(ctx, args[1], os.Stdin, stdout); err != nil {
+			fmt.Fprintln(stderr, "ckf-bench generator:", err)
+			return 1
+		}
+		return 0
+	}
 	o, err := parse(args, getenv, stderr)
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -162,7 +179,17 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		fmt.Fprintf(stderr, "ckf-bench: --benchtime %q: %v\n", o.benchtime, err)
 		return 2
 	}
+	var e2e bench.E2EConfig
+	if o.generator == "process" {
+		exe, err := os.Executable()
+		if err != nil {
+			fmt.Fprintln(stderr, "ckf-bench:", err)
+			return 1
+		}
+		e2e.Generator = []string{exe, generatorCommand}
+	}
 	cfg := bench.SuiteConfig{
+		E2E:            e2e,
 		Only:           suites,
 		Search:         bench.SearchConfig{Buckets: o.buckets, Blocks: o.blocks, Queries: o.queries, HotQueries: o.hot, ChainBlocks: o.chain, IngestRate: o.ingest, PoolMaxDirtyAge: o.dirtyAge, PercentileSamples: o.pctSamples},
 		Scale:          bench.ScaleConfig{Lanes: o.lanes, Buckets: o.buckets, HotQueries: o.hot, ColdQueries: o.queries, AccuracyQueries: o.accuracy, Radix: o.radix, RadixMaxMemberships: o.radixMax},
@@ -254,10 +281,11 @@ func printTable(w io.Writer, rep *bench.Report) {
 			fmt.Fprintf(w, "scale radix: skipped: %s\n", sr.RadixSkipped)
 		}
 	}
-	if runs, ok := rep.Info["e2e_runs"].([]bench.E2ERun); ok && len(runs) > 1 {
+	if runs, ok := rep.Info["e2e_runs"].([]bench.E2ERun); ok {
 		for i, r := range runs {
-			fmt.Fprintf(w, "e2e run %d: pipeline %.0f events/s (%.1fms, %.1f CPU-µs/event), raw %.0f events/s (%.1fms, %.1f CPU-µs/event), ratio %.2f\n",
-				i+1, r.PipelineEventsPerSec, r.PipelineMs, r.PipelineCPUMicrosPerEvent, r.RawEventsPerSec, r.RawMs, r.RawCPUMicrosPerEvent, r.Ratio)
+			fmt.Fprintf(w, "e2e run %d: pipeline %.0f events/s (%.1fms, %.1f CPU-µs/event, %d lane deltas), raw %.0f events/s (%.1fms, %.1f CPU-µs/event), ratio %.2f; generator %.1f / %.1f CPU-µs/event\n",
+				i+1, r.PipelineEventsPerSec, r.PipelineMs, r.PipelineCPUMicrosPerEvent, r.LaneDeltas, r.RawEventsPerSec, r.RawMs, r.RawCPUMicrosPerEvent, r.Ratio,
+				r.PipelineGeneratorCPUMicrosPerEvent, r.RawGeneratorCPUMicrosPerEvent)
 		}
 	}
 	if b, ok := rep.Info["e2e_pipeline_behind_at_events_per_sec"]; ok {

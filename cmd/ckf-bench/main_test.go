@@ -71,6 +71,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--ingest-rate", "0"},
 		{"--ingest-rate", "NaN"},
 		{"--pool-max-dirty-age", "-1s"},
+		{"--e2e-generator", "thread"},
 	} {
 		var out, errOut bytes.Buffer
 		if code := run(context.Background(), args, noEnv, &out, &errOut); code != 2 {

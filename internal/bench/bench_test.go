@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"flag"
+	"fmt"
 	"math"
 	"os"
 	"testing"
@@ -14,8 +15,22 @@ import (
 // TestMain shortens testing.Benchmark's run time for the suite test unless
 // -test.benchtime was given: the test checks that every pair runs and
 // yields sane figures, not the figures themselves.
+//
+// Started as the external load generator (generatorChildEnv set, the
+// server's URL last), the binary serves the generator instead.
 func TestMain(m *testing.M) {
 	flag.Parse()
+	if os.Getenv(generatorChildEnv) == "1" {
+		args := flag.Args()
+		if len(args) == 0 {
+			os.Exit(2)
+		}
+		if err := RunGenerator(context.Background(), args[len(args)-1], os.Stdin, os.Stdout); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	set := false
 	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.benchtime" })
 	if !set {
@@ -59,7 +74,7 @@ func TestSuiteRunsEveryPairWithSaneFigures(t *testing.T) {
 		"search/cold ns/op": true, "search/cold allocs/op": true, "search/cold p50 ns": true, "search/cold p99 ns": true,
 		"producer/store+remove ns/op": true, "producer/store+remove allocs/op": true,
 		"pool/deltas images/s": true, "pool/deltas allocs/op": true,
-		"e2e/events events/s": true, "e2e/latency p50 µs": true, "e2e/latency p99 µs": true,
+		"e2e/events events/s": true, "e2e/cpu per event CPU-µs": true, "e2e/latency p50 µs": true, "e2e/latency p99 µs": true,
 		"e2e/paced 2000/s p50 µs": true, "e2e/paced 2000/s p99 µs": true, "e2e/paced 2000/s applied events/s": true, "e2e/paced 2000/s drain ms": true,
 		"query/http json p50 µs": true, "query/http json p99 µs": true, "query/http binary p50 µs": true, "query/http binary p99 µs": true,
 		"query/nats json p50 µs": true, "query/nats json p99 µs": true, "query/mirror p50 µs": true, "query/mirror p99 µs": true,

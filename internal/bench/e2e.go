@@ -50,6 +50,11 @@ type E2EConfig struct {
 	Logger zerolog.Logger
 	// Timeout bounds every wait for the pipeline (default 60s).
 	Timeout time.Duration
+	// Generator, when set, is the command line of an external load
+	// generator (RunGenerator's process; the server's URL is appended):
+	// the throughput pairs then publish from it, so this process's CPU
+	// time holds the pipeline alone. Empty: publish in-process.
+	Generator []string
 }
 
 func (c E2EConfig) withDefaults() E2EConfig {
@@ -93,6 +98,7 @@ type Env struct {
 	// raw consumer each get their own, as separate processes would.
 	pub   *nats.Conn
 	pubJS jetstream.JetStream
+	gen   *extGenerator // nil: the throughput pairs publish in-process
 	conns []*nats.Conn
 
 	raw jetstream.Stream
@@ -124,6 +130,12 @@ func NewEnv(cfg E2EConfig) (*Env, error) {
 		return nil, err
 	}
 	e.srv = srv
+	if len(cfg.Generator) > 0 {
+		if e.gen, err = startGenerator(cfg.Generator, srv.ClientURL()); err != nil {
+			e.Close()
+			return nil, err
+		}
+	}
 	if e.pub, err = e.connect("ckf-bench-publisher"); err != nil {
 		e.Close()
 		return nil, err
@@ -164,6 +176,12 @@ func (e *Env) Close() error {
 			err = errors.New("bench: pipeline did not stop within 15s")
 		}
 		e.cancel = nil
+	}
+	if e.gen != nil {
+		if gerr := e.gen.close(); gerr != nil {
+			err = errors.Join(err, fmt.Errorf("bench: generator: %w", gerr))
+		}
+		e.gen = nil
 	}
 	for _, nc := range e.conns {
 		nc.Close()
@@ -402,6 +420,15 @@ type Throughput struct {
 	Messages int
 	Bytes    int
 	Elapsed  time.Duration
+	// CPU is this process's CPU time over the timed part (set-up and
+	// checks excluded).
+	CPU time.Duration
+	// LaneDeltas counts the deltas the relays published for the batch
+	// (pipeline only): how many events one lane message carried.
+	LaneDeltas int
+	// GeneratorCPU is the external load generator's CPU time for the
+	// batch (0 when it published in-process).
+	GeneratorCPU time.Duration
 }
 
 // EventsPerSec is Events over Elapsed.
@@ -412,27 +439,27 @@ func (t Throughput) EventsPerSec() float64 {
 	return float64(t.Events) / t.Elapsed.Seconds()
 }
 
-// publishAll publishes msgs (subjects rewritten by subj) asynchronously
-// and waits for every ack.
-func (e *Env) publishAll(ctx context.Context, msgs []BatchMsg, subj func(string) string) error {
-	futures := make([]jetstream.PubAckFuture, 0, len(msgs))
-	for _, m := range msgs {
-		f, err := e.publishAsync(ctx, subj(m.Subject), m.Data)
-		if err != nil {
-			return fmt.Errorf("bench: publish: %w", err)
-		}
-		futures = append(futures, f)
+// prepare hands b to the external generator, if there is one, before
+// the timed part of a run.
+func (e *Env) prepare(b *Batch) error {
+	if e.gen == nil {
+		return nil
 	}
-	for _, f := range futures {
-		select {
-		case <-f.Ok():
-		case err := <-f.Err():
-			return fmt.Errorf("bench: publish ack: %w", err)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	return e.gen.load(b)
+}
+
+// sendBatch publishes b (to the baseline's subjects when raw) and waits
+// for every ack; it returns the external generator's CPU time (0 when the
+// batch is published in-process).
+func (e *Env) sendBatch(ctx context.Context, b *Batch, raw bool) (time.Duration, error) {
+	if e.gen != nil {
+		return e.gen.publish(raw)
 	}
-	return nil
+	subj := func(s string) string { return s }
+	if raw {
+		subj = rawSubject
+	}
+	return 0, publishBatch(ctx, e.pubJS, b.Msgs, subj, e.cfg.Timeout)
 }
 
 // publishAsync is PublishAsync that, when the 1024 outstanding
@@ -462,12 +489,17 @@ func (e *Env) Events(ctx context.Context, b *Batch) (Throughput, error) {
 	if e.ix == nil {
 		return Throughput{}, errors.New("bench: pipeline not started")
 	}
-	base := make([]uint64, len(e.relays))
+	base, baseSeq := make([]uint64, len(e.relays)), make([]uint64, len(e.relays))
 	for i, r := range e.relays {
-		base[i] = r.Status().Events
+		st := r.Status()
+		base[i], baseSeq[i] = st.Events, st.Sequence
 	}
-	start := time.Now()
-	if err := e.publishAll(ctx, b.Msgs, func(s string) string { return s }); err != nil {
+	if err := e.prepare(b); err != nil {
+		return Throughput{}, err
+	}
+	start, cpu := time.Now(), processCPU()
+	gcpu, err := e.sendBatch(ctx, b, false)
+	if err != nil {
 		return Throughput{}, err
 	}
 	targets := make([]relay.Status, len(e.relays))
@@ -494,7 +526,12 @@ func (e *Env) Events(ctx context.Context, b *Batch) (Throughput, error) {
 	}); err != nil {
 		return Throughput{}, err
 	}
-	res := Throughput{Events: b.Events, Messages: len(b.Msgs), Bytes: b.Bytes(), Elapsed: time.Since(start)}
+	res := Throughput{Events: b.Events, Messages: len(b.Msgs), Bytes: b.Bytes(), Elapsed: time.Since(start), CPU: processCPU() - cpu, GeneratorCPU: gcpu}
+	for i, t := range targets {
+		if t.Sequence >= baseSeq[i] { // one epoch throughout (a new epoch restarts at 0)
+			res.LaneDeltas += int(t.Sequence - baseSeq[i])
+		}
+	}
 	return res, e.verify(ctx, b)
 }
 
@@ -627,8 +664,12 @@ func (e *Env) RawEvents(ctx context.Context, b *Batch) (Throughput, error) {
 		return Throughput{}, err
 	}
 	defer stop()
-	start := time.Now()
-	if err := e.publishAll(ctx, b.Msgs, rawSubject); err != nil {
+	if err := e.prepare(b); err != nil {
+		return Throughput{}, err
+	}
+	start, cpu := time.Now(), processCPU()
+	gcpu, err := e.sendBatch(ctx, b, true)
+	if err != nil {
 		return Throughput{}, err
 	}
 	var last time.Time
@@ -642,7 +683,7 @@ func (e *Env) RawEvents(ctx context.Context, b *Batch) (Throughput, error) {
 			return Throughput{}, ctx.Err()
 		}
 	}
-	return Throughput{Events: b.Events, Messages: len(b.Msgs), Bytes: b.Bytes(), Elapsed: last.Sub(start)}, nil
+	return Throughput{Events: b.Events, Messages: len(b.Msgs), Bytes: b.Bytes(), Elapsed: last.Sub(start), CPU: processCPU() - cpu, GeneratorCPU: gcpu}, nil
 }
 
 // Latency summarises single-message latencies.

@@ -248,10 +248,19 @@ type E2ERun struct {
 	Ratio                float64 `json:"ratio"`
 	PipelineMs           float64 `json:"pipeline_ms"`
 	RawMs                float64 `json:"raw_ms"`
-	// CPU time of the whole process (server, relays, indexer, load
-	// generator) per event while the side ran.
+	// CPU time of the measuring process per event over the timed part:
+	// the server and the relays and indexer (pipeline) or the pull
+	// consumer (raw), plus the load generator when it runs in-process.
 	PipelineCPUMicrosPerEvent float64 `json:"pipeline_cpu_us_per_event"`
 	RawCPUMicrosPerEvent      float64 `json:"raw_cpu_us_per_event"`
+	// The external load generator's CPU time per event (0: in-process,
+	// counted above).
+	PipelineGeneratorCPUMicrosPerEvent float64 `json:"pipeline_generator_cpu_us_per_event"`
+	RawGeneratorCPUMicrosPerEvent      float64 `json:"raw_generator_cpu_us_per_event"`
+	// LaneDeltas is the number of deltas the relays published for the
+	// batch's events (Events of them): the lanes' coalescing.
+	LaneDeltas int `json:"lane_deltas"`
+	Events     int `json:"events"`
 }
 
 // medianThroughput returns the runs' median elapsed times as throughputs
@@ -303,22 +312,23 @@ func runE2E(ctx context.Context, cfg SuiteConfig, rep *Report) (ms []Metric, err
 			return nil, err
 		}
 		cfg.Progress("e2e: throughput %d/%d, %d requests = %d events in %d messages (%d KiB)", i+1, max(cfg.E2ERepeat, 1), cfg.E2ERequests, batch.Events, len(batch.Msgs), batch.Bytes()>>10)
-		cpu0 := processCPU()
 		r, err := env.RawEvents(ctx, batch)
 		if err != nil {
 			return nil, err
 		}
-		cpu1 := processCPU()
 		s, err := env.Events(ctx, batch)
 		if err != nil {
 			return nil, err
 		}
-		cpu2 := processCPU()
+		perEvent := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(batch.Events) }
 		run := E2ERun{
 			PipelineEventsPerSec: s.EventsPerSec(), RawEventsPerSec: r.EventsPerSec(),
 			PipelineMs: float64(s.Elapsed.Microseconds()) / 1e3, RawMs: float64(r.Elapsed.Microseconds()) / 1e3,
-			PipelineCPUMicrosPerEvent: float64((cpu2 - cpu1).Microseconds()) / float64(batch.Events),
-			RawCPUMicrosPerEvent:      float64((cpu1 - cpu0).Microseconds()) / float64(batch.Events),
+			PipelineCPUMicrosPerEvent: perEvent(s.CPU), RawCPUMicrosPerEvent: perEvent(r.CPU),
+
+			PipelineGeneratorCPUMicrosPerEvent: perEvent(s.GeneratorCPU),
+			RawGeneratorCPUMicrosPerEvent:      perEvent(r.GeneratorCPU),
+			LaneDeltas:                         s.LaneDeltas, Events: batch.Events,
 		}
 		run.Ratio, _ = Ratio(run.PipelineEventsPerSec, run.RawEventsPerSec)
 		runs = append(runs, run)
@@ -349,8 +359,18 @@ func runE2E(ctx context.Context, cfg SuiteConfig, rep *Report) (ms []Metric, err
 	rep.Info["e2e_elapsed_ms"] = float64(sub.Elapsed.Microseconds()) / 1e3
 	rep.Info["raw_elapsed_ms"] = float64(raw.Elapsed.Microseconds()) / 1e3
 	rep.Info["latency_samples"] = cfg.LatencySamples
+	med := func(get func(E2ERun) float64) float64 {
+		v := make([]float64, len(runs))
+		for i, r := range runs {
+			v[i] = get(r)
+		}
+		slices.Sort(v)
+		return v[len(v)/2]
+	}
 	ms = []Metric{
 		NewMetric("e2e/events", "events/s", sub.EventsPerSec(), raw.EventsPerSec(), true),
+		NewMetric("e2e/cpu per event", "CPU-µs", med(func(r E2ERun) float64 { return r.PipelineCPUMicrosPerEvent }),
+			med(func(r E2ERun) float64 { return r.RawCPUMicrosPerEvent }), false),
 		NewMetric("e2e/latency p50", "µs", us(lat.P50), us(rawLat.P50), false),
 		NewMetric("e2e/latency p99", "µs", us(lat.P99), us(rawLat.P99), false),
 	}

@@ -12,7 +12,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
-	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/producer"
@@ -33,8 +32,7 @@ type epochRun struct {
 	state     *producer.State
 	snaps     jetstream.ObjectStore
 	lanes     jetstream.Stream
-	lastLane  uint64 // stream sequence of the lane's newest message
-	buf       []byte
+	lastLane  uint64 // stream sequence of the lane's newest message (owned by the flight while one is out)
 	objects   []string
 	lastDrain uint64
 	lastSnap  uint64
@@ -60,6 +58,9 @@ type epochRun struct {
 	// no event (or slice inside one) is kept past the message it came in;
 	// producer.State.ApplyEvent copies what it needs.
 	events []routerevent.RouterEvent
+	// lastSubject and lastWorker cache the last input subject parsed.
+	lastSubject string
+	lastWorker  uint64
 	// overLimit: the last message had stored events refused by
 	// MaxTrackedBlocks (the tracked_blocks fault is set).
 	overLimit bool
@@ -73,9 +74,17 @@ type epochRun struct {
 	loadBuf     []byte
 	loadSubject string
 
-	kvKey    kvrelay.ProducerKey
-	fan      *server.Fanout
-	kvImages []cbi1.Image
+	kvKey kvrelay.ProducerKey
+	fan   *server.Fanout
+
+	// The lane writer (publish.go): the deltas cut but not yet sent, the
+	// flight out (nil: none), reusable outbox and encode buffers, and the
+	// events applied into the current publication window.
+	outbox       []laneMsg
+	spareOutbox  []laneMsg
+	bufs         [][]byte
+	flight       *laneFlight
+	windowEvents int
 }
 
 // serve publishes under one lease epoch until the lease is lost, the
@@ -270,26 +279,38 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 			}
 		}()
 	}
-	pending := 0
-	// slow says the last delta's publish outlasted PublishInterval: the
-	// lane is across a WAN. One delta is in flight at a time, so there a
-	// delta costs a round trip whatever its size, and cutting one each
-	// time the input is momentarily drained, or at each tick, would spend
-	// round trips on a handful of events (on a 150 ms link the relay
-	// applied 1,450 events/s of 10,000 offered). A slow lane is cut once
-	// the interval has passed and the backlog that queued during the
-	// publish is in, or at FlushEvents.
+	// The epoch's last flight is waited for before anything else ends
+	// (the stop checkpoint included): no publish outlives the epoch.
+	defer e.abandon()
+	// Coalescing: a cut is published in the background (one flight at a
+	// time, see laneFlight) while the actor goes on applying input. When
+	// idle a cut goes out as soon as the input is momentarily drained;
+	// under load the events applied while a flight is out merge into the
+	// next cut, sent the moment the flight lands, so the lane carries
+	// fewer, larger messages as the rate rises and an event waits at most
+	// one lane round trip (or PublishInterval) before its cut. Absolute
+	// bucket images make the merged message equivalent to the ones it
+	// replaces. What waits is bounded by the table: the window holds each
+	// dirty bucket once, whatever the rate.
+	//
+	// slow says the last flight outlasted PublishInterval: the lane is
+	// across a WAN. There a delta costs a round trip whatever its size,
+	// and cutting one each time the input is momentarily drained, or at
+	// each tick, would spend round trips on a handful of events (on a
+	// 150 ms link the relay applied 1,450 events/s of 10,000 offered). A
+	// slow lane is cut once the interval has passed and the backlog that
+	// queued during the flight is in, or at FlushEvents.
 	slow, due := false, false
 	cut := func() error {
-		pending, due = 0, false
-		start, seq := time.Now(), e.pub.LastSequence()
-		err := e.flush()
-		if e.pub.LastSequence() != seq { // an empty window publishes nothing
-			slow = time.Since(start) > r.cfg.PublishInterval
+		if e.flight != nil {
+			due = true // at the landing
+			return nil
 		}
-		// The interval starts when the publish ended: a tick that fell
-		// during a long publish would otherwise cut the next delta after
-		// a message or two.
+		due = false
+		err := e.cut()
+		// The interval starts when the cut went out: a tick that fell
+		// during a long flight would otherwise cut the next delta after a
+		// message or two.
 		flush.Reset(r.cfg.PublishInterval)
 		return err
 	}
@@ -298,24 +319,45 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-l.Done():
+			// A flight the successor's first write refused says so more
+			// precisely (lane_taken) than the lapsed lease.
+			if err := e.settle(); err != nil {
+				return err
+			}
 			r.m.fences.WithLabelValues("lease_lost").Inc()
 			return ErrLeaseLost
 		case err := <-in.errs:
 			return err
 		case msg := <-in.msgs:
-			pending += e.applyMessage(msg)
-			// Smart batching: cut as soon as the input is momentarily
-			// drained (lowest latency when idle; under load messages queue
-			// up while a publish is in flight, so batches grow by
-			// themselves), and at the latest after FlushEvents events.
+			e.windowEvents += e.applyMessage(msg)
+			if e.flight != nil {
+				continue // merged into the cut at the landing
+			}
+			// Cut as soon as the input is momentarily drained (lowest
+			// latency when idle), and at the latest after FlushEvents events.
 			drained := len(in.msgs) == 0
-			if pending >= r.cfg.FlushEvents || (drained && (due || (r.cfg.FlushWhenIdle && !slow))) {
+			if e.windowEvents >= r.cfg.FlushEvents || (drained && (due || (r.cfg.FlushWhenIdle && !slow))) {
+				if err := cut(); err != nil {
+					return err
+				}
+			}
+		case err := <-e.landing():
+			took := time.Since(e.flight.start)
+			if err := e.landed(err); err != nil {
+				return err
+			}
+			slow = took > r.cfg.PublishInterval
+			if e.windowEvents > 0 && (due || e.windowEvents >= r.cfg.FlushEvents || (r.cfg.FlushWhenIdle && !slow)) {
 				if err := cut(); err != nil {
 					return err
 				}
 			}
 		case <-flush.C:
-			if slow && pending < r.cfg.FlushEvents && len(in.msgs) > 0 {
+			if e.flight != nil {
+				due = true
+				continue
+			}
+			if slow && e.windowEvents < r.cfg.FlushEvents && len(in.msgs) > 0 {
 				due = true // the input's backlog first
 				continue
 			}
@@ -329,6 +371,9 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 				}
 			}
 		case <-cpTick:
+			if err := e.settle(); err != nil {
+				return err
+			}
 			e.checkpoint(ctx, "periodic")
 		case <-snapReqs:
 			if err := e.snapshot("request"); err != nil {

@@ -27,10 +27,12 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 	meta, err := msg.Metadata()
 	if err == nil {
 		e.inputSeq = meta.Sequence.Stream
-		r.update(func(s *Status) { s.InputSeq = meta.Sequence.Stream })
+		r.mu.Lock() // r.update without a closure per message
+		r.status.InputSeq = meta.Sequence.Stream
+		r.mu.Unlock()
 		r.m.inputPending.Set(float64(meta.NumPending))
 	}
-	_, _, worker, err := wire.ParseWorkerEventsSubject(msg.Subject())
+	worker, err := e.subjectWorker(msg.Subject())
 	if err != nil {
 		r.m.badEvents.WithLabelValues("subject").Inc()
 		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("bad event subject")
@@ -43,19 +45,7 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("malformed router event")
 		return 0
 	}
-	ctx := r.prop.Extract(e.ctx, streams.HeaderCarrier(msg.Headers()))
-	_, span := r.tracer.Start(ctx, "ckf.relay.apply_events", trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			semconv.MessagingSystemKey.String("nats"),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("apply"),
-			semconv.MessagingDestinationName(msg.Subject()),
-			semconv.MessagingMessageBodySize(len(msg.Data())),
-			attribute.String("ckf.dc", r.cfg.DC), attribute.Int64("ckf.worker_id", int64(worker)),
-			attribute.Int("ckf.events", len(evs))))
-	if meta != nil {
-		span.SetAttributes(attribute.Int64("ckf.input_sequence", int64(meta.Sequence.Stream)))
-	}
+	span := e.startApplySpan(msg, meta, worker, len(evs))
 	applied, refused := 0, 0
 	rf := refusedSample{m: r.m}
 	limit := r.cfg.maxTrackedBlocks()
@@ -185,6 +175,49 @@ func (r *Relay) checkRefusals(now time.Time) {
 	}
 	b.WriteString(": their blocks are missing from the index (see docs/operating.md)")
 	r.setFault(FaultRefusedEvents, b.String())
+}
+
+// startApplySpan starts the apply span of one input message. Without a
+// tracer provider (the noop one) it only carries the message's incoming
+// trace context on to the lane, as the noop span would, without building
+// the span's attributes and context per message.
+func (e *epochRun) startApplySpan(msg jetstream.Msg, meta *jetstream.MsgMetadata, worker uint64, events int) trace.Span {
+	r := e.r
+	var ctx context.Context = e.ctx
+	if h := msg.Headers(); len(h) > 0 {
+		ctx = r.prop.Extract(ctx, streams.HeaderCarrier(h))
+	}
+	if r.cfg.Tracer == nil {
+		return trace.SpanFromContext(ctx)
+	}
+	_, span := r.tracer.Start(ctx, "ckf.relay.apply_events", trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			semconv.MessagingSystemKey.String("nats"),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("apply"),
+			semconv.MessagingDestinationName(msg.Subject()),
+			semconv.MessagingMessageBodySize(len(msg.Data())),
+			attribute.String("ckf.dc", r.cfg.DC), attribute.Int64("ckf.worker_id", int64(worker)),
+			attribute.Int("ckf.events", events)))
+	if meta != nil {
+		span.SetAttributes(attribute.Int64("ckf.input_sequence", int64(meta.Sequence.Stream)))
+	}
+	return span
+}
+
+// subjectWorker parses an input subject's worker id, remembering the last
+// subject parsed: a pool's input comes from a few workers, message after
+// message.
+func (e *epochRun) subjectWorker(subject string) (uint64, error) {
+	if subject == e.lastSubject && subject != "" {
+		return e.lastWorker, nil
+	}
+	_, _, worker, err := wire.ParseWorkerEventsSubject(subject)
+	if err != nil {
+		return 0, err
+	}
+	e.lastSubject, e.lastWorker = subject, worker
+	return worker, nil
 }
 
 // trackLimit reports the tracked_blocks fault while stored events are being

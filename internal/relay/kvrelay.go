@@ -7,7 +7,6 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
-	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 )
 
@@ -176,17 +175,4 @@ func (e *epochRun) kvSubscribe(req kvSubscribeReq) error {
 	words := e.state.CopyWords(nil)
 	req.reply <- kvSubscribeReply{feed: e.fan.Add(words, e.pub.LastSequence(), req.limits)}
 	return nil
-}
-
-// kvFanout hands a delta JetStream just stored to the kvrelay subscribers.
-func (e *epochRun) kvFanout(d ckf.Delta) {
-	if e.fan == nil || e.fan.Len() == 0 {
-		return
-	}
-	imgs := e.kvImages[:0]
-	for _, im := range d.Images {
-		imgs = append(imgs, cbi1.Image{Bucket: uint32(im.Bucket), Word: im.Value})
-	}
-	e.kvImages = imgs
-	e.fan.Publish(d.BaseSequence, d.Sequence, imgs)
 }

@@ -30,6 +30,7 @@ type relayMetrics struct {
 	uniqueBlocks    prometheus.Gauge
 	occupiedSlots   prometheus.Gauge
 	publishSeconds  prometheus.Histogram
+	cutEvents       prometheus.Histogram
 
 	checkpoints        *prometheus.CounterVec
 	checkpointSeconds  prometheus.Histogram
@@ -89,6 +90,9 @@ func newRelayMetrics(reg prometheus.Registerer, dc string) (*relayMetrics, error
 		occupiedSlots: gauge("ckf_relay_occupied_slots", "Occupied CKF slots."),
 		publishSeconds: histogram("ckf_relay_publish_duration_seconds", "Time to publish one delta (JetStream ack included); exemplars carry the publish span's trace id.",
 			prometheus.ExponentialBuckets(1e-5, 2, 18)),
+		cutEvents: histogram("ckf_relay_delta_events",
+			"Events applied into one publication window (a cut: one delta, more when it exceeds --max-delta-images); with ckf_relay_deltas_published_total against ckf_relay_events_total it shows how many events a lane message carries as the rate rises.",
+			prometheus.ExponentialBuckets(1, 4, 10)),
 		checkpoints: counterVec("ckf_relay_checkpoints_total",
 			"State checkpoints by outcome: written, write_error, skipped_lease_not_held, skipped_unread_checkpoint, skipped_over_budget (stores); restored, restored_recreated_stream, absent, rejected_format, rejected_corrupt, rejected_over_budget, rejected_stream, load_error (loads at rebuild).", "outcome"),
 		inputGap: counter("ckf_relay_input_gap_messages_total",
@@ -114,7 +118,7 @@ func newRelayMetrics(reg prometheus.Registerer, dc string) (*relayMetrics, error
 	}
 	for _, c := range []prometheus.Collector{m.events, m.badEvents, m.eventErrors, m.unknownRemovals, m.zeroParentRoots, m.refusals, m.deltas, m.images,
 		m.snapshots, m.drains, m.heartbeats, m.fences, m.epoch, m.sequence, m.state, m.inputPending, m.uniqueBlocks,
-		m.occupiedSlots, m.publishSeconds, m.checkpoints, m.inputGap, m.rebuildTailDropped, m.checkpointSeconds,
+		m.occupiedSlots, m.publishSeconds, m.cutEvents, m.checkpoints, m.inputGap, m.rebuildTailDropped, m.checkpointSeconds,
 		m.setupRetries, m.laneForeignWrites, m.fault, m.setupFailures, m.refusedEvents, m.loadWindows, m.workerLoads} {
 		if err := reg.Register(c); err != nil {
 			return nil, err

@@ -19,43 +19,169 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/producer"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
-// Enqueue is producer.Sink: it publishes one delta synchronously so the
-// publisher's sequence only advances once JetStream stored it.
+// Enqueue is producer.Sink: it encodes one delta into the outbox, which
+// the lane writer sends (send) in order, one flight at a time. The
+// publisher's sequence advances before JetStream stored the delta; any
+// failure of the flight ends the epoch (its successor starts over with a
+// barrier snapshot), and every other lane message, drain marker and
+// snapshot waits for the flight first (settle), so nothing on the lane
+// ever claims a sequence that is not stored.
 func (e *epochRun) Enqueue(d ckf.Delta) error {
 	wd := wire.NewDelta(d, e.wlease)
-	buf, err := wire.AppendDelta(e.buf[:0], &wd)
+	var buf []byte
+	if n := len(e.bufs); n > 0 {
+		buf, e.bufs = e.bufs[n-1], e.bufs[:n-1]
+	}
+	buf, err := wire.AppendDelta(buf[:0], &wd)
 	if err != nil {
 		return err
 	}
-	e.buf = buf
 	msgID := wire.MsgID(wire.KindDelta, &e.identity, e.epoch, d.Sequence)
 	ctx, span := e.startPublishSpan(len(buf), msgID,
 		attribute.Int64("ckf.epoch", int64(e.epoch)), attribute.Int64("ckf.sequence", int64(d.Sequence)),
 		attribute.Int("ckf.images", len(d.Images)))
-	defer span.End()
 	msg := nats.NewMsg(e.r.subj.Delta)
 	msg.Data = buf
 	e.r.prop.Inject(ctx, streams.HeaderCarrier(msg.Header))
 	if !e.oldestEvent.IsZero() {
 		msg.Header.Set(HeaderEventTime, strconv.FormatInt(e.oldestEvent.UnixNano(), 10))
 	}
-	start := time.Now()
-	err = e.publish(ctx, wire.KindDelta, msg, msgID)
-	promx.Observe(e.r.m.publishSeconds, time.Since(start).Seconds(), span.SpanContext())
-	if err != nil {
-		span.RecordError(err)
-		span.SetStatus(codes.Error, err.Error())
-		return err
+	lm := laneMsg{ctx: ctx, span: span, msg: msg, msgID: msgID, images: len(d.Images), buf: buf}
+	if e.fan != nil && e.fan.Len() > 0 {
+		// kvrelay subscribers get the delta once JetStream stored it; the
+		// images belong to the state's buffer, so they are copied.
+		lm.kv = &kvDelta{base: d.BaseSequence, seq: d.Sequence, images: make([]cbi1.Image, len(d.Images))}
+		for i, im := range d.Images {
+			lm.kv.images[i] = cbi1.Image{Bucket: uint32(im.Bucket), Word: im.Value}
+		}
 	}
-	e.r.m.deltas.Inc()
-	e.r.m.images.Add(float64(len(d.Images)))
-	e.kvFanout(d)
+	e.outbox = append(e.outbox, lm)
 	return nil
+}
+
+// laneMsg is one delta encoded on the actor and sent by the lane writer.
+type laneMsg struct {
+	ctx    context.Context
+	span   trace.Span
+	msg    *nats.Msg
+	msgID  string
+	images int
+	buf    []byte   // the encode buffer, reused once the flight landed
+	kv     *kvDelta // the delta for kvrelay subscribers (nil: none)
+}
+
+// kvDelta is a delta's images kept for the kvrelay fanout.
+type kvDelta struct {
+	base, seq uint64
+	images    []cbi1.Image
+}
+
+// laneFlight is the outbox of one cut on its way to JetStream. At most
+// one flight is out at a time: the lane's expected-last-sequence fence
+// needs the previous message's stream sequence, and the next cut takes
+// everything applied meanwhile (coalescing under load).
+type laneFlight struct {
+	msgs   []laneMsg
+	events uint64 // applied events the flight covers (Status.Events once landed)
+	start  time.Time
+	done   chan error
+}
+
+// send starts the outbox's flight: a goroutine publishes its messages in
+// order while the actor goes on applying input. The caller has settled
+// the previous flight.
+func (e *epochRun) send() {
+	if len(e.outbox) == 0 {
+		e.publishedStats(e.r.m.eventsApplied.Load())
+		return
+	}
+	f := &laneFlight{msgs: e.outbox, events: e.r.m.eventsApplied.Load(), start: time.Now(), done: make(chan error, 1)}
+	e.outbox = e.spareOutbox[:0]
+	e.spareOutbox = nil
+	e.flight = f
+	go func() { f.done <- e.sendAll(f.msgs) }()
+}
+
+// sendAll runs on the flight's goroutine; it owns e.lastLane until the
+// actor receives its result.
+func (e *epochRun) sendAll(msgs []laneMsg) error {
+	for i := range msgs {
+		m := &msgs[i]
+		start := time.Now()
+		err := e.publish(m.ctx, wire.KindDelta, m.msg, m.msgID)
+		promx.Observe(e.r.m.publishSeconds, time.Since(start).Seconds(), m.span.SpanContext())
+		if err != nil {
+			for j := i; j < len(msgs); j++ {
+				msgs[j].span.RecordError(err)
+				msgs[j].span.SetStatus(codes.Error, err.Error())
+				msgs[j].span.End()
+			}
+			return err
+		}
+		m.span.End()
+	}
+	return nil
+}
+
+// landing is the channel the current flight reports on (nil, never ready,
+// without one).
+func (e *epochRun) landing() <-chan error {
+	if e.flight == nil {
+		return nil
+	}
+	return e.flight.done
+}
+
+// landed takes the current flight's result on the actor: a failure ends
+// the epoch; a success is counted and fanned out to kvrelay subscribers.
+func (e *epochRun) landed(err error) error {
+	f := e.flight
+	e.flight = nil
+	if err != nil {
+		return e.fence(err)
+	}
+	for i := range f.msgs {
+		m := &f.msgs[i]
+		e.r.m.deltas.Inc()
+		e.r.m.images.Add(float64(m.images))
+		if m.kv != nil && e.fan != nil {
+			e.fan.Publish(m.kv.base, m.kv.seq, m.kv.images)
+		}
+		if len(e.bufs) < maxSpareBufs {
+			e.bufs = append(e.bufs, m.buf[:0])
+		}
+		*m = laneMsg{}
+	}
+	e.spareOutbox = f.msgs[:0]
+	e.publishedStats(f.events)
+	return nil
+}
+
+// maxSpareBufs bounds the encode buffers kept for reuse (a cut larger
+// than MaxDeltaImages splits into several messages).
+const maxSpareBufs = 4
+
+// settle waits for the flight out, if any, and takes its result.
+func (e *epochRun) settle() error {
+	if e.flight == nil {
+		return nil
+	}
+	return e.landed(<-e.flight.done)
+}
+
+// abandon waits for a flight the ended epoch left (its context is done,
+// so the publish returns promptly): no goroutine outlives the epoch.
+func (e *epochRun) abandon() {
+	if e.flight != nil {
+		<-e.flight.done
+		e.flight = nil
+	}
 }
 
 // maxSpanLinks bounds the links of one publish span (the SDK's default
@@ -154,12 +280,34 @@ func (e *epochRun) publish(ctx context.Context, kind wire.MessageKind, msg *nats
 	}
 }
 
-// flush cuts the publication window and publishes it as one or more
-// consecutive deltas.
+// flush cuts the publication window and publishes it, waiting until
+// JetStream stored it (the actor's synchronous cut: heartbeats, kvrelay
+// subscriptions).
 func (e *epochRun) flush() error {
+	if err := e.settle(); err != nil {
+		return err
+	}
+	if err := e.cut(); err != nil {
+		return err
+	}
+	return e.settle()
+}
+
+// cut cuts the publication window into the outbox as one or more
+// consecutive deltas and starts their flight. No flight may be out.
+func (e *epochRun) cut() error {
 	batch := e.state.Flush()
-	defer func() { e.oldestEvent, e.applySpans, e.linksDropped = time.Time{}, e.applySpans[:0], 0 }()
-	return e.publishBatch(batch)
+	if e.windowEvents > 0 {
+		e.r.m.cutEvents.Observe(float64(e.windowEvents))
+	}
+	defer func() {
+		e.oldestEvent, e.applySpans, e.linksDropped, e.windowEvents = time.Time{}, e.applySpans[:0], 0, 0
+	}()
+	if err := e.publishBatch(batch); err != nil {
+		return err
+	}
+	e.send()
+	return nil
 }
 
 func (e *epochRun) publishBatch(batch producer.Batch) error {
@@ -171,13 +319,13 @@ func (e *epochRun) publishBatch(batch producer.Batch) error {
 		}
 		imgs = imgs[n:]
 	}
-	e.publishedStats()
 	return nil
 }
 
 // publishedStats runs after every publication, so it only reads O(1)
-// counters; occupancy (a lane scan) is refreshed by the heartbeat.
-func (e *epochRun) publishedStats() {
+// counters; occupancy (a lane scan) is refreshed by the heartbeat. events
+// is the applied-event count the published sequence covers.
+func (e *epochRun) publishedStats(events uint64) {
 	seq := e.pub.LastSequence()
 	unique := e.state.UniqueBlocks()
 	e.r.m.sequence.Set(float64(seq))
@@ -185,7 +333,7 @@ func (e *epochRun) publishedStats() {
 	e.r.update(func(s *Status) {
 		s.Sequence = seq
 		s.UniqueBlocks = unique
-		s.Events = e.r.m.eventsApplied.Load()
+		s.Events = events
 	})
 }
 
@@ -210,10 +358,21 @@ func (e *epochRun) fence(err error) error {
 // snapshot publishes a barrier snapshot under the current epoch: the tail
 // first (as a delta), then the body object, then the marker.
 func (e *epochRun) snapshot(trigger string) error {
+	if err := e.settle(); err != nil {
+		return err
+	}
 	ll := ckf.LaneLease{PhysicalLane: uint8(e.lane), AssignmentEpoch: e.epoch}
 	snap, err := e.pub.SnapshotAfterBarrier(e.state, ll)
 	if err != nil {
 		return e.fence(err)
+	}
+	e.windowEvents = 0
+	// The tail is stored before the body and the marker.
+	if len(e.outbox) > 0 {
+		e.send()
+		if err := e.settle(); err != nil {
+			return err
+		}
 	}
 	body, err := wire.EncodeSnapshotBody(nil, snap.Identity.Format, snap.Buckets)
 	if err != nil {
@@ -254,7 +413,7 @@ func (e *epochRun) snapshot(trigger string) error {
 	}
 	e.lastSnap = snap.Sequence
 	e.r.m.snapshots.WithLabelValues(trigger).Inc()
-	e.publishedStats()
+	e.publishedStats(e.r.m.eventsApplied.Load())
 	e.r.log.Info().Str("trigger", trigger).Uint64("epoch", e.epoch).Uint64("sequence", snap.Sequence).
 		Int("bytes", len(body)).Str("object", name).Msg("barrier snapshot published")
 	// Keep the newest two bodies: a consumer may be fetching the previous one.
