@@ -184,10 +184,16 @@ func (b *Binaries) CheckConfig(ctx context.Context, name string, args, env []str
 	var stderr bytes.Buffer
 	cmd.Stderr, cmd.Stdout = &stderr, &stderr
 	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%w: %s %s: %v: %s", ErrArgs, name, strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("%w: %s %s: %v: %s", ErrArgs, name, strings.Join(args, " "), err, lastLine(stderr.String()))
 	}
 	if !strings.Contains(stderr.String(), "configuration ok") {
 		return fmt.Errorf("%w: %s did not confirm --check-config: %s", ErrArgs, name, strings.TrimSpace(stderr.String()))
 	}
 	return nil
+}
+
+// lastLine is the error line a program prints after its usage.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
 }

@@ -359,7 +359,7 @@ func (c *checker) pod(i int, p podOf) {
 			continue
 		}
 		if err := c.bins.CheckConfig(c.ctx, prog, args, env); err != nil {
-			c.fail(o, "container %s: %v", ct.Name, err)
+			c.errs = append(c.errs, fmt.Errorf("%s (%s): container %s: %w", o.Name(), o.Source, ct.Name, err))
 		}
 		c.probes(o, ct, prog, args)
 	}
@@ -429,7 +429,7 @@ func (c *checker) materialize(o Object, p podOf, ct corev1.Container, dir string
 	for _, e := range ct.Env {
 		v := e.Value
 		if e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
-			v = "checked-" + strings.NewReplacer(".", "-", "[", "", "]", "", "'", "").Replace(e.ValueFrom.FieldRef.FieldPath)
+			v = fieldValue(o, e.ValueFrom.FieldRef.FieldPath)
 		}
 		v = expand(v, vars)
 		vars[e.Name] = v
@@ -497,6 +497,23 @@ func (c *checker) materialize(o Object, p podOf, ct corev1.Container, dir string
 		args[i] = a
 	}
 	return args, env, nil
+}
+
+// fieldValue stands for a downward-API field of the first pod of o.
+func fieldValue(o Object, path string) string {
+	switch path {
+	case "metadata.name":
+		return o.Meta.Name + "-0"
+	case "metadata.namespace":
+		return "checked"
+	case "metadata.labels['apps.kubernetes.io/pod-index']":
+		return "0"
+	case "status.podIP", "status.hostIP":
+		return "10.0.0.1"
+	case "spec.nodeName":
+		return "node-0"
+	}
+	return "checked-" + strings.NewReplacer(".", "-", "[", "", "]", "", "'", "", "/", "-").Replace(path)
 }
 
 // expand replaces $(VAR) with a defined variable and $$ with $, as the

@@ -17,6 +17,9 @@ import (
 
 const chartDir = "../ckfrelay"
 
+// docImage is the image repository docs/kubernetes.md names.
+const docImage = "registry.example.com/ckfrelay"
+
 // bins are the chart's programs, built once for every test.
 var bins *Binaries
 
@@ -349,10 +352,10 @@ func TestDocsManifests(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(Programs(objs, "ckfrelay")) == 0 {
+		if len(Programs(objs, docImage)) == 0 {
 			t.Fatal("docs/kubernetes.md's manifests run no ckfrelay program")
 		}
-		return Check(context.Background(), objs, bins, Options{ImageRepository: "ckfrelay"})
+		return Check(context.Background(), objs, bins, Options{ImageRepository: docImage})
 	}
 	if err := check(string(b)); err != nil {
 		t.Fatal(err)

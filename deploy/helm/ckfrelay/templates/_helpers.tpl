@@ -60,13 +60,19 @@ capabilities:
 {{- end -}}
 
 {{/* The connection, logging and security flags every binary shares
-(internal/cli): (list $ "relay"). */}}
+(internal/cli): (list $ "relay"). The bridge's JetStream is its DC leaf's
+(its resume points beside the KVEVENTS it feeds); the others' the hub's. */}}
 {{- define "ckfrelay.natsArgs" -}}
 {{- $ := index . 0 -}}
 {{- $a := index $.Values.auth (index . 1) -}}
 - --nats-url={{ required "nats.url is required" $.Values.nats.url }}
+{{- if eq (index . 1) "bridge" }}
+- --js-domain={{ $.Values.dc.inputJsDomain }}
+- --js-replicas={{ $.Values.dc.inputJsReplicas }}
+{{- else }}
 - --js-domain={{ $.Values.nats.jsDomain }}
 - --js-replicas={{ $.Values.nats.jsReplicas }}
+{{- end }}
 - --nats-connect-timeout={{ $.Values.nats.connectTimeout }}
 - --log-format={{ $.Values.logFormat }}
 - --log-level={{ $.Values.logLevel }}
