@@ -9,6 +9,7 @@
 //
 //	cd deploy/helm/check && go run .          # the chart next to it
 //	go run . -chart DIR -values FILE          # one values file
+//	go run . -values FILE -render             # print the release, check nothing
 package main
 
 import (
@@ -24,7 +25,19 @@ import (
 func main() {
 	chartDir := flag.String("chart", "../ckfrelay", "chart directory")
 	values := flag.String("values", "", "one values file (default: every ci/*-values.yaml of the chart, each self-contained)")
+	render := flag.Bool("render", false, "print the documents -values renders (as helm template does) and check nothing")
 	flag.Parse()
+	if *render {
+		r, err := RenderFile(*chartDir, *values, "ckf", "ckfrelay")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "check:", err)
+			os.Exit(1)
+		}
+		for _, m := range r.Manifests {
+			fmt.Printf("---\n# %s\n%s\n", m.Source, strings.TrimSpace(m.Text))
+		}
+		return
+	}
 	passed, failed, err := run(context.Background(), *chartDir, *values)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "check:", err)
