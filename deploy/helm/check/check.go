@@ -348,7 +348,7 @@ func (c *checker) pod(i int, p podOf) {
 			continue
 		}
 		c.hardening(o, ct, podNonRoot)
-		prog, args, ok := c.program(o, ct)
+		prog, ok := c.program(o, ct)
 		if !ok {
 			continue
 		}
@@ -366,17 +366,17 @@ func (c *checker) pod(i int, p podOf) {
 }
 
 // program is the ckfrelay program a container runs.
-func (c *checker) program(o Object, ct corev1.Container) (string, []string, bool) {
+func (c *checker) program(o Object, ct corev1.Container) (string, bool) {
 	if len(ct.Command) != 1 || !strings.HasPrefix(ct.Command[0], "/") {
 		c.fail(o, "container %s: command %q must be one program of the image, e.g. [/relay-producer]", ct.Name, ct.Command)
-		return "", nil, false
+		return "", false
 	}
 	prog := strings.TrimPrefix(ct.Command[0], "/")
 	if !c.bins.InImage[prog] {
 		c.fail(o, "container %s: %s is not a program of the image", ct.Name, ct.Command[0])
-		return "", nil, false
+		return "", false
 	}
-	return prog, ct.Args, true
+	return prog, true
 }
 
 func (c *checker) hardening(o Object, ct corev1.Container, podNonRoot bool) {
