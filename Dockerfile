@@ -10,7 +10,7 @@ WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
-RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/relay-producer ./cmd/global-indexer ./cmd/trace-replayer ./cmd/ckf-health ./cmd/ckf-wanproxy ./cmd/ckf-wanprobe ./cmd/ckf-nats-exporter ./cmd/nats-server
+RUN CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o /out/ ./cmd/relay-producer ./cmd/global-indexer ./cmd/engine-bridge ./cmd/trace-replayer ./cmd/ckf-health ./cmd/ckf-wanproxy ./cmd/ckf-wanprobe ./cmd/ckf-nats-exporter ./cmd/nats-server
 
 FROM scratch AS nats
 COPY --from=build /out/nats-server /out/ckf-health /
@@ -18,6 +18,6 @@ EXPOSE 4222 7422 8222
 ENTRYPOINT ["/nats-server"]
 
 FROM scratch AS ckfrelay
-COPY --from=build /out/relay-producer /out/global-indexer /out/trace-replayer /out/ckf-health /out/ckf-wanproxy /out/ckf-wanprobe /out/ckf-nats-exporter /
+COPY --from=build /out/relay-producer /out/global-indexer /out/engine-bridge /out/trace-replayer /out/ckf-health /out/ckf-wanproxy /out/ckf-wanprobe /out/ckf-nats-exporter /
 EXPOSE 8080 9090
 ENTRYPOINT ["/global-indexer"]

@@ -41,7 +41,7 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 mkdir -p "$out/ckfrelay" "$out/nats"
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/ckfrelay/" \
-  ./cmd/relay-producer ./cmd/global-indexer ./cmd/trace-replayer ./cmd/ckf-health ./cmd/ckf-wanproxy ./cmd/ckf-wanprobe ./cmd/ckf-nats-exporter
+  ./cmd/relay-producer ./cmd/global-indexer ./cmd/engine-bridge ./cmd/trace-replayer ./cmd/ckf-health ./cmd/ckf-wanproxy ./cmd/ckf-wanprobe ./cmd/ckf-nats-exporter
 CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$out/nats/" ./cmd/nats-server
 cp "$out/ckfrelay/ckf-health" "$out/nats/"
 build() { # tag dockerfile context; quiet unless it fails

@@ -78,6 +78,10 @@ type Common struct {
 	JSReplicas int
 	// PprofAddr serves net/http/pprof when set (see PprofAddr).
 	PprofAddr string
+	// CheckConfig makes Run stop after the flags and the files they name
+	// were checked: a pre-flight for a deployment's arguments (the Helm
+	// chart's check runs every container's arguments this way).
+	CheckConfig bool
 }
 
 // Register adds the common flags to fs.
@@ -92,6 +96,7 @@ func (c *Common) Register(fs *flag.FlagSet) {
 	fs.StringVar(&c.NatsConfig, "nats-config", "", "nats-server config file (accounts, users, permissions, TLS) for the embedded server; without it the embedded server listens on 127.0.0.1 only")
 	c.Security.Register(fs)
 	fs.StringVar(&c.PprofAddr, "pprof-addr", "", "serve Go profiles at /debug/pprof/ on this address (off when empty; a bare port binds 127.0.0.1)")
+	fs.BoolVar(&c.CheckConfig, checkConfigFlag, false, "check the flags and the files they name (pools, engines), print \"configuration ok\" and exit 0 without connecting or serving")
 	fs.IntVar(&c.JSReplicas, "js-replicas", 1, "replicas of every stream, KV and Object Store bucket created (1..5; production: 3 on a clustered JetStream); existing ones keep theirs")
 }
 

@@ -28,7 +28,7 @@ var flagGroups = map[string]string{
 	"domain": GroupIdentity, "dc": GroupIdentity, "dcs": GroupIdentity, "instance": GroupIdentity,
 	"expected-blocks": GroupIdentity, "seed": GroupIdentity, "mode": GroupIdentity,
 	"http-addr": GroupObservability, "status-interval": GroupObservability, "pprof-addr": GroupObservability,
-	"version": GroupGeneral, "help": GroupGeneral,
+	"version": GroupGeneral, "help": GroupGeneral, checkConfigFlag: GroupGeneral,
 }
 
 // groupByPrefix places families of flags, so that a new flag of a family
@@ -63,9 +63,13 @@ var ErrVersion = fmt.Errorf("%w: version printed", flag.ErrHelp)
 // versionFlag is the flag Parse adds to every command.
 const versionFlag = "version"
 
+// checkConfigFlag is Common's pre-flight flag (Run).
+const checkConfigFlag = "check-config"
+
 // notFromEnv are the flags no environment variable sets: CKFRELAY_VERSION
-// is a common image label and must not turn a server into a version print.
-var notFromEnv = map[string]bool{versionFlag: true}
+// is a common image label and must not turn a server into a version print,
+// nor a stray CKFRELAY_CHECK_CONFIG a server into a pre-flight.
+var notFromEnv = map[string]bool{versionFlag: true, checkConfigFlag: true}
 
 // Usage makes fs's --help print summary (one line), then every flag under
 // its group with the CKFRELAY_ variable that sets it. overrides maps flag

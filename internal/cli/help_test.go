@@ -89,6 +89,22 @@ func TestVersionFlagPrintsAndEndsParsing(t *testing.T) {
 	}
 }
 
+// --check-config is set on the command line only: a stray environment
+// variable must not turn a server into a pre-flight that exits at once.
+func TestCheckConfigIsNotReadFromTheEnvironment(t *testing.T) {
+	for _, args := range [][]string{nil, {"--check-config"}} {
+		var c Common
+		fs := flag.NewFlagSet("tool", flag.ContinueOnError)
+		c.Register(fs)
+		if err := Parse(fs, args, envOf(map[string]string{"CKFRELAY_CHECK_CONFIG": "true"})); err != nil {
+			t.Fatal(err)
+		}
+		if want := args != nil; c.CheckConfig != want {
+			t.Fatalf("args %q: CheckConfig = %v, want %v", args, c.CheckConfig, want)
+		}
+	}
+}
+
 func TestVersionSources(t *testing.T) {
 	info := func(main string, settings ...string) func() (*debug.BuildInfo, bool) {
 		return func() (*debug.BuildInfo, bool) {

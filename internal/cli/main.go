@@ -32,7 +32,8 @@ func Main(run func(ctx context.Context) int) {
 
 // Run is the life of a service binary after flag parsing was set up: parse
 // (returning the binary's Common flags), then build the logger, then serve
-// until it returns. --help exits 0, a parse or logger error exits 2 with
+// until it returns. --help exits 0, and so does --check-config (Common.CheckConfig)
+// once parse and the logger succeeded, before serving; a parse or logger error exits 2 with
 // "name: error" on stderr, and a serve error is logged ("name failed" with
 // the error) and exits 1. serve returns nil when ctx ended normally; Run
 // then logs "name stopped" with the reason (the signal, or why ctx ended),
@@ -55,6 +56,10 @@ func Run(ctx context.Context, name string, stderr io.Writer, parse func() (*Comm
 	if err != nil {
 		fmt.Fprintf(stderr, "%s: %v\n", name, err)
 		return ExitUsage
+	}
+	if c.CheckConfig {
+		fmt.Fprintf(stderr, "%s: configuration ok\n", name)
+		return ExitOK
 	}
 	if pprofAddr != "" {
 		stop, err := startPprof(pprofAddr, log)

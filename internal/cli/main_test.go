@@ -23,12 +23,14 @@ func TestRunMapsEachStageToItsExitCode(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		"help":          {parse: func() (*Common, error) { return nil, flag.ErrHelp }, code: ExitOK},
-		"bad flags":     {parse: func() (*Common, error) { return nil, errors.New("--x: bad") }, code: ExitUsage, stderr: "svc: --x: bad"},
-		"bad log level": {parse: func() (*Common, error) { return &Common{LogLevel: "loud", LogFormat: "json"}, nil }, code: ExitUsage, stderr: "svc: "},
-		"serve fails":   {parse: ok, serve: func(zerolog.Logger) error { return fmt.Errorf("boom") }, code: ExitError, stderr: "svc failed"},
-		"canceled":      {parse: ok, serve: func(zerolog.Logger) error { return fmt.Errorf("stop: %w", context.Canceled) }, code: ExitError},
-		"clean":         {parse: ok, serve: func(zerolog.Logger) error { return nil }, code: ExitOK, stderr: `"reason":"finished"`},
+		"help":                         {parse: func() (*Common, error) { return nil, flag.ErrHelp }, code: ExitOK},
+		"bad flags":                    {parse: func() (*Common, error) { return nil, errors.New("--x: bad") }, code: ExitUsage, stderr: "svc: --x: bad"},
+		"bad log level":                {parse: func() (*Common, error) { return &Common{LogLevel: "loud", LogFormat: "json"}, nil }, code: ExitUsage, stderr: "svc: "},
+		"serve fails":                  {parse: ok, serve: func(zerolog.Logger) error { return fmt.Errorf("boom") }, code: ExitError, stderr: "svc failed"},
+		"canceled":                     {parse: ok, serve: func(zerolog.Logger) error { return fmt.Errorf("stop: %w", context.Canceled) }, code: ExitError},
+		"clean":                        {parse: ok, serve: func(zerolog.Logger) error { return nil }, code: ExitOK, stderr: `"reason":"finished"`},
+		"check-config":                 {parse: func() (*Common, error) { return &Common{LogLevel: "info", LogFormat: "json", CheckConfig: true}, nil }, code: ExitOK, stderr: "svc: configuration ok"},
+		"check-config, bad log format": {parse: func() (*Common, error) { return &Common{LogLevel: "info", LogFormat: "xml", CheckConfig: true}, nil }, code: ExitUsage, stderr: "svc: "},
 	} {
 		t.Run(name, func(t *testing.T) {
 			var stderr bytes.Buffer
