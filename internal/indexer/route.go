@@ -80,19 +80,13 @@ func newRouting(c RouteConfig) *routing {
 	return r
 }
 
-// requestKey seeds the tie-break from the request's hashes, so equal DCs
-// split requests apart while one prompt keeps its DC among them. It folds
-// the sequence hashes, chaining them from the local ones when that is what
-// the request carries, so a prompt sent as local or as sequence hashes gets
-// the same key on every transport (the cost policy's prefix affinity picks
-// among equal-depth DCs by it).
+// requestKey is route.KeyHash over the request's sequence hashes, chained
+// from the local ones when that is what the request carries, so a prompt
+// sent as local or as sequence hashes gets the same key on every transport
+// and in the simulator (the cost policy's prefix affinity picks among
+// equal-depth DCs by it).
 func requestKey(q *api.Query) uint64 {
-	h := uint64(0x9e3779b97f4a7c15) ^ uint64(q.Blocks())
-	step := func(v uint64) {
-		h ^= v
-		h *= 0xbf58476d1ce4e5b9
-		h ^= h >> 31
-	}
+	k := route.NewKeyHash(q.Blocks())
 	var seq ckf.SequenceHash
 	for i, l := range q.Locals {
 		if i == 0 {
@@ -100,12 +94,12 @@ func requestKey(q *api.Query) uint64 {
 		} else {
 			seq = ckf.NextSequenceHash(seq, l)
 		}
-		step(uint64(seq))
+		k.Add(uint64(seq))
 	}
 	for _, s := range q.Seqs {
-		step(uint64(s))
+		k.Add(uint64(s))
 	}
-	return h
+	return k.Sum()
 }
 
 // Route ranks every configured lane for q under o: the lanes ready when
