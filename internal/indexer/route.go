@@ -1,6 +1,8 @@
 package indexer
 
 import (
+	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -43,6 +45,11 @@ func (c RouteConfig) validate() error {
 	for dc, r := range c.PrefillRate {
 		if !(r > 0) {
 			return configError("route.prefill_rate", "%s: %v tokens/s, want a positive rate", dc, r)
+		}
+	}
+	for dc, r := range c.Policy.QueueTokensPerSec {
+		if !(r > 0) || math.IsInf(r, 0) {
+			return configError("route.queue_rate", "%s: %v tokens/s, want a positive rate", dc, r)
 		}
 	}
 	for dc, d := range c.Policy.RTT {
@@ -128,6 +135,20 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		}
 		mode = m
 	}
+	labels := s.labels.Load()
+	for dc := range o.RTTMs {
+		if !namesDC(labels, dc) {
+			return api.RouteResponse{}, &api.RequestError{Field: "rtt_ms", Reason: fmt.Sprintf("%q names no DC of the domain", dc)}
+		}
+	}
+	bs := q.BlockSize
+	if bs == 0 {
+		bs = rt.blockSize
+	}
+	if o.InputTokens > 0 && o.InputTokens < q.Blocks()*bs {
+		return api.RouteResponse{}, &api.RequestError{Field: "input_tokens",
+			Reason: fmt.Sprintf("%d is fewer than the %d blocks × %d tokens sent", o.InputTokens, q.Blocks(), bs)}
+	}
 	var res consumer.QueryResult
 	if err := s.find(q, &res, "route"); err != nil {
 		return api.RouteResponse{}, err
@@ -138,7 +159,6 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 			depth[l.Lane] = l.Depth
 		}
 	}
-	labels := s.labels.Load()
 	now := s.now()
 	var buf [ckf.LaneCount]route.Candidate
 	var ages [ckf.LaneCount]int64
@@ -161,10 +181,6 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		c.PrefillTokensPerSec = rt.prefill[lbl.dc]
 		cands = append(cands, c)
 	}
-	bs := q.BlockSize
-	if bs == 0 {
-		bs = rt.blockSize
-	}
 	req := route.Request{Blocks: q.Blocks(), BlockSize: bs, InputTokens: o.InputTokens, OutputTokens: o.OutputTokens,
 		Policy: pol, Key: requestKey(&q)}
 	dec := rt.decisions.Get().(*route.Decision)
@@ -185,7 +201,7 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		*rl = api.RouteLane{Lane: sd.Lane, DC: sd.DC, Pool: sd.Pool, Depth: depth[sd.Lane], Ready: sd.Ready,
 			AgeMs: ages[sd.Lane], Stale: sd.Stale, CachedTokens: sd.CachedTokens, CostMs: ms(sd.Cost),
 			Terms:       api.RouteTerms{RTTMs: ms(sd.Terms.RTT), QueueMs: ms(sd.Terms.Queue), PrefillMs: ms(sd.Terms.Prefill), PenaltyMs: ms(sd.Terms.Penalty)},
-			LoadMissing: sd.LoadMissing, Excluded: sd.Excluded, Reason: sd.Reason}
+			LoadMissing: sd.LoadMissing, RTTUnknown: sd.RTTUnknown, Excluded: sd.Excluded, Reason: sd.Reason}
 		if !sd.Ready {
 			rl.Depth = 0
 		}
@@ -199,6 +215,16 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		}
 	}
 	return resp, nil
+}
+
+// namesDC reports whether a configured lane belongs to DC dc.
+func namesDC(labels *[ckf.LaneCount]laneLabel, dc string) bool {
+	for i := range labels {
+		if labels[i].dc == dc {
+			return true
+		}
+	}
+	return false
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -218,6 +244,9 @@ func loadReport(l *Load) route.LoadReport {
 	}
 	if l.Flags.Has(wire.LoadDecode) {
 		r.HasDecode, r.ActiveDecodeBlocks = true, l.Serving.ActiveDecodeBlocks
+	}
+	if l.Flags&wire.LoadServing != 0 {
+		r.Workers = l.ServingWorkers
 	}
 	return r
 }
