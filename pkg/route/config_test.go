@@ -70,12 +70,12 @@ func TestQueueRatePerDC(t *testing.T) {
 		own, cand(1, "cfg", 0, workers(2)), cand(2, "w", 0, workers(4)), fast,
 		cand(4, "zero", 0, workers(0)), cand(5, "plain", 0, served(8000)))
 	for lane, want := range map[int]time.Duration{
-		0: 500 * time.Millisecond,  // 16000/s, the candidate's own
-		1: time.Second,             // 8000/s configured for the DC, over 2 workers × 1000
-		2: 2 * time.Second,         // 4 workers × 1000/s
-		3: time.Second,             // 4 workers × 2000/s
-		4: 4 * time.Second,         // no workers, a zero rate configured: the default 2000/s
-		5: 4 * time.Second,         // the default 2000/s
+		0: 500 * time.Millisecond, // 16000/s, the candidate's own
+		1: time.Second,            // 8000/s configured for the DC, over 2 workers × 1000
+		2: 2 * time.Second,        // 4 workers × 1000/s
+		3: time.Second,            // 4 workers × 2000/s
+		4: 4 * time.Second,        // no workers, a zero rate configured: the default 2000/s
+		5: 4 * time.Second,        // the default 2000/s
 	} {
 		if got := byLane(d, lane).Terms.Queue; got != want {
 			t.Errorf("lane %d queue %v, want %v", lane, got, want)

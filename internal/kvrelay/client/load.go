@@ -12,6 +12,7 @@ import (
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
 	"github.com/ckfrelay/ckfrelay/internal/backoff"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
 // The load streams (docs/kvrelay-v1.md §6.3–6.4). With Config.Load set, a
@@ -59,6 +60,12 @@ type ServingLoad struct {
 // MetricLoadWindows counts load windows {source, stream=kv|serving,
 // outcome=accepted|invalid|stream_error}.
 const MetricLoadWindows = "ckf_kvrelay_client_load_windows_total"
+
+// outcomeOutOfRange counts a window whose followed producer's entry holds
+// a value past the wire's bounds (pkg/wire's MaxLoad*): that entry is read
+// as unknown (the neutral fallback), never as a queue that wraps or
+// shuts the DC out, and the stream goes on.
+const outcomeOutOfRange = "out_of_range"
 
 // errLoadWindow marks a window that breaks the stream rules.
 var errLoadWindow = errors.New("kvrelay client: invalid load window")
@@ -185,16 +192,20 @@ func (f *Follower) kvLoadStream(ctx context.Context, rc kvrelayv1.KvEventRelayCl
 			f.loadCount("kv", "invalid")
 			return err
 		}
-		f.loadCount("kv", "accepted")
-		if sel == nil {
-			continue
-		}
 		var l KvLoad
-		if i >= 0 {
+		outcome := "accepted"
+		if sel != nil && i >= 0 {
 			e := pools[i]
 			if e.GetKvExpectedRanks() > 0 && e.GetKvObservedRanks() == e.GetKvExpectedRanks() && e.GetTotalKvBlocks() > 0 {
 				l = KvLoad{Complete: true, UsedBlocks: e.GetKvUsedBlocks(), TotalBlocks: e.GetTotalKvBlocks()}
 			}
+			if l.UsedBlocks > wire.MaxLoadBlocks || l.TotalBlocks > wire.MaxLoadBlocks {
+				l, outcome = KvLoad{}, outcomeOutOfRange
+			}
+		}
+		f.loadCount("kv", outcome)
+		if sel == nil {
+			continue
 		}
 		f.cfg.Load.KvPoolLoad(sel.Key, u.GetWindowSequence(), l)
 	}
@@ -231,18 +242,22 @@ func (f *Follower) servingLoadStream(ctx context.Context, rc kvrelayv1.KvEventRe
 			f.loadCount("serving", "invalid")
 			return err
 		}
-		f.loadCount("serving", "accepted")
-		if sel == nil {
-			continue
-		}
 		var l ServingLoad
-		if i >= 0 {
+		outcome := "accepted"
+		if sel != nil && i >= 0 {
 			lv := pools[i].GetLoad()
 			tk := lv.GetTokens()
 			// An unknown status is unsupported (neutral), not malformed.
 			if lv.GetStatus() == kvrelayv1.DataStatus_DATA_STATUS_COMPLETE && tk != nil && tk.ActivePrefillTokens != nil && tk.ActiveDecodeBlocks != nil {
 				l = ServingLoad{Complete: true, ActivePrefillTokens: tk.GetActivePrefillTokens(), ActiveDecodeBlocks: tk.GetActiveDecodeBlocks()}
 			}
+			if l.ActivePrefillTokens > wire.MaxLoadTokens || l.ActiveDecodeBlocks > wire.MaxLoadBlocks {
+				l, outcome = ServingLoad{}, outcomeOutOfRange
+			}
+		}
+		f.loadCount("serving", outcome)
+		if sel == nil {
+			continue
 		}
 		f.cfg.Load.ServingLoad(sel.Key, u.GetWindowSequence(), l)
 	}
@@ -250,5 +265,5 @@ func (f *Follower) servingLoadStream(ctx context.Context, rc kvrelayv1.KvEventRe
 
 func newLoadWindowsVec() *prometheus.CounterVec {
 	return prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLoadWindows,
-		Help: "dynamo.kvrelay.v1 load windows by stream (kv, serving) and outcome (accepted, invalid, stream_error)."}, []string{"source", "stream", "outcome"})
+		Help: "dynamo.kvrelay.v1 load windows by stream (kv, serving) and outcome (accepted, invalid, out_of_range, stream_error)."}, []string{"source", "stream", "outcome"})
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
 // recLoad records the load a follower hands over.
@@ -76,9 +77,22 @@ func TestFollowerHandsOverOnlyCompleteLoad(t *testing.T) {
 		"a rank missing":   {UsedBlocks: 30, TotalBlocks: 100, ObservedRanks: 1, ExpectedRanks: 2},
 		"capacity unknown": {UsedBlocks: 30, TotalBlocks: 0, ObservedRanks: 2, ExpectedRanks: 2},
 		"no ranks":         {UsedBlocks: 0, TotalBlocks: 100},
+		// Past the wire's bounds (an underflowed counter): unknown, not a
+		// queue that wraps or shuts the DC out.
+		"used past the bound":     {UsedBlocks: wire.MaxLoadBlocks + 1, TotalBlocks: 100, ObservedRanks: 2, ExpectedRanks: 2},
+		"capacity past the bound": {UsedBlocks: 30, TotalBlocks: 1<<64 - 1, ObservedRanks: 2, ExpectedRanks: 2},
 	} {
 		pub.setLoad(l, nil)
 		waitLoad(t, rec, name, func(kv client.KvLoad, sv client.ServingLoad) bool { return !kv.Complete && !sv.Complete })
+	}
+	for name, sl := range map[string]server.ServingLoad{
+		"prefill past the bound": {ActivePrefillTokens: wire.MaxLoadTokens + 1, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now()},
+		"decode past the bound":  {ActivePrefillTokens: 900, ActiveDecodeBlocks: 1<<64 - 1, Workers: 2, SourceTime: time.Now()},
+	} {
+		pub.setLoad(server.PoolLoad{UsedBlocks: 30, TotalBlocks: 100, ObservedRanks: 2, ExpectedRanks: 2}, &server.ServingLoad{ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now()})
+		waitLoad(t, rec, name+": complete first", func(kv client.KvLoad, sv client.ServingLoad) bool { return kv.Complete && sv.Complete })
+		pub.setLoad(server.PoolLoad{UsedBlocks: 30, TotalBlocks: 100, ObservedRanks: 2, ExpectedRanks: 2}, &sl)
+		waitLoad(t, rec, name, func(kv client.KvLoad, sv client.ServingLoad) bool { return kv.Complete && !sv.Complete })
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
