@@ -120,3 +120,100 @@ func TestKeyOf(t *testing.T) {
 		t.Error("a zero fold must not give the key 0")
 	}
 }
+
+// The zero Config takes DefaultConfig's values; negative durations read as
+// zero.
+func TestNewTakesTheDefaults(t *testing.T) {
+	got := New(Config{DecodeBlockTime: -time.Second, DefaultRTT: -time.Second}).Config()
+	d := DefaultConfig()
+	if got.Policy != Cost || got.DefaultPrefillTokensPerSec != d.DefaultPrefillTokensPerSec || got.WaitingRequestTokens != d.WaitingRequestTokens ||
+		got.KVFullQueue != time.Second || got.MissingLoadPenalty != 100*time.Millisecond || got.StalePenalty != time.Second ||
+		got.AffinityMargin != AffinityMarginDefault || got.DecodeBlockTime != 0 || got.DefaultRTT != 0 {
+		t.Errorf("New(Config{}).Config() = %+v", got)
+	}
+	// What each default does, seen in the terms.
+	r := New(Config{})
+	stale := cand(1, "b", 0, LoadReport{})
+	stale.Stale = true
+	d2 := route(t, New(Config{Stale: StalePenalize}), Request{Blocks: 1, BlockSize: 1},
+		cand(0, "a", 0, withKV(LoadReport{}, 25, 100)), stale)
+	if a := byLane(d2, 0); a.Terms.Queue != 250*time.Millisecond || a.Terms.Prefill != 100*time.Microsecond {
+		t.Errorf("default KV-full queue or prefill rate: %+v", a.Terms)
+	}
+	if b := byLane(d2, 1); b.Terms.Penalty != time.Second || b.Terms.Queue != 350*time.Millisecond {
+		t.Errorf("default stale or missing-load penalty: %+v", b.Terms)
+	}
+	d2 = route(t, r, Request{Blocks: 1, BlockSize: 1}, cand(0, "a", 0, reqs(0, 10)))
+	if q := d2.Ranked[0].Terms.Queue; q != 1024*time.Millisecond {
+		t.Errorf("default waiting request tokens: queue %v, want 10 × 1024 tokens at 10000/s", q)
+	}
+}
+
+// Load older than MaxLoadAge is missing; load exactly that old is not, and
+// MaxLoadAge 0 keeps load of any age.
+func TestMaxLoadAgeBoundary(t *testing.T) {
+	aged := func(age time.Duration) LoadReport {
+		l := served(1000)
+		l.Age = age
+		return l
+	}
+	for _, tc := range []struct {
+		maxAge, age time.Duration
+		missing     bool
+	}{
+		{time.Second, time.Second, false},
+		{time.Second, time.Second + 1, true},
+		{0, time.Hour, false},
+	} {
+		d := route(t, New(Config{MaxLoadAge: tc.maxAge}), Request{Blocks: 1, BlockSize: 1}, cand(0, "a", 0, aged(tc.age)))
+		if got := d.Ranked[0].LoadMissing; got != tc.missing {
+			t.Errorf("max age %v, age %v: missing %v", tc.maxAge, tc.age, got)
+		}
+	}
+}
+
+// Chosen is nil when Best is out of range.
+func TestChosenOutOfRange(t *testing.T) {
+	d := Decision{Ranked: make([]Scored, 2)}
+	for _, best := range []int{-1, 2, 3} {
+		d.Best = best
+		if d.Chosen() != nil {
+			t.Errorf("Best %d: chosen", best)
+		}
+	}
+	d.Best = 1
+	if d.Chosen() != &d.Ranked[1] {
+		t.Error("Best 1: not Ranked[1]")
+	}
+	// Round robin over no eligible lane chooses none.
+	stale := cand(0, "a", 0, served(0))
+	stale.Stale = true
+	if d := route(t, New(Config{Policy: RoundRobin}), Request{Blocks: 1, BlockSize: 1}, stale); d.Best != -1 {
+		t.Errorf("round robin, all excluded: best %d", d.Best)
+	}
+}
+
+// The tie-break is a contract: replicas of the indexer, and the simulator,
+// must order equal DCs alike for one request key, release after release.
+// These orders are pinned.
+func TestTieOrderIsPinned(t *testing.T) {
+	cs := []Candidate{cand(0, "a", 1, served(0)), cand(1, "b", 1, served(0)), cand(2, "c", 1, served(0)), cand(3, "d", 1, served(0))}
+	for _, tc := range []struct {
+		key, seed uint64
+		want      []int
+	}{
+		{1, 0, []int{0, 3, 1, 2}}, {2, 0, []int{0, 2, 3, 1}},
+		{KeyOf([]uint64{42, 43}), 0, []int{1, 0, 3, 2}}, {1, 7, []int{3, 0, 2, 1}},
+	} {
+		d := route(t, New(Config{Seed: tc.seed, AffinityMargin: -1}), Request{Blocks: 2, BlockSize: 16, Key: tc.key}, cs...)
+		if !equal(lanes(d), tc.want) {
+			t.Errorf("key %#x seed %d: order %v, want %v", tc.key, tc.seed, lanes(d), tc.want)
+		}
+	}
+	if KeyOf([]uint64{42, 43}) != 0x55110c4e9118617b {
+		t.Errorf("KeyOf changed: %#x", KeyOf([]uint64{42, 43}))
+	}
+	if (Terms{RTT: 5}).Sum() != 5 || (Terms{Penalty: 7}).Sum() != 7 {
+		t.Error("a sum with zero terms")
+	}
+}

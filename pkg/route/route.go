@@ -231,9 +231,10 @@ func DefaultConfig() Config {
 	}
 }
 
-// MaxTerm bounds each term of the cost (about 36 years): a load report of
-// any size gives a finite queue term, and the sum of the terms cannot wrap.
-const MaxTerm = time.Duration(math.MaxInt64 / 8)
+// MaxTerm bounds each term of the cost (2^60 ns, about 36 years): a load
+// report of any size gives a finite queue term, and the sum of the terms
+// cannot wrap. It is a power of two, so a float64 holds it exactly.
+const MaxTerm = time.Duration(1 << 60)
 
 // Terms are the parts of one candidate's cost, each in [0, MaxTerm] except
 // a missing-load queue term, which is the worst known plus a penalty.
@@ -505,69 +506,71 @@ func (r *Router) queue(c *Candidate, sg *signals) (time.Duration, bool) {
 	return 0, false
 }
 
-// tokensTime is the time to process tokens at perSec, in [0, MaxTerm].
+// tokensTime is the time to process tokens (not negative) at perSec (> 0),
+// at most MaxTerm.
 func tokensTime(tokens, perSec float64) time.Duration {
-	if tokens <= 0 {
-		return 0
-	}
-	ns := tokens / perSec * float64(time.Second)
-	if !(ns < float64(MaxTerm)) {
-		return MaxTerm
-	}
-	return time.Duration(ns)
+	return time.Duration(min(tokens/perSec*float64(time.Second), float64(MaxTerm)))
 }
 
-// mulTerm is n × d, in [0, MaxTerm] (d is not negative).
+// mulTerm is n × d (d not negative), at most MaxTerm.
 func mulTerm(n uint64, d time.Duration) time.Duration {
-	if v := float64(n) * float64(d); v < float64(MaxTerm) {
-		return time.Duration(v)
-	}
-	return MaxTerm
+	return time.Duration(min(float64(n)*float64(d), float64(MaxTerm)))
 }
 
 // clampTerm bounds a duration to [0, MaxTerm].
 func clampTerm(d time.Duration) time.Duration { return min(max(d, 0), MaxTerm) }
 
-// satAdd adds two non-negative durations, saturating at the largest one.
+// satAdd adds two non-negative durations, saturating at the largest one
+// (a sum that wraps is below its operand).
 func satAdd(a, b time.Duration) time.Duration {
-	if a > math.MaxInt64-b {
-		return math.MaxInt64
+	if s := a + b; s >= a {
+		return s
 	}
-	return a + b
+	return math.MaxInt64
 }
 
-// less orders two scored candidates under a policy: eligible first, then the
-// policy's key, then the tie hash.
+// less orders two scored candidates under a policy: eligible first, then
+// (except under cost, which has it in its sum, and the orders that ignore
+// it) the least penalty, then the policy's key, then the tie hash. Each key
+// is compared both ways, so equal keys fall through to the next.
 func less(a, b *Scored, pol Policy) bool {
 	if a.Excluded != b.Excluded {
 		return !a.Excluded
 	}
-	if pol != Cost && pol != RoundRobin && pol != Random && a.Terms.Penalty != b.Terms.Penalty {
-		return a.Terms.Penalty < b.Terms.Penalty
+	if pol != Cost && pol != RoundRobin && pol != Random {
+		if r, ok := order(a.Terms.Penalty, b.Terms.Penalty); ok {
+			return r
+		}
 	}
+	var r, ok bool
 	switch pol {
 	case Cost:
-		if a.Cost != b.Cost {
-			return a.Cost < b.Cost
-		}
+		r, ok = order(a.Cost, b.Cost)
 	case Prefix:
-		if a.Depth != b.Depth {
-			return a.Depth > b.Depth
-		}
+		r, ok = order(b.Depth, a.Depth)
 	case Load:
-		if ka, kb := satAdd(a.Terms.RTT, a.Terms.Queue), satAdd(b.Terms.RTT, b.Terms.Queue); ka != kb {
-			return ka < kb
-		}
+		r, ok = order(satAdd(a.Terms.RTT, a.Terms.Queue), satAdd(b.Terms.RTT, b.Terms.Queue))
 	case LLMD:
-		if a.Score != b.Score {
-			return a.Score > b.Score
-		}
+		r, ok = order(b.Score, a.Score)
 	case SGLang, Dynamo:
-		if a.Score != b.Score {
-			return a.Score < b.Score
-		}
+		r, ok = order(a.Score, b.Score)
+	}
+	if ok {
+		return r
 	}
 	return a.tie < b.tie
+}
+
+// order is whether x sorts before y by ascending value, and whether they
+// differ at all.
+func order[T int | float64 | time.Duration](x, y T) (before, differ bool) {
+	switch {
+	case x < y:
+		return true, true
+	case x > y:
+		return false, true
+	}
+	return false, false
 }
 
 // sortRanked is an insertion sort: at most a few dozen lanes, no allocation.

@@ -360,7 +360,7 @@ func TestRandom(t *testing.T) {
 // temperature spreads near-equal ones in proportion to the softmax.
 func TestTieBreakAndTemperature(t *testing.T) {
 	cs := []Candidate{cand(0, "a", 4, served(0)), cand(1, "b", 4, served(0)), cand(2, "c", 4, served(0)), cand(3, "d", 4, served(0))}
-	for _, pol := range []Policy{Cost, Prefix, Load} {
+	for _, pol := range []Policy{Cost, Prefix, Load, LLMD, SGLang, Dynamo} {
 		r := New(Config{})
 		counts := map[int]int{}
 		for k := uint64(1); k <= 4000; k++ {
