@@ -205,9 +205,13 @@ func TestTieOrderIsPinned(t *testing.T) {
 		{1, 0, []int{0, 3, 1, 2}}, {2, 0, []int{0, 2, 3, 1}},
 		{KeyOf([]uint64{42, 43}), 0, []int{1, 0, 3, 2}}, {1, 7, []int{3, 0, 2, 1}},
 	} {
-		d := route(t, New(Config{Seed: tc.seed, AffinityMargin: -1}), Request{Blocks: 2, BlockSize: 16, Key: tc.key}, cs...)
-		if !equal(lanes(d), tc.want) {
-			t.Errorf("key %#x seed %d: order %v, want %v", tc.key, tc.seed, lanes(d), tc.want)
+		for _, margin := range []time.Duration{-1, AffinityMarginDefault} {
+			// With the affinity rule on, the deepest lane among equals is the
+			// one the tie order puts first.
+			d := route(t, New(Config{Seed: tc.seed, AffinityMargin: margin}), Request{Blocks: 2, BlockSize: 16, Key: tc.key}, cs...)
+			if !equal(lanes(d), tc.want) {
+				t.Errorf("key %#x seed %d margin %v: order %v, want %v", tc.key, tc.seed, margin, lanes(d), tc.want)
+			}
 		}
 	}
 	if KeyOf([]uint64{42, 43}) != 0x55110c4e9118617b {

@@ -615,18 +615,13 @@ func toFront(rk []Scored, a int) {
 	}
 }
 
+// rotate moves the first k elements of s to its end, keeping the order of
+// both parts (k < len(s), a few dozen lanes at most).
 func rotate(s []Scored, k int) {
-	if k == 0 {
-		return
-	}
-	reverse(s[:k])
-	reverse(s[k:])
-	reverse(s)
-}
-
-func reverse(s []Scored) {
-	for i, j := 0, len(s)-1; i < j; i, j = i+1, j-1 {
-		s[i], s[j] = s[j], s[i]
+	for range k {
+		first := s[0]
+		copy(s, s[1:])
+		s[len(s)-1] = first
 	}
 }
 

@@ -260,6 +260,7 @@ func TestAffinityMargin(t *testing.T) {
 	}{
 		{-1, []int{0, 1}},                     // pure cost
 		{300 * time.Millisecond, []int{0, 1}}, // 345 ms > margin: cost wins
+		{345 * time.Millisecond, []int{1, 0}}, // exactly the margin: stay
 		{400 * time.Millisecond, []int{1, 0}}, // within margin: stay
 	} {
 		r := New(Config{DefaultPrefillTokensPerSec: 1000, RTT: rtt, AffinityMargin: tc.margin})
@@ -385,9 +386,12 @@ func TestTieBreakAndTemperature(t *testing.T) {
 	// Lane 1 costs 10 ms more: with temperature 10 ms it should win e^-1
 	// as often as lane 0; without temperature, never (the affinity rule is
 	// off, or it would keep the tie-break's choice within its margin).
+	// Both are 50 ms away, so the softmax must be taken relative to the
+	// cheapest cost, not to zero.
 	near := []Candidate{cand(0, "a", 0, served(0)), cand(1, "b", 0, served(100))}
-	cold := New(Config{DefaultPrefillTokensPerSec: 10000, AffinityMargin: -1})
-	warm := New(Config{DefaultPrefillTokensPerSec: 10000, AffinityMargin: -1, Temperature: 10 * time.Millisecond})
+	rtt := map[string]time.Duration{"a": 50 * time.Millisecond, "b": 50 * time.Millisecond}
+	cold := New(Config{DefaultPrefillTokensPerSec: 10000, AffinityMargin: -1, RTT: rtt})
+	warm := New(Config{DefaultPrefillTokensPerSec: 10000, AffinityMargin: -1, RTT: rtt, Temperature: 10 * time.Millisecond})
 	var coldWins, warmWins int
 	const n = 20000
 	for k := uint64(1); k <= n; k++ {
