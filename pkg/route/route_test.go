@@ -448,7 +448,7 @@ func benchCandidates() []Candidate {
 }
 
 func BenchmarkRoute(b *testing.B) {
-	for _, pol := range []Policy{Cost, Prefix, RoundRobin} {
+	for _, pol := range []Policy{Cost, Prefix, RoundRobin, LLMD, SGLang, Dynamo} {
 		b.Run(string(pol), func(b *testing.B) {
 			r := New(Config{RTT: map[string]time.Duration{"a": time.Millisecond, "b": 2 * time.Millisecond}})
 			cs := benchCandidates()

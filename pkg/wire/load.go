@@ -110,10 +110,11 @@ const (
 
 // AddLoad is a + b saturating at limit (a load sum never wraps).
 func AddLoad(a, b, limit uint64) uint64 {
-	if a >= limit || b >= limit-a {
+	s := a + b
+	if s < a { // wrapped past 2^64
 		return limit
 	}
-	return a + b
+	return min(s, limit)
 }
 
 // checkBound refuses a value above its bound.

@@ -79,6 +79,10 @@ func TestLoadValuesAreBounded(t *testing.T) {
 func TestAddLoadSaturates(t *testing.T) {
 	for _, tc := range []struct{ a, b, limit, want uint64 }{
 		{2, 3, 10, 5},
+		{2, 0, 10, 2},
+		{0, 0, 10, 0},
+		{math.MaxUint64, 1, math.MaxUint64, math.MaxUint64},
+		{math.MaxUint64, 0, math.MaxUint64, math.MaxUint64},
 		{4, 6, 10, 10},
 		{4, 5, 10, 9},
 		{10, 0, 10, 10},
