@@ -221,3 +221,29 @@ func TestTieOrderIsPinned(t *testing.T) {
 		t.Error("a sum with zero terms")
 	}
 }
+
+// Round robin and random ignore the stale penalty: under penalize a stale
+// lane takes its turn and its share.
+func TestRoundRobinAndRandomIgnoreThePenalty(t *testing.T) {
+	stale := cand(0, "a", 0, served(0))
+	stale.Stale = true
+	cs := []Candidate{cand(2, "c", 0, served(0)), stale, cand(1, "b", 0, served(0))}
+	rr := New(Config{Policy: RoundRobin, Stale: StalePenalize})
+	var got []int
+	for range 4 {
+		got = append(got, route(t, rr, Request{Blocks: 1, BlockSize: 1}, cs...).Chosen().Lane)
+	}
+	if !equal(got, []int{0, 1, 2, 0}) {
+		t.Errorf("round robin under penalize: %v", got)
+	}
+	rnd := New(Config{Policy: Random, Stale: StalePenalize})
+	n := 0
+	for k := uint64(1); k <= 3000; k++ {
+		if route(t, rnd, Request{Blocks: 1, BlockSize: 1, Key: k}, cs...).Chosen().Lane == 0 {
+			n++
+		}
+	}
+	if n < 800 || n > 1200 {
+		t.Errorf("random under penalize: the stale lane won %d of 3000", n)
+	}
+}

@@ -438,8 +438,8 @@ func (r *Router) Route(req Request, cands []Candidate, out *Decision) {
 	switch {
 	case pol == SGLang:
 		preferCache(rk, input)
-	case pol == Cost && r.cfg.AffinityMargin > 0:
-		preferAffinity(rk, r.cfg.AffinityMargin)
+	case pol == Cost:
+		preferAffinity(rk, r.cfg.AffinityMargin) // a negative margin never moves a lane
 	}
 	if pol == Cost && r.cfg.Temperature > 0 {
 		out.Best = sample(rk, r.cfg.Temperature, mix(key^0xa0761d6478bd642f))
