@@ -285,6 +285,7 @@ func (k *kvLane) ServingLoad(key kvrelay.ProducerKey, seq uint64, l client.Servi
 	if l.Complete {
 		p.flags, outcome = wire.LoadPrefill|wire.LoadDecode, "accepted"
 		p.serving = wire.ServingLoad{ActivePrefillTokens: l.ActivePrefillTokens, ActiveDecodeBlocks: l.ActiveDecodeBlocks}
+		p.workers = l.Workers
 	}
 	r.svc.loads[r.lane].serving.Store(p)
 	r.svc.lm.windows.WithLabelValues(strconv.Itoa(r.lane), r.dc, loadSourceKvRelayServing, outcome).Inc()

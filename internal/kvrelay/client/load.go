@@ -55,6 +55,9 @@ type ServingLoad struct {
 	Complete            bool
 	ActivePrefillTokens uint64
 	ActiveDecodeBlocks  uint64
+	// Workers is the pool's live workers (deployment.live_workers; 0:
+	// unknown), the router's drain rate of the pool's queue.
+	Workers uint64
 }
 
 // MetricLoadWindows counts load windows {source, stream=kv|serving,
@@ -249,9 +252,10 @@ func (f *Follower) servingLoadStream(ctx context.Context, rc kvrelayv1.KvEventRe
 			tk := lv.GetTokens()
 			// An unknown status is unsupported (neutral), not malformed.
 			if lv.GetStatus() == kvrelayv1.DataStatus_DATA_STATUS_COMPLETE && tk != nil && tk.ActivePrefillTokens != nil && tk.ActiveDecodeBlocks != nil {
-				l = ServingLoad{Complete: true, ActivePrefillTokens: tk.GetActivePrefillTokens(), ActiveDecodeBlocks: tk.GetActiveDecodeBlocks()}
+				l = ServingLoad{Complete: true, ActivePrefillTokens: tk.GetActivePrefillTokens(), ActiveDecodeBlocks: tk.GetActiveDecodeBlocks(),
+					Workers: pools[i].GetDeployment().GetLiveWorkers()}
 			}
-			if l.ActivePrefillTokens > wire.MaxLoadTokens || l.ActiveDecodeBlocks > wire.MaxLoadBlocks {
+			if l.ActivePrefillTokens > wire.MaxLoadTokens || l.ActiveDecodeBlocks > wire.MaxLoadBlocks || l.Workers > wire.MaxLoadWorkers {
 				l, outcome = ServingLoad{}, outcomeOutOfRange
 			}
 		}

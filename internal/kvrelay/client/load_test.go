@@ -71,7 +71,7 @@ func TestFollowerHandsOverOnlyCompleteLoad(t *testing.T) {
 		&server.ServingLoad{ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now()})
 	waitLoad(t, rec, "complete load", func(kv client.KvLoad, sv client.ServingLoad) bool {
 		return kv == client.KvLoad{Complete: true, UsedBlocks: 30, TotalBlocks: 100} &&
-			sv == client.ServingLoad{Complete: true, ActivePrefillTokens: 900, ActiveDecodeBlocks: 12}
+			sv == client.ServingLoad{Complete: true, ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2}
 	})
 	for name, l := range map[string]server.PoolLoad{
 		"a rank missing":   {UsedBlocks: 30, TotalBlocks: 100, ObservedRanks: 1, ExpectedRanks: 2},
@@ -88,6 +88,7 @@ func TestFollowerHandsOverOnlyCompleteLoad(t *testing.T) {
 	for name, sl := range map[string]server.ServingLoad{
 		"prefill past the bound": {ActivePrefillTokens: wire.MaxLoadTokens + 1, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now()},
 		"decode past the bound":  {ActivePrefillTokens: 900, ActiveDecodeBlocks: 1<<64 - 1, Workers: 2, SourceTime: time.Now()},
+		"workers past the bound": {ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: wire.MaxLoadWorkers + 1, SourceTime: time.Now()},
 	} {
 		pub.setLoad(server.PoolLoad{UsedBlocks: 30, TotalBlocks: 100, ObservedRanks: 2, ExpectedRanks: 2}, &server.ServingLoad{ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now()})
 		waitLoad(t, rec, name+": complete first", func(kv client.KvLoad, sv client.ServingLoad) bool { return kv.Complete && sv.Complete })
