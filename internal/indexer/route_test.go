@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -153,5 +154,20 @@ func TestRequestKeyAlikeForLocalsAndSeqs(t *testing.T) {
 	}
 	if c := requestKey(&api.Query{Locals: locals[:3]}); c == a {
 		t.Fatal("a shorter prompt has the same key")
+	}
+}
+
+// A route configuration with a DC's queue rate that is not a positive,
+// finite rate is refused, naming the field.
+func TestRouteConfigRefusesABadQueueRate(t *testing.T) {
+	for _, r := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		c := RouteConfig{Policy: route.Config{QueueTokensPerSec: map[string]float64{"dc-a": r}}}
+		var ie *Error
+		if err := c.validate(); !errors.As(err, &ie) || ie.Field != "route.queue_rate" {
+			t.Errorf("queue rate %v: %v", r, err)
+		}
+	}
+	if err := (RouteConfig{Policy: route.Config{QueueTokensPerSec: map[string]float64{"dc-a": 80000}}}).validate(); err != nil {
+		t.Errorf("a positive queue rate: %v", err)
 	}
 }
