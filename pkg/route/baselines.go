@@ -40,17 +40,15 @@ func (s *signals) set(i int, v float64) {
 func (r *Router) signalsOf(l *LoadReport) signals {
 	var s signals
 	per := r.cfg.WaitingRequestTokens
-	switch {
-	case l.HasPrefill:
+	if l.HasPrefill {
 		s.set(sigQueued, float64(l.ActivePrefillTokens))
-	case l.HasRequests:
+	} else if l.HasRequests {
 		s.set(sigQueued, float64(l.Waiting)*per)
 	}
-	switch {
-	case l.HasRequests:
+	if l.HasRequests {
 		s.set(sigWaiting, float64(l.Waiting))
 		s.set(sigRequests, float64(l.Running)+float64(l.Waiting))
-	case l.HasPrefill:
+	} else if l.HasPrefill {
 		s.set(sigWaiting, float64(l.ActivePrefillTokens)/per)
 		s.set(sigRequests, float64(l.ActivePrefillTokens)/per)
 	}

@@ -435,10 +435,10 @@ func (r *Router) Route(req Request, cands []Candidate, out *Decision) {
 		return
 	}
 	out.Best = 0
-	switch {
-	case pol == SGLang:
+	if pol == SGLang {
 		preferCache(rk, input)
-	case pol == Cost:
+	}
+	if pol == Cost {
 		preferAffinity(rk, r.cfg.AffinityMargin) // a negative margin never moves a lane
 	}
 	if pol == Cost && r.cfg.Temperature > 0 {
@@ -448,12 +448,13 @@ func (r *Router) Route(req Request, cands []Candidate, out *Decision) {
 
 // rtt is the candidate's RTT, false when none is given or configured.
 func (r *Router) rtt(c *Candidate) (time.Duration, bool) {
-	switch v, ok := r.cfg.RTT[c.DC]; {
-	case c.RTTKnown:
+	if c.RTTKnown {
 		return clampTerm(c.RTT), true
-	case ok:
+	}
+	if v, ok := r.cfg.RTT[c.DC]; ok {
 		return clampTerm(v), true
-	case r.cfg.DefaultRTT > 0:
+	}
+	if r.cfg.DefaultRTT > 0 {
 		return min(r.cfg.DefaultRTT, MaxTerm), true
 	}
 	return 0, false
@@ -564,10 +565,10 @@ func less(a, b *Scored, pol Policy) bool {
 // order is whether x sorts before y by ascending value, and whether they
 // differ at all.
 func order[T int | float64 | time.Duration](x, y T) (before, differ bool) {
-	switch {
-	case x < y:
+	if x < y {
 		return true, true
-	case x > y:
+	}
+	if x > y {
 		return false, true
 	}
 	return false, false
