@@ -3,6 +3,7 @@ package route
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -383,30 +384,34 @@ func TestTieBreakAndTemperature(t *testing.T) {
 		t.Errorf("key 0: only lanes %v chosen", seen)
 	}
 
-	// Lane 1 costs 10 ms more: with temperature 10 ms it should win e^-1
-	// as often as lane 0; without temperature, never (the affinity rule is
-	// off, or it would keep the tie-break's choice within its margin).
-	// Both are 50 ms away, so the softmax must be taken relative to the
-	// cheapest cost, not to zero.
-	near := []Candidate{cand(0, "a", 0, served(0)), cand(1, "b", 0, served(100))}
-	rtt := map[string]time.Duration{"a": 50 * time.Millisecond, "b": 50 * time.Millisecond}
+	// Lanes 1 and 2 cost 10 and 20 ms more: with temperature 10 ms they
+	// should win e^-1 and e^-2 as often as lane 0; without temperature,
+	// never (the affinity rule is off, or it would keep the tie-break's
+	// choice within its margin). All are 50 ms away, so the softmax must be
+	// taken relative to the cheapest cost, not to zero; three lanes tell
+	// the draw's walk over the weights from the total's.
+	near := []Candidate{cand(0, "a", 0, served(0)), cand(1, "b", 0, served(100)), cand(2, "c", 0, served(200))}
+	rtt := map[string]time.Duration{"a": 50 * time.Millisecond, "b": 50 * time.Millisecond, "c": 50 * time.Millisecond}
 	cold := New(Config{DefaultPrefillTokensPerSec: 10000, AffinityMargin: -1, RTT: rtt})
 	warm := New(Config{DefaultPrefillTokensPerSec: 10000, AffinityMargin: -1, RTT: rtt, Temperature: 10 * time.Millisecond})
-	var coldWins, warmWins int
-	const n = 20000
+	var coldWins int
+	warmWins := map[int]int{}
+	const n = 30000
 	for k := uint64(1); k <= n; k++ {
 		req := Request{Blocks: 1, BlockSize: 1, Key: k}
-		if route(t, cold, req, near...).Chosen().Lane == 1 {
+		if route(t, cold, req, near...).Chosen().Lane != 0 {
 			coldWins++
 		}
-		d := route(t, warm, req, near...)
-		if d.Chosen().Lane == 1 {
-			warmWins++
-		}
+		warmWins[route(t, warm, req, near...).Chosen().Lane]++
 	}
-	want := n * 0.36788 / 1.36788 // e^-1 / (1 + e^-1)
-	if coldWins != 0 || float64(warmWins) < want*0.93 || float64(warmWins) > want*1.07 {
-		t.Fatalf("lane 1 won %d (cold) and %d (warm) of %d; want 0 and about %.0f", coldWins, warmWins, n, want)
+	if coldWins != 0 {
+		t.Fatalf("without temperature, lanes 1 and 2 won %d of %d", coldWins, n)
+	}
+	z := 1 + math.Exp(-1) + math.Exp(-2)
+	for lane, w := range []float64{1 / z, math.Exp(-1) / z, math.Exp(-2) / z} {
+		if got, want := float64(warmWins[lane]), n*w; got < want*0.93 || got > want*1.07 {
+			t.Errorf("lane %d won %v of %d; want about %.0f", lane, got, n, want)
+		}
 	}
 }
 
