@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"time"
 
@@ -88,7 +89,11 @@ func (b *Bridge) scrapeWorker(ctx context.Context, worker uint64, urls []string)
 	for _, u := range urls {
 		l, err := enginemetrics.Scrape(ctx, b.cfg.HTTPClient, u, b.cfg.BlockSize)
 		if err != nil {
-			b.m.loadScrapes.WithLabelValues("error").Inc()
+			outcome := "error"
+			if errors.Is(err, enginemetrics.ErrOutOfRange) {
+				outcome = "out_of_range" // an engine serving absurd load: refused, not read as idle
+			}
+			b.m.loadScrapes.WithLabelValues(outcome).Inc()
 			if ctx.Err() == nil {
 				b.log.Debug().Err(err).Uint64("worker_id", worker).Str("url", u).Msg("engine metrics scrape failed")
 			}

@@ -107,3 +107,28 @@ func TestEngineSpecTakesAMetricsEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// An engine whose metrics hold a value no engine can have (here a waiting
+// count that underflowed) is not reported, and the scrape is counted as
+// out of range, apart from failed scrapes.
+func TestBridgeRefusesAnEnginesOutOfRangeLoad(t *testing.T) {
+	bad := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("vllm:num_requests_running 2\nvllm:num_requests_waiting 1.8446744073709552e+19\n"))
+	}))
+	t.Cleanup(bad.Close)
+	srv := testenv.StartServer(t)
+	br, err := New(Config{Domain: "d", DC: "dc-a", BlockSize: 16, Engines: []EngineSpec{
+		{WorkerID: 7, Pub: "tcp://127.0.0.1:1", Metrics: bad.URL + "/metrics"}}}, srv.JetStream(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep, ok := br.scrapeWorker(context.Background(), 7, []string{bad.URL + "/metrics"}); ok {
+		t.Fatalf("reported %+v", rep)
+	}
+	for outcome, want := range map[string]float64{"out_of_range": 1, "error": 0, "ok": 0} {
+		var m dto.Metric
+		if err := br.m.loadScrapes.WithLabelValues(outcome).Write(&m); err != nil || m.GetCounter().GetValue() != want {
+			t.Errorf("scrapes %s = %v, want %v", outcome, m.GetCounter().GetValue(), want)
+		}
+	}
+}

@@ -79,7 +79,7 @@ func newBridgeMetrics(reg prometheus.Registerer) (*bridgeMetrics, error) {
 		clears:        counterVec("ckf_bridge_worker_clears_total", "Worker clears the bridge published, by reason.", "reason"),
 		reconnects:    counter("ckf_bridge_reconnects_total", "ZMQ (re)connection attempts after a failure."),
 		checkpoints:   counterVec("ckf_bridge_checkpoints_total", "Per-engine resume checkpoints, by outcome.", "outcome"),
-		loadScrapes:   counterVec("ckf_bridge_load_scrapes_total", "Scrapes of the engines' metrics endpoints, by outcome (ok, error).", "outcome"),
+		loadScrapes:   counterVec("ckf_bridge_load_scrapes_total", "Scrapes of the engines' metrics endpoints, by outcome (ok, error, out_of_range: a value no engine can have, refused).", "outcome"),
 		loadReports: prometheus.NewCounter(prometheus.CounterOpts{Name: "ckf_bridge_load_reports_total",
 			Help: "Worker load reports published for the relay (one per worker whose every engine was scraped)."}),
 		connected: gaugeVec("ckf_bridge_engine_connected", "1 while the engine's live socket is connected.", "worker_id", "endpoint"),

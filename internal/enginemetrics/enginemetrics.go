@@ -37,17 +37,32 @@ type Load struct {
 }
 
 // Add sums o into l; a value is known in the sum only if it is in both.
+// The sums saturate at the wire's bounds.
 func (l *Load) Add(o Load) {
 	l.Flags &= o.Flags
-	l.Running += o.Running
-	l.Waiting += o.Waiting
-	l.ActiveDecode += o.ActiveDecode
-	l.CapacityBlocks += o.CapacityBlocks
+	l.Running = wire.AddLoad(l.Running, o.Running, wire.MaxLoadRequests)
+	l.Waiting = wire.AddLoad(l.Waiting, o.Waiting, wire.MaxLoadRequests)
+	l.ActiveDecode = wire.AddLoad(l.ActiveDecode, o.ActiveDecode, wire.MaxLoadBlocks)
+	l.CapacityBlocks = wire.AddLoad(l.CapacityBlocks, o.CapacityBlocks, wire.MaxLoadBlocks)
 }
 
 // ErrNoLoad: the exposition holds none of the series this package reads
 // (not a vLLM or SGLang endpoint).
 var ErrNoLoad = errors.New("enginemetrics: no engine load series")
+
+// ErrOutOfRange: a series this package reads holds a value no engine can
+// have (negative, NaN, infinite, or past the wire's bound, as from a
+// counter that underflowed). The scrape is refused: read as 0 it would
+// make the engine look idle, read as huge it would shut it out.
+var ErrOutOfRange = errors.New("enginemetrics: load value out of range")
+
+// bounded checks a count read from a series: a finite value in [0, bound].
+func bounded(name string, v float64, bound uint64) error {
+	if !(v >= 0 && v <= float64(bound)) {
+		return fmt.Errorf("%w: %s = %v (want 0..%d)", ErrOutOfRange, name, v, bound)
+	}
+	return nil
+}
 
 // MaxExpositionBytes bounds one scrape's body.
 const MaxExpositionBytes = 8 << 20
@@ -85,21 +100,34 @@ func Parse(r io.Reader, blockSize int) (Load, error) {
 	running, okR := sum("vllm:num_requests_running", "sglang:num_running_reqs")
 	waiting, okW := sum("vllm:num_requests_waiting", "sglang:num_queue_reqs")
 	if okR && okW {
+		if err := errors.Join(bounded("running", running, wire.MaxLoadRequests), bounded("waiting", waiting, wire.MaxLoadRequests)); err != nil {
+			return Load{}, err
+		}
 		l.Flags |= wire.LoadRequests
 		l.Running, l.Waiting = count(running), count(waiting)
 	}
 	capacity, okC := vllmBlocks(fams["vllm:cache_config_info"])
 	if !okC && blockSize > 0 {
 		if tokens, ok := sum("sglang:max_total_num_tokens"); ok && tokens > 0 {
+			if err := bounded("max_total_num_tokens", tokens/float64(blockSize), wire.MaxLoadBlocks); err != nil {
+				return Load{}, err
+			}
 			capacity, okC = count(tokens)/uint64(blockSize), true
 		}
+	}
+	if okC && capacity > wire.MaxLoadBlocks {
+		return Load{}, fmt.Errorf("%w: num_gpu_blocks = %d (want 0..%d)", ErrOutOfRange, capacity, wire.MaxLoadBlocks)
 	}
 	if okC && capacity > 0 {
 		l.Flags |= wire.LoadKV
 		l.CapacityBlocks = capacity
 		if usage, ok := mean("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "sglang:token_usage"); ok {
+			// A usage a little above 1 is rounding; NaN or a negative one is not.
+			if !(usage >= 0) || math.IsInf(usage, 1) {
+				return Load{}, fmt.Errorf("%w: KV usage = %v", ErrOutOfRange, usage)
+			}
 			l.Flags |= wire.LoadDecode
-			l.ActiveDecode = count(math.Min(math.Max(usage, 0), 1) * float64(capacity))
+			l.ActiveDecode = count(min(usage, 1) * float64(capacity))
 		}
 	}
 	if l.Flags == 0 && !okR && !okW {
@@ -123,7 +151,7 @@ func vllmBlocks(f *dto.MetricFamily) (uint64, bool) {
 				if err != nil {
 					return 0, false // "None": not known yet
 				}
-				n += v
+				n = wire.AddLoad(n, v, wire.MaxLoadBlocks+1) // past the bound: refused by Parse
 				found = true
 			}
 		}

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -104,4 +105,49 @@ func FuzzParse(f *testing.F) {
 			t.Fatalf("more blocks in use than capacity: %+v", l)
 		}
 	})
+}
+
+// A value no engine can have (an underflowed counter, NaN, a negative
+// gauge, a capacity past the wire's bound) refuses the scrape rather than
+// reading as idle or as a load that shuts the engine out; values at the
+// bounds are read.
+func TestParseRefusesValuesOutOfRange(t *testing.T) {
+	reqs := func(running, waiting string) string {
+		return "vllm:num_requests_running " + running + "\nvllm:num_requests_waiting " + waiting + "\n"
+	}
+	vllmKV := func(blocks, usage string) string {
+		return reqs("1", "1") + `vllm:cache_config_info{num_gpu_blocks="` + blocks + `"} 1` + "\nvllm:kv_cache_usage_perc " + usage + "\n"
+	}
+	bound := strconv.FormatUint(wire.MaxLoadRequests, 10)
+	for name, in := range map[string]string{
+		"negative waiting":          reqs("3", "-1"),
+		"NaN running":               reqs("NaN", "0"),
+		"infinite waiting":          reqs("1", "+Inf"),
+		"underflowed running":       reqs("1.8446744073709552e+19", "0"),
+		"running past the bound":    reqs(strconv.FormatUint(wire.MaxLoadRequests+1024, 10), "0"),
+		"capacity past the bound":   vllmKV(strconv.FormatUint(wire.MaxLoadBlocks+1, 10), "0.5"),
+		"NaN usage":                 vllmKV("100", "NaN"),
+		"negative usage":            vllmKV("100", "-0.5"),
+		"infinite usage":            vllmKV("100", "+Inf"),
+		"sglang capacity too large": "sglang:num_running_reqs 1\nsglang:num_queue_reqs 1\nsglang:max_total_num_tokens 1e30\n",
+	} {
+		if _, err := Parse(strings.NewReader(in), 16); !errors.Is(err, ErrOutOfRange) {
+			t.Errorf("%s: %v, want ErrOutOfRange", name, err)
+		}
+	}
+	l, err := Parse(strings.NewReader(reqs(bound, "0")+`vllm:cache_config_info{num_gpu_blocks="`+strconv.FormatUint(wire.MaxLoadBlocks, 10)+`"} 1`+"\nvllm:kv_cache_usage_perc 1.0000001\n"), 16)
+	if err != nil || l.Running != wire.MaxLoadRequests || l.CapacityBlocks != wire.MaxLoadBlocks || l.ActiveDecode != wire.MaxLoadBlocks {
+		t.Fatalf("at the bounds: %+v %v", l, err)
+	}
+	// Two cores at the bound: the sum saturates at it.
+	two := `vllm:cache_config_info{engine="0",num_gpu_blocks="` + strconv.FormatUint(wire.MaxLoadBlocks, 10) + `"} 1` + "\n" +
+		`vllm:cache_config_info{engine="1",num_gpu_blocks="` + strconv.FormatUint(wire.MaxLoadBlocks, 10) + `"} 1` + "\n"
+	if _, err := Parse(strings.NewReader(reqs("0", "0")+two), 16); !errors.Is(err, ErrOutOfRange) {
+		t.Errorf("two cores past the bound together: %v", err)
+	}
+	sum := Load{Flags: wire.LoadRequests, Running: wire.MaxLoadRequests - 1, Waiting: 3, ActiveDecode: wire.MaxLoadBlocks, CapacityBlocks: 5}
+	sum.Add(Load{Flags: wire.LoadRequests, Running: 7, Waiting: 4, ActiveDecode: 1, CapacityBlocks: 6})
+	if sum.Running != wire.MaxLoadRequests || sum.Waiting != 7 || sum.ActiveDecode != wire.MaxLoadBlocks || sum.CapacityBlocks != 11 {
+		t.Errorf("Add does not saturate: %+v", sum)
+	}
 }

@@ -74,7 +74,8 @@ func TestLoadReachesTheIndexerOverNATSAndKvRelay(t *testing.T) {
 		now := time.Now()
 		n, k := s.LaneLoad(natsLane, now), s.LaneLoad(kvLane, now)
 		return n.Flags.Has(wire.LoadServing) && n.Serving == (wire.ServingLoad{Running: 2, Waiting: 3, ActivePrefillTokens: 700, ActiveDecodeBlocks: 40}) &&
-			k.Flags&wire.LoadServing == wire.LoadPrefill|wire.LoadDecode && k.Serving == (wire.ServingLoad{ActivePrefillTokens: 700, ActiveDecodeBlocks: 40})
+			k.Flags&wire.LoadServing == wire.LoadPrefill|wire.LoadDecode && k.Serving == (wire.ServingLoad{ActivePrefillTokens: 700, ActiveDecodeBlocks: 40}) &&
+			n.ServingWorkers == 1 && k.ServingWorkers == 1 // the queue drains at one worker's rate on both
 	})
 	if n := metricCount(s.reg, MetricLoadWindows, itoa(kvLane), "source", "kvrelay_serving", "outcome", "accepted"); n == 0 {
 		t.Fatal("kvrelay serving windows not counted")

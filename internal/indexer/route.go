@@ -1,6 +1,8 @@
 package indexer
 
 import (
+	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -45,6 +47,11 @@ func (c RouteConfig) validate() error {
 			return configError("route.prefill_rate", "%s: %v tokens/s, want a positive rate", dc, r)
 		}
 	}
+	for dc, r := range c.Policy.QueueTokensPerSec {
+		if !(r > 0) || math.IsInf(r, 0) {
+			return configError("route.queue_rate", "%s: %v tokens/s, want a positive rate", dc, r)
+		}
+	}
 	for dc, d := range c.Policy.RTT {
 		if d < 0 {
 			return configError("route.rtt", "%s: negative RTT %s", dc, d)
@@ -80,19 +87,13 @@ func newRouting(c RouteConfig) *routing {
 	return r
 }
 
-// requestKey seeds the tie-break from the request's hashes, so equal DCs
-// split requests apart while one prompt keeps its DC among them. It folds
-// the sequence hashes, chaining them from the local ones when that is what
-// the request carries, so a prompt sent as local or as sequence hashes gets
-// the same key on every transport (the cost policy's prefix affinity picks
-// among equal-depth DCs by it).
+// requestKey is route.KeyHash over the request's sequence hashes, chained
+// from the local ones when that is what the request carries, so a prompt
+// sent as local or as sequence hashes gets the same key on every transport
+// and in the simulator (the cost policy's prefix affinity picks among
+// equal-depth DCs by it).
 func requestKey(q *api.Query) uint64 {
-	h := uint64(0x9e3779b97f4a7c15) ^ uint64(q.Blocks())
-	step := func(v uint64) {
-		h ^= v
-		h *= 0xbf58476d1ce4e5b9
-		h ^= h >> 31
-	}
+	k := route.NewKeyHash(q.Blocks())
 	var seq ckf.SequenceHash
 	for i, l := range q.Locals {
 		if i == 0 {
@@ -100,12 +101,12 @@ func requestKey(q *api.Query) uint64 {
 		} else {
 			seq = ckf.NextSequenceHash(seq, l)
 		}
-		step(uint64(seq))
+		k.Add(uint64(seq))
 	}
 	for _, s := range q.Seqs {
-		step(uint64(s))
+		k.Add(uint64(s))
 	}
-	return h
+	return k.Sum()
 }
 
 // Route ranks every configured lane for q under o: the lanes ready when
@@ -134,6 +135,20 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		}
 		mode = m
 	}
+	labels := s.labels.Load()
+	for dc := range o.RTTMs {
+		if !namesDC(labels, dc) {
+			return api.RouteResponse{}, &api.RequestError{Field: "rtt_ms", Reason: fmt.Sprintf("%q names no DC of the domain", dc)}
+		}
+	}
+	bs := q.BlockSize
+	if bs == 0 {
+		bs = rt.blockSize
+	}
+	if o.InputTokens > 0 && o.InputTokens < q.Blocks()*bs {
+		return api.RouteResponse{}, &api.RequestError{Field: "input_tokens",
+			Reason: fmt.Sprintf("%d is fewer than the %d blocks × %d tokens sent", o.InputTokens, q.Blocks(), bs)}
+	}
 	var res consumer.QueryResult
 	if err := s.find(q, &res, "route"); err != nil {
 		return api.RouteResponse{}, err
@@ -144,7 +159,6 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 			depth[l.Lane] = l.Depth
 		}
 	}
-	labels := s.labels.Load()
 	now := s.now()
 	var buf [ckf.LaneCount]route.Candidate
 	var ages [ckf.LaneCount]int64
@@ -167,10 +181,6 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		c.PrefillTokensPerSec = rt.prefill[lbl.dc]
 		cands = append(cands, c)
 	}
-	bs := q.BlockSize
-	if bs == 0 {
-		bs = rt.blockSize
-	}
 	req := route.Request{Blocks: q.Blocks(), BlockSize: bs, InputTokens: o.InputTokens, OutputTokens: o.OutputTokens,
 		Policy: pol, Key: requestKey(&q)}
 	dec := rt.decisions.Get().(*route.Decision)
@@ -191,7 +201,7 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		*rl = api.RouteLane{Lane: sd.Lane, DC: sd.DC, Pool: sd.Pool, Depth: depth[sd.Lane], Ready: sd.Ready,
 			AgeMs: ages[sd.Lane], Stale: sd.Stale, CachedTokens: sd.CachedTokens, CostMs: ms(sd.Cost),
 			Terms:       api.RouteTerms{RTTMs: ms(sd.Terms.RTT), QueueMs: ms(sd.Terms.Queue), PrefillMs: ms(sd.Terms.Prefill), PenaltyMs: ms(sd.Terms.Penalty)},
-			LoadMissing: sd.LoadMissing, Excluded: sd.Excluded, Reason: sd.Reason}
+			LoadMissing: sd.LoadMissing, RTTUnknown: sd.RTTUnknown, Excluded: sd.Excluded, Reason: sd.Reason}
 		if !sd.Ready {
 			rl.Depth = 0
 		}
@@ -205,6 +215,16 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		}
 	}
 	return resp, nil
+}
+
+// namesDC reports whether a configured lane belongs to DC dc.
+func namesDC(labels *[ckf.LaneCount]laneLabel, dc string) bool {
+	for i := range labels {
+		if labels[i].dc == dc {
+			return true
+		}
+	}
+	return false
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -224,6 +244,9 @@ func loadReport(l *Load) route.LoadReport {
 	}
 	if l.Flags.Has(wire.LoadDecode) {
 		r.HasDecode, r.ActiveDecodeBlocks = true, l.Serving.ActiveDecodeBlocks
+	}
+	if l.Flags&wire.LoadServing != 0 {
+		r.Workers = l.ServingWorkers
 	}
 	return r
 }

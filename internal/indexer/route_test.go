@@ -2,6 +2,7 @@ package indexer
 
 import (
 	"errors"
+	"math"
 	"testing"
 	"time"
 
@@ -54,15 +55,16 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	}
 	la, lb := laneOf(t, resp, "dc-a"), laneOf(t, resp, "dc-b")
 	// dc-b: 2 of 8 blocks cached (32 of 200 tokens); 168 tokens at 5,000/s
-	// = 33.6 ms; queue 2,000 tokens at its rate = 400 ms; RTT 5 ms.
-	if lb.Depth != 2 || lb.CachedTokens != 32 || lb.Terms.RTTMs != 5 || lb.Terms.PrefillMs != 33.6 || lb.Terms.QueueMs != 400 ||
+	// = 33.6 ms; queue 2,000 tokens at its 2 workers × 5,000/s = 200 ms;
+	// RTT 5 ms.
+	if lb.Depth != 2 || lb.CachedTokens != 32 || lb.Terms.RTTMs != 5 || lb.Terms.PrefillMs != 33.6 || lb.Terms.QueueMs != 200 ||
 		lb.LoadMissing || !lb.Load.HasPrefill || lb.Load.ActivePrefillTokens != 2000 {
 		t.Fatalf("dc-b %+v", lb)
 	}
 	// dc-a: all 8 blocks (128 tokens) cached, 72 tokens at the default
 	// 10,000/s = 7.2 ms; no load: the worst known queue + 100 ms.
 	if la.Depth != 8 || la.CachedTokens != 128 || la.Terms.RTTMs != 80 || la.Terms.PrefillMs != 7.2 ||
-		!la.LoadMissing || la.Terms.QueueMs != 500 || la.Load.Known() {
+		!la.LoadMissing || la.Terms.QueueMs != 300 || la.Load.Known() || la.RTTUnknown || lb.RTTUnknown {
 		t.Fatalf("dc-a %+v", la)
 	}
 	for _, l := range resp.Ranked {
@@ -77,6 +79,18 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	resp, err = s.Route(api.Query{Locals: w.chains[0]}, api.RouteOptions{InputTokens: 200, RTTMs: map[string]float64{"dc-b": 1000}})
 	if err != nil || resp.Chosen().DC != "dc-a" || laneOf(t, resp, "dc-b").Terms.RTTMs != 1000 {
 		t.Fatalf("override: %+v %v", resp, err)
+	}
+	// An rtt_ms key naming no DC of the domain, and input_tokens below the
+	// blocks sent (8 × 16), are refused, not ignored.
+	var re *api.RequestError
+	if _, err = s.Route(api.Query{Locals: w.chains[0]}, api.RouteOptions{RTTMs: map[string]float64{"dc-b": 1, "dc-x": 1}}); !errors.As(err, &re) || re.Field != "rtt_ms" {
+		t.Fatalf("rtt_ms naming no DC: %v", err)
+	}
+	if _, err = s.Route(api.Query{Locals: w.chains[0]}, api.RouteOptions{InputTokens: 127}); !errors.As(err, &re) || re.Field != "input_tokens" {
+		t.Fatalf("input_tokens below the blocks: %v", err)
+	}
+	if _, err = s.Route(api.Query{Locals: w.chains[0]}, api.RouteOptions{InputTokens: 128}); err != nil {
+		t.Fatalf("input_tokens of exactly the blocks: %v", err)
 	}
 	resp, err = s.Route(api.Query{Locals: w.chains[0]}, api.RouteOptions{Policy: "prefix"})
 	if err != nil || resp.Policy != "prefix" || resp.Chosen().DC != "dc-a" {
@@ -140,5 +154,20 @@ func TestRequestKeyAlikeForLocalsAndSeqs(t *testing.T) {
 	}
 	if c := requestKey(&api.Query{Locals: locals[:3]}); c == a {
 		t.Fatal("a shorter prompt has the same key")
+	}
+}
+
+// A route configuration with a DC's queue rate that is not a positive,
+// finite rate is refused, naming the field.
+func TestRouteConfigRefusesABadQueueRate(t *testing.T) {
+	for _, r := range []float64{0, -1, math.NaN(), math.Inf(1)} {
+		c := RouteConfig{Policy: route.Config{QueueTokensPerSec: map[string]float64{"dc-a": r}}}
+		var ie *Error
+		if err := c.validate(); !errors.As(err, &ie) || ie.Field != "route.queue_rate" {
+			t.Errorf("queue rate %v: %v", r, err)
+		}
+	}
+	if err := (RouteConfig{Policy: route.Config{QueueTokensPerSec: map[string]float64{"dc-a": 80000}}}).validate(); err != nil {
+		t.Errorf("a positive queue rate: %v", err)
 	}
 }

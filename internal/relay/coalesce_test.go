@@ -257,7 +257,6 @@ type twoLaneConsumer struct {
 	lease0  ckf.LaneLease
 	id1     ckf.ProducerIdentity
 	lease1  ckf.LaneLease
-	refSeq  uint64
 	scratch consumer.QueryScratch
 	out     consumer.QueryResult
 }

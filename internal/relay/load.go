@@ -92,11 +92,14 @@ func (w *workerLoads) aggregate(now time.Time, fresh time.Duration, members map[
 			a.flags &^= wire.LoadServing
 		}
 		a.flags &= r.rep.Flags
-		a.serving.Running += r.rep.Serving.Running
-		a.serving.Waiting += r.rep.Serving.Waiting
-		a.serving.ActivePrefillTokens += r.rep.Serving.ActivePrefillTokens
-		a.serving.ActiveDecodeBlocks += r.rep.Serving.ActiveDecodeBlocks
-		a.capacity += r.rep.KVCapacityBlocks
+		// The sums saturate at the wire's bounds: the window stays valid and
+		// a pool past them reads as loaded as a pool can be, never wrapped
+		// to idle.
+		a.serving.Running = wire.AddLoad(a.serving.Running, r.rep.Serving.Running, wire.MaxLoadRequests)
+		a.serving.Waiting = wire.AddLoad(a.serving.Waiting, r.rep.Serving.Waiting, wire.MaxLoadRequests)
+		a.serving.ActivePrefillTokens = wire.AddLoad(a.serving.ActivePrefillTokens, r.rep.Serving.ActivePrefillTokens, wire.MaxLoadTokens)
+		a.serving.ActiveDecodeBlocks = wire.AddLoad(a.serving.ActiveDecodeBlocks, r.rep.Serving.ActiveDecodeBlocks, wire.MaxLoadBlocks)
+		a.capacity = wire.AddLoad(a.capacity, r.rep.KVCapacityBlocks, wire.MaxLoadBlocks)
 		if a.oldest.IsZero() || r.rep.Time.Before(a.oldest) {
 			a.oldest = r.rep.Time
 		}
@@ -104,7 +107,7 @@ func (w *workerLoads) aggregate(now time.Time, fresh time.Duration, members map[
 	if !a.flags.Has(wire.LoadKV) {
 		a.capacity = 0
 	}
-	a.workers = uint64(len(w.m))
+	a.workers = min(uint64(len(w.m)), wire.MaxLoadWorkers)
 	a.flags &= wire.LoadServing
 	if a.flags == 0 {
 		a.serving, a.workers, a.oldest = wire.ServingLoad{}, 0, time.Time{}
@@ -160,19 +163,19 @@ func (e *epochRun) buildLoad(now time.Time) wire.PoolLoad {
 	var used uint64
 	for _, mc := range e.state.MemberCounts() {
 		members[mc.Member.WorkerID] = struct{}{}
-		used += uint64(mc.Blocks)
+		used = wire.AddLoad(used, uint64(mc.Blocks), wire.MaxLoadBlocks)
 	}
 	agg := r.loads.aggregate(now, r.cfg.workerLoadFresh(), members)
 	e.loadSeq++
 	p := wire.PoolLoad{Identity: e.identity, Lease: e.wlease, WindowSequence: e.loadSeq, Time: now,
 		WindowMs: uint64(r.cfg.loadInterval().Milliseconds())}
-	capacity := r.cfg.KVCapacityBlocks
+	capacity := min(r.cfg.KVCapacityBlocks, wire.MaxLoadBlocks)
 	if capacity == 0 {
 		capacity = agg.capacity
 	}
 	if capacity > 0 {
 		p.Flags |= wire.LoadKV
-		p.KVUsedBlocks, p.KVCapacityBlocks, p.KVWorkers = used, capacity, uint64(len(members))
+		p.KVUsedBlocks, p.KVCapacityBlocks, p.KVWorkers = used, capacity, min(uint64(len(members)), wire.MaxLoadWorkers)
 	}
 	if agg.flags != 0 {
 		p.Flags |= agg.flags

@@ -36,3 +36,23 @@ func TestServingLoadNeedsAFreshReportFromEveryKnownWorker(t *testing.T) {
 		t.Fatalf("worker 1 forgotten: %+v", a)
 	}
 }
+
+// The pool's sums saturate at the wire's bounds, so a pool of workers each
+// at its bound gives a window within them (one the wire accepts), loaded to
+// the bound, never wrapped to a small value.
+func TestServingLoadSumsSaturateAtTheWireBounds(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	var w workerLoads
+	all := wire.LoadKV | wire.LoadServing
+	for id := uint64(1); id <= 3; id++ {
+		w.put(wire.WorkerLoad{WorkerID: id, Time: t0, Flags: all, KVCapacityBlocks: wire.MaxLoadBlocks,
+			Serving: wire.ServingLoad{Running: wire.MaxLoadRequests, Waiting: wire.MaxLoadRequests - 1,
+				ActivePrefillTokens: wire.MaxLoadTokens, ActiveDecodeBlocks: wire.MaxLoadBlocks}}, t0)
+	}
+	a := w.aggregate(t0, time.Second, nil)
+	want := wire.ServingLoad{Running: wire.MaxLoadRequests, Waiting: wire.MaxLoadRequests,
+		ActivePrefillTokens: wire.MaxLoadTokens, ActiveDecodeBlocks: wire.MaxLoadBlocks}
+	if a.serving != want || a.capacity != wire.MaxLoadBlocks || a.workers != 3 {
+		t.Fatalf("sums %+v capacity %d workers %d, want each at its bound", a.serving, a.capacity, a.workers)
+	}
+}

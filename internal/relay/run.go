@@ -42,7 +42,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
 		if res == nil {
 			var err error
-			res, coord, lane, err = r.setup(ctx)
+			res, coord, _, err = r.setup(ctx)
 			if err != nil {
 				if first && ctx.Err() == nil && isPermanentSetup(err) {
 					return err

@@ -5,11 +5,15 @@
 // # The cost
 //
 // The cost policy ranks DCs by one estimate in units of time, the time to
-// first token the request would see there, as the sum of four terms:
+// first token the request would see there, as the sum of four terms, each a
+// non-negative duration of at most MaxTerm (the sum saturates, so a load
+// report of any size can neither make a term negative nor wrap the cost):
 //
 //	RTT     the round trip from the router to the DC: the candidate's own
-//	        value (a request override), else Config.RTT[dc], else
-//	        Config.DefaultRTT.
+//	        value (a request override), else Config.RTT[dc], else a positive
+//	        Config.DefaultRTT. A DC with none is RTTUnknown and charged the
+//	        largest known RTT of the candidates, never 0; Config.MissingRTT
+//	        names such DCs so a router can refuse them at start.
 //	Queue   the time before the DC can start this prefill, from its load:
 //	          serving load with active prefill tokens:
 //	            active_prefill_tokens / queue_rate + decode_blocks × DecodeBlockTime
@@ -20,15 +24,17 @@
 //	            the candidates whose load is known, plus MissingLoadPenalty.
 //	        Missing load is never read as zero load.
 //	Prefill the tokens the DC does not hold, at its prefill rate:
-//	          max(input_tokens − depth × block_size, 0) / prefill_rate
-//	        (input_tokens defaults to blocks × block_size).
+//	          (input_tokens − depth × block_size) / prefill_rate
+//	        (input_tokens is at least blocks × block_size, its default).
 //	Penalty StalePenalty for a stale or unready lane under StalePenalize; an
 //	        unready lane's depth counts as 0.
 //
-// queue_rate is the candidate's QueueTokensPerSec (the DC's aggregate drain
-// rate), else Config.DefaultQueueTokensPerSec, else the prefill rate.
-// prefill_rate is the candidate's PrefillTokensPerSec (the speed of the one
-// worker that runs the request), else Config.DefaultPrefillTokensPerSec.
+// queue_rate, the DC's aggregate rate of draining queued prefill, is the
+// candidate's QueueTokensPerSec, else Config.QueueTokensPerSec[dc], else the
+// load report's Workers × prefill_rate, else Config.DefaultQueueTokensPerSec,
+// else prefill_rate (one worker). prefill_rate is the candidate's
+// PrefillTokensPerSec (the speed of the one worker that runs the request),
+// else Config.DefaultPrefillTokensPerSec.
 //
 // # Policies
 //
@@ -37,9 +43,15 @@
 //
 //	cost         lowest cost
 //	prefix       deepest prefix (a penalized lane after the others)
-//	load         lowest queue term, least load (a penalized lane after the others)
+//	load         lowest queue + RTT: least load, a step from the nearest DC
+//	llm-d        llm-d's weighted scorers as BLIS configures them (baselines.go)
+//	sglang       the SGLang model gateway's cache-aware policy (baselines.go)
+//	dynamo       Dynamo's KV-router cost at temperature 0 (baselines.go)
 //	round-robin  the next eligible lane, by a counter per Router
 //	random       a uniform choice, from the request key
+//
+// Under StalePenalize every policy but cost (whose sum holds the penalty),
+// round-robin and random ranks penalized lanes after the others.
 //
 // # Prefix affinity
 //
@@ -60,9 +72,11 @@
 // median and tail; 400 ms did best at every load.
 //
 // Ties are broken by a hash of the request key and the lane, so DCs that are
-// equal are not all handed the same requests. With Config.Temperature > 0
-// the cost policy samples its choice from a softmax over −cost/temperature
-// (deterministic for the request key) instead of always taking the minimum.
+// equal are not all handed the same requests. The key of a prompt is KeyOf
+// its sequence hashes (KeyHash), the same in the indexer, its replicas and
+// internal/routesim. With Config.Temperature > 0 the cost policy samples
+// its choice from a softmax over −cost/temperature (deterministic for the
+// request key) instead of always taking the minimum.
 //
 // # Contract
 //

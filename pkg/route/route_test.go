@@ -3,6 +3,7 @@ package route
 import (
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -60,7 +61,7 @@ func TestPrefillTerm(t *testing.T) {
 	r := New(Config{DefaultPrefillTokensPerSec: 1000})
 	fast := cand(1, "b", 2, served(0))
 	fast.PrefillTokensPerSec = 4000
-	d := route(t, r, Request{Blocks: 10, BlockSize: 100, InputTokens: 950},
+	d := route(t, r, Request{Blocks: 9, BlockSize: 100, InputTokens: 950},
 		cand(0, "a", 4, served(0)), fast, cand(2, "c", 12, served(0)))
 	if got, want := byLane(d, 0).Terms.Prefill, 550*time.Millisecond; got != want {
 		t.Errorf("lane 0 prefill %v, want %v (550 tokens at 1000/s)", got, want)
@@ -68,8 +69,16 @@ func TestPrefillTerm(t *testing.T) {
 	if got, want := byLane(d, 1).Terms.Prefill, 187500*time.Microsecond; got != want {
 		t.Errorf("lane 1 prefill %v, want %v (750 tokens at 4000/s)", got, want)
 	}
-	if s := byLane(d, 2); s.Terms.Prefill != 0 || s.CachedTokens != 950 {
-		t.Errorf("lane 2 holds more than the prompt: prefill %v cached %d", s.Terms.Prefill, s.CachedTokens)
+	// A depth past the request's blocks counts as the whole request: the
+	// partial last block is still to prefill.
+	if s := byLane(d, 2); s.Terms.Prefill != 50*time.Millisecond || s.CachedTokens != 900 || s.Depth != 9 {
+		t.Errorf("lane 2 holds more than the prompt: prefill %v cached %d depth %d", s.Terms.Prefill, s.CachedTokens, s.Depth)
+	}
+	// InputTokens below Blocks × BlockSize (callers refuse it) reads as the
+	// product: the prefill term is never zero for tokens the DC lacks.
+	d = route(t, r, Request{Blocks: 10, BlockSize: 100, InputTokens: 5}, cand(0, "a", 4, served(0)))
+	if got := d.Ranked[0].Terms.Prefill; got != 600*time.Millisecond {
+		t.Errorf("short input: prefill %v, want 600ms (6 uncached blocks of 100)", got)
 	}
 	// InputTokens defaults to Blocks × BlockSize.
 	d = route(t, r, Request{Blocks: 3, BlockSize: 100}, cand(0, "a", 1, served(0)))
@@ -252,6 +261,7 @@ func TestAffinityMargin(t *testing.T) {
 	}{
 		{-1, []int{0, 1}},                     // pure cost
 		{300 * time.Millisecond, []int{0, 1}}, // 345 ms > margin: cost wins
+		{345 * time.Millisecond, []int{1, 0}}, // exactly the margin: stay
 		{400 * time.Millisecond, []int{1, 0}}, // within margin: stay
 	} {
 		r := New(Config{DefaultPrefillTokensPerSec: 1000, RTT: rtt, AffinityMargin: tc.margin})
@@ -352,7 +362,7 @@ func TestRandom(t *testing.T) {
 // temperature spreads near-equal ones in proportion to the softmax.
 func TestTieBreakAndTemperature(t *testing.T) {
 	cs := []Candidate{cand(0, "a", 4, served(0)), cand(1, "b", 4, served(0)), cand(2, "c", 4, served(0)), cand(3, "d", 4, served(0))}
-	for _, pol := range []Policy{Cost, Prefix, Load} {
+	for _, pol := range []Policy{Cost, Prefix, Load, LLMD, SGLang, Dynamo} {
 		r := New(Config{})
 		counts := map[int]int{}
 		for k := uint64(1); k <= 4000; k++ {
@@ -374,27 +384,34 @@ func TestTieBreakAndTemperature(t *testing.T) {
 		t.Errorf("key 0: only lanes %v chosen", seen)
 	}
 
-	// Lane 1 costs 10 ms more: with temperature 10 ms it should win e^-1
-	// as often as lane 0; without temperature, never (the affinity rule is
-	// off, or it would keep the tie-break's choice within its margin).
-	near := []Candidate{cand(0, "a", 0, served(0)), cand(1, "b", 0, served(100))}
-	cold := New(Config{DefaultPrefillTokensPerSec: 10000, AffinityMargin: -1})
-	warm := New(Config{DefaultPrefillTokensPerSec: 10000, AffinityMargin: -1, Temperature: 10 * time.Millisecond})
-	var coldWins, warmWins int
-	const n = 20000
+	// Lanes 1 and 2 cost 10 and 20 ms more: with temperature 10 ms they
+	// should win e^-1 and e^-2 as often as lane 0; without temperature,
+	// never (the affinity rule is off, or it would keep the tie-break's
+	// choice within its margin). All are 50 ms away, so the softmax must be
+	// taken relative to the cheapest cost, not to zero; three lanes tell
+	// the draw's walk over the weights from the total's.
+	near := []Candidate{cand(0, "a", 0, served(0)), cand(1, "b", 0, served(100)), cand(2, "c", 0, served(200))}
+	rtt := map[string]time.Duration{"a": 50 * time.Millisecond, "b": 50 * time.Millisecond, "c": 50 * time.Millisecond}
+	cold := New(Config{DefaultPrefillTokensPerSec: 10000, AffinityMargin: -1, RTT: rtt})
+	warm := New(Config{DefaultPrefillTokensPerSec: 10000, AffinityMargin: -1, RTT: rtt, Temperature: 10 * time.Millisecond})
+	var coldWins int
+	warmWins := map[int]int{}
+	const n = 30000
 	for k := uint64(1); k <= n; k++ {
 		req := Request{Blocks: 1, BlockSize: 1, Key: k}
-		if route(t, cold, req, near...).Chosen().Lane == 1 {
+		if route(t, cold, req, near...).Chosen().Lane != 0 {
 			coldWins++
 		}
-		d := route(t, warm, req, near...)
-		if d.Chosen().Lane == 1 {
-			warmWins++
-		}
+		warmWins[route(t, warm, req, near...).Chosen().Lane]++
 	}
-	want := n * 0.36788 / 1.36788 // e^-1 / (1 + e^-1)
-	if coldWins != 0 || float64(warmWins) < want*0.93 || float64(warmWins) > want*1.07 {
-		t.Fatalf("lane 1 won %d (cold) and %d (warm) of %d; want 0 and about %.0f", coldWins, warmWins, n, want)
+	if coldWins != 0 {
+		t.Fatalf("without temperature, lanes 1 and 2 won %d of %d", coldWins, n)
+	}
+	z := 1 + math.Exp(-1) + math.Exp(-2)
+	for lane, w := range []float64{1 / z, math.Exp(-1) / z, math.Exp(-2) / z} {
+		if got, want := float64(warmWins[lane]), n*w; got < want*0.93 || got > want*1.07 {
+			t.Errorf("lane %d won %v of %d; want about %.0f", lane, got, n, want)
+		}
 	}
 }
 
@@ -436,7 +453,7 @@ func benchCandidates() []Candidate {
 }
 
 func BenchmarkRoute(b *testing.B) {
-	for _, pol := range []Policy{Cost, Prefix, RoundRobin} {
+	for _, pol := range []Policy{Cost, Prefix, RoundRobin, LLMD, SGLang, Dynamo} {
 		b.Run(string(pol), func(b *testing.B) {
 			r := New(Config{RTT: map[string]time.Duration{"a": time.Millisecond, "b": 2 * time.Millisecond}})
 			cs := benchCandidates()

@@ -96,6 +96,35 @@ type WorkerLoad struct {
 	Serving          ServingLoad
 }
 
+// Bounds of the load values (docs/protocol.md §6). A value above its bound
+// is malformed: it can only come from a counter that underflowed or a
+// hostile sender, and a router must never rank a DC by it. A pool's sums
+// saturate at the bounds (AddLoad), so a relay's own window never exceeds
+// them.
+const (
+	MaxLoadRequests uint64 = 1 << 32 // running, waiting
+	MaxLoadTokens   uint64 = 1 << 40 // active prefill tokens
+	MaxLoadBlocks   uint64 = 1 << 40 // KV used and capacity blocks, active decode blocks
+	MaxLoadWorkers  uint64 = 1 << 20 // KV and serving workers
+)
+
+// AddLoad is a + b saturating at limit (a load sum never wraps).
+func AddLoad(a, b, limit uint64) uint64 {
+	s := a + b
+	if s < a { // wrapped past 2^64
+		return limit
+	}
+	return min(s, limit)
+}
+
+// checkBound refuses a value above its bound.
+func checkBound(v, bound uint64, field string) error {
+	if v > bound {
+		return decodeErr(ErrMalformed, field, "%d is above the bound %d", v, bound)
+	}
+	return nil
+}
+
 const (
 	poolLoadFields   = 17
 	workerLoadFields = 11
@@ -119,14 +148,19 @@ func checkZeroUnless(set bool, v uint64, field string) error {
 
 func checkServing(f LoadFlags, s *ServingLoad, prefix string) error {
 	for _, c := range []struct {
-		flag LoadFlags
-		v    uint64
-		name string
+		flag  LoadFlags
+		v     uint64
+		bound uint64
+		name  string
 	}{
-		{LoadRequests, s.Running, "running"}, {LoadRequests, s.Waiting, "waiting"},
-		{LoadPrefill, s.ActivePrefillTokens, "active_prefill_tokens"}, {LoadDecode, s.ActiveDecodeBlocks, "active_decode_blocks"},
+		{LoadRequests, s.Running, MaxLoadRequests, "running"}, {LoadRequests, s.Waiting, MaxLoadRequests, "waiting"},
+		{LoadPrefill, s.ActivePrefillTokens, MaxLoadTokens, "active_prefill_tokens"},
+		{LoadDecode, s.ActiveDecodeBlocks, MaxLoadBlocks, "active_decode_blocks"},
 	} {
 		if err := checkZeroUnless(f.Has(c.flag), c.v, prefix+c.name); err != nil {
+			return err
+		}
+		if err := checkBound(c.v, c.bound, prefix+c.name); err != nil {
 			return err
 		}
 	}
@@ -158,12 +192,20 @@ func checkPoolLoad(p *PoolLoad) error {
 		return decodeErr(ErrMalformed, "load.kv_capacity_blocks", "0 with the KV flag: a capacity of 0 is unknown")
 	}
 	for _, c := range []struct {
-		v    uint64
-		name string
-	}{{p.KVUsedBlocks, "load.kv_used_blocks"}, {p.KVCapacityBlocks, "load.kv_capacity_blocks"}, {p.KVWorkers, "load.kv_workers"}} {
+		v     uint64
+		bound uint64
+		name  string
+	}{{p.KVUsedBlocks, MaxLoadBlocks, "load.kv_used_blocks"}, {p.KVCapacityBlocks, MaxLoadBlocks, "load.kv_capacity_blocks"},
+		{p.KVWorkers, MaxLoadWorkers, "load.kv_workers"}} {
 		if err := checkZeroUnless(kv, c.v, c.name); err != nil {
 			return err
 		}
+		if err := checkBound(c.v, c.bound, c.name); err != nil {
+			return err
+		}
+	}
+	if err := checkBound(p.ServingWorkers, MaxLoadWorkers, "load.serving_workers"); err != nil {
+		return err
 	}
 	if err := checkServing(p.Flags, &p.Serving, "load."); err != nil {
 		return err
@@ -283,6 +325,9 @@ func checkWorkerLoad(w *WorkerLoad) error {
 		return decodeErr(ErrMalformed, "worker_load.kv_capacity_blocks", "0 with the KV flag: a capacity of 0 is unknown")
 	}
 	if err := checkZeroUnless(kv, w.KVCapacityBlocks, "worker_load.kv_capacity_blocks"); err != nil {
+		return err
+	}
+	if err := checkBound(w.KVCapacityBlocks, MaxLoadBlocks, "worker_load.kv_capacity_blocks"); err != nil {
 		return err
 	}
 	return checkServing(w.Flags, &w.Serving, "worker_load.")

@@ -12,6 +12,7 @@ import (
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
 	"github.com/ckfrelay/ckfrelay/internal/backoff"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
 // The load streams (docs/kvrelay-v1.md §6.3–6.4). With Config.Load set, a
@@ -54,11 +55,20 @@ type ServingLoad struct {
 	Complete            bool
 	ActivePrefillTokens uint64
 	ActiveDecodeBlocks  uint64
+	// Workers is the pool's live workers (deployment.live_workers; 0:
+	// unknown), the router's drain rate of the pool's queue.
+	Workers uint64
 }
 
 // MetricLoadWindows counts load windows {source, stream=kv|serving,
 // outcome=accepted|invalid|stream_error}.
 const MetricLoadWindows = "ckf_kvrelay_client_load_windows_total"
+
+// outcomeOutOfRange counts a window whose followed producer's entry holds
+// a value past the wire's bounds (pkg/wire's MaxLoad*): that entry is read
+// as unknown (the neutral fallback), never as a queue that wraps or
+// shuts the DC out, and the stream goes on.
+const outcomeOutOfRange = "out_of_range"
 
 // errLoadWindow marks a window that breaks the stream rules.
 var errLoadWindow = errors.New("kvrelay client: invalid load window")
@@ -167,12 +177,17 @@ func (f *Follower) kvLoadStream(ctx context.Context, rc kvrelayv1.KvEventRelayCl
 	if err != nil {
 		return err
 	}
-	return followLoad(f, "kv", st.Recv, relay, nil, func(key kvrelay.ProducerKey, seq uint64, e *kvrelayv1.KvPoolLoadEntry) {
+	return followLoad(f, "kv", st.Recv, relay, nil, func(key kvrelay.ProducerKey, seq uint64, e *kvrelayv1.KvPoolLoadEntry) string {
 		var l KvLoad
+		outcome := "accepted"
 		if e != nil && e.GetKvExpectedRanks() > 0 && e.GetKvObservedRanks() == e.GetKvExpectedRanks() && e.GetTotalKvBlocks() > 0 {
 			l = KvLoad{Complete: true, UsedBlocks: e.GetKvUsedBlocks(), TotalBlocks: e.GetTotalKvBlocks()}
 		}
+		if l.UsedBlocks > wire.MaxLoadBlocks || l.TotalBlocks > wire.MaxLoadBlocks {
+			l, outcome = KvLoad{}, outcomeOutOfRange
+		}
 		f.cfg.Load.KvPoolLoad(key, seq, l)
+		return outcome
 	})
 }
 
@@ -190,15 +205,21 @@ func (f *Follower) servingLoadStream(ctx context.Context, rc kvrelayv1.KvEventRe
 		}
 		return nil
 	}
-	return followLoad(f, "serving", st.Recv, relay, check, func(key kvrelay.ProducerKey, seq uint64, e *kvrelayv1.PoolServingLoad) {
+	return followLoad(f, "serving", st.Recv, relay, check, func(key kvrelay.ProducerKey, seq uint64, e *kvrelayv1.PoolServingLoad) string {
 		var l ServingLoad
+		outcome := "accepted"
 		lv := e.GetLoad()
 		tk := lv.GetTokens()
 		// An unknown status is unsupported (neutral), not malformed.
 		if e != nil && lv.GetStatus() == kvrelayv1.DataStatus_DATA_STATUS_COMPLETE && tk != nil && tk.ActivePrefillTokens != nil && tk.ActiveDecodeBlocks != nil {
-			l = ServingLoad{Complete: true, ActivePrefillTokens: tk.GetActivePrefillTokens(), ActiveDecodeBlocks: tk.GetActiveDecodeBlocks()}
+			l = ServingLoad{Complete: true, ActivePrefillTokens: tk.GetActivePrefillTokens(), ActiveDecodeBlocks: tk.GetActiveDecodeBlocks(),
+				Workers: e.GetDeployment().GetLiveWorkers()}
+		}
+		if l.ActivePrefillTokens > wire.MaxLoadTokens || l.ActiveDecodeBlocks > wire.MaxLoadBlocks || l.Workers > wire.MaxLoadWorkers {
+			l, outcome = ServingLoad{}, outcomeOutOfRange
 		}
 		f.cfg.Load.ServingLoad(key, seq, l)
+		return outcome
 	})
 }
 
@@ -222,9 +243,10 @@ type loadEntry interface {
 // repeat) and, when check is set, its entries; a bad window ends the
 // stream (counted invalid). deliver gets the selected producer's entry
 // (the zero E when the window lacks it), nothing while no producer is
-// selected.
+// selected, and names the window's outcome (accepted, or out_of_range
+// when a value is past the wire's bounds and was read as unknown).
 func followLoad[W loadWindow[E], E loadEntry](f *Follower, stream string, recv func() (W, error), relay *kvrelayv1.RelayIdentity,
-	check func([]E) error, deliver func(key kvrelay.ProducerKey, seq uint64, e E)) error {
+	check func([]E) error, deliver func(key kvrelay.ProducerKey, seq uint64, e E) string) error {
 	var last uint64
 	first := true
 	for {
@@ -246,15 +268,15 @@ func followLoad[W loadWindow[E], E loadEntry](f *Follower, stream string, recv f
 			f.loadCount(stream, "invalid")
 			return err
 		}
-		f.loadCount(stream, "accepted")
 		if sel == nil {
+			f.loadCount(stream, "accepted")
 			continue
 		}
 		var e E
 		if i >= 0 {
 			e = pools[i]
 		}
-		deliver(sel.Key, u.GetWindowSequence(), e)
+		f.loadCount(stream, deliver(sel.Key, u.GetWindowSequence(), e))
 	}
 }
 

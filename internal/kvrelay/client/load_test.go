@@ -9,6 +9,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
 // recLoad records the load a follower hands over.
@@ -70,15 +71,29 @@ func TestFollowerHandsOverOnlyCompleteLoad(t *testing.T) {
 		&server.ServingLoad{ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now()})
 	waitLoad(t, rec, "complete load", func(kv client.KvLoad, sv client.ServingLoad) bool {
 		return kv == client.KvLoad{Complete: true, UsedBlocks: 30, TotalBlocks: 100} &&
-			sv == client.ServingLoad{Complete: true, ActivePrefillTokens: 900, ActiveDecodeBlocks: 12}
+			sv == client.ServingLoad{Complete: true, ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2}
 	})
 	for name, l := range map[string]server.PoolLoad{
 		"a rank missing":   {UsedBlocks: 30, TotalBlocks: 100, ObservedRanks: 1, ExpectedRanks: 2},
 		"capacity unknown": {UsedBlocks: 30, TotalBlocks: 0, ObservedRanks: 2, ExpectedRanks: 2},
 		"no ranks":         {UsedBlocks: 0, TotalBlocks: 100},
+		// Past the wire's bounds (an underflowed counter): unknown, not a
+		// queue that wraps or shuts the DC out.
+		"used past the bound":     {UsedBlocks: wire.MaxLoadBlocks + 1, TotalBlocks: 100, ObservedRanks: 2, ExpectedRanks: 2},
+		"capacity past the bound": {UsedBlocks: 30, TotalBlocks: 1<<64 - 1, ObservedRanks: 2, ExpectedRanks: 2},
 	} {
 		pub.SetLoad(l, nil)
 		waitLoad(t, rec, name, func(kv client.KvLoad, sv client.ServingLoad) bool { return !kv.Complete && !sv.Complete })
+	}
+	for name, sl := range map[string]server.ServingLoad{
+		"prefill past the bound": {ActivePrefillTokens: wire.MaxLoadTokens + 1, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now()},
+		"decode past the bound":  {ActivePrefillTokens: 900, ActiveDecodeBlocks: 1<<64 - 1, Workers: 2, SourceTime: time.Now()},
+		"workers past the bound": {ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: wire.MaxLoadWorkers + 1, SourceTime: time.Now()},
+	} {
+		pub.SetLoad(server.PoolLoad{UsedBlocks: 30, TotalBlocks: 100, ObservedRanks: 2, ExpectedRanks: 2}, &server.ServingLoad{ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now()})
+		waitLoad(t, rec, name+": complete first", func(kv client.KvLoad, sv client.ServingLoad) bool { return kv.Complete && sv.Complete })
+		pub.SetLoad(server.PoolLoad{UsedBlocks: 30, TotalBlocks: 100, ObservedRanks: 2, ExpectedRanks: 2}, &sl)
+		waitLoad(t, rec, name, func(kv client.KvLoad, sv client.ServingLoad) bool { return kv.Complete && !sv.Complete })
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
