@@ -28,9 +28,26 @@ type RouteConfig struct {
 	// PrefillRate is each DC's prefill speed in tokens/s by DC name (the
 	// others take Policy.DefaultPrefillTokensPerSec).
 	PrefillRate map[string]float64
+	// QueueRate is each DC's rate of draining queued prefill in tokens/s
+	// (all its workers) by DC name (the others take
+	// Policy.DefaultQueueTokensPerSec).
+	QueueRate map[string]float64
 	// BlockSize counts the tokens of a request given as hashes (a tokens
 	// request carries its own); default DefaultRouteBlockSize.
-	BlockSize int
+	// DomainBlockSize overrides it per domain.
+	BlockSize       int
+	DomainBlockSize map[string]int
+}
+
+// blockSizeOf is the block size of domain's requests given as hashes.
+func (c RouteConfig) blockSizeOf(domain string) int {
+	if n, ok := c.DomainBlockSize[domain]; ok {
+		return n
+	}
+	if c.BlockSize == 0 {
+		return DefaultRouteBlockSize
+	}
+	return c.BlockSize
 }
 
 func (c RouteConfig) validate() error {
@@ -40,9 +57,19 @@ func (c RouteConfig) validate() error {
 	if c.BlockSize < 0 || c.BlockSize > api.MaxBlockSize {
 		return configError("route.block_size", "%d: want 1..%d", c.BlockSize, api.MaxBlockSize)
 	}
+	for dc, n := range c.DomainBlockSize {
+		if n < 1 || n > api.MaxBlockSize {
+			return configError("route.domain_block_size", "%s: %d: want 1..%d", dc, n, api.MaxBlockSize)
+		}
+	}
 	for dc, r := range c.PrefillRate {
 		if !(r > 0) {
 			return configError("route.prefill_rate", "%s: %v tokens/s, want a positive rate", dc, r)
+		}
+	}
+	for dc, r := range c.QueueRate {
+		if !(r > 0) {
+			return configError("route.queue_rate", "%s: %v tokens/s, want a positive rate", dc, r)
 		}
 	}
 	for dc, d := range c.Policy.RTT {
@@ -50,7 +77,7 @@ func (c RouteConfig) validate() error {
 			return configError("route.rtt", "%s: negative RTT %s", dc, d)
 		}
 	}
-	if c.Policy.DefaultPrefillTokensPerSec < 0 || c.Policy.Temperature < 0 || c.Policy.DefaultRTT < 0 {
+	if c.Policy.DefaultPrefillTokensPerSec < 0 || c.Policy.DefaultQueueTokensPerSec < 0 || c.Policy.Temperature < 0 || c.Policy.DefaultRTT < 0 {
 		return configError("route", "negative rate, temperature or RTT")
 	}
 	return nil
@@ -63,14 +90,12 @@ type routing struct {
 	def       route.StaleMode
 	blockSize int
 	prefill   map[string]float64
+	queue     map[string]float64
 	decisions sync.Pool // *route.Decision
 }
 
-func newRouting(c RouteConfig) *routing {
-	r := &routing{def: c.Policy.Stale, blockSize: c.BlockSize, prefill: c.PrefillRate}
-	if r.blockSize == 0 {
-		r.blockSize = DefaultRouteBlockSize
-	}
+func newRouting(c RouteConfig, domain string) *routing {
+	r := &routing{def: c.Policy.Stale, blockSize: c.blockSizeOf(domain), prefill: c.PrefillRate, queue: c.QueueRate}
 	for _, m := range []route.StaleMode{route.StaleExclude, route.StalePenalize} {
 		pc := c.Policy
 		pc.Stale, pc.MaxLoadAge = m, 0
@@ -164,7 +189,7 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		if ms, ok := o.RTTMs[lbl.dc]; ok {
 			c.RTT, c.RTTKnown = time.Duration(ms*float64(time.Millisecond)), true
 		}
-		c.PrefillTokensPerSec = rt.prefill[lbl.dc]
+		c.PrefillTokensPerSec, c.QueueTokensPerSec = rt.prefill[lbl.dc], rt.queue[lbl.dc]
 		cands = append(cands, c)
 	}
 	bs := q.BlockSize

@@ -37,7 +37,10 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	pc := route.DefaultConfig()
 	pc.RTT = map[string]time.Duration{"dc-a": 80 * time.Millisecond, "dc-b": 5 * time.Millisecond}
 	pc.AffinityMargin = -1 // the bare minimum cost: this test checks the terms and the cheapest lane
-	cfg.Route = RouteConfig{Policy: pc, BlockSize: 16, PrefillRate: map[string]float64{"dc-b": 5000}}
+	// The domain's own block size (16) wins over the default; dc-b drains
+	// its queue at 10,000 tokens/s (all its workers).
+	cfg.Route = RouteConfig{Policy: pc, BlockSize: 64, DomainBlockSize: map[string]int{cfg.Domain: 16, "other": 32},
+		PrefillRate: map[string]float64{"dc-b": 5000}, QueueRate: map[string]float64{"dc-b": 10000}}
 	s := startService(t, e.nc, e.js, cfg)
 	waitInstalled(t, s.Service, a.lane, a.epoch(), a.pub.LastSequence())
 	waitInstalled(t, s.Service, b.lane, b.epoch(), b.pub.LastSequence())
@@ -54,15 +57,15 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	}
 	la, lb := laneOf(t, resp, "dc-a"), laneOf(t, resp, "dc-b")
 	// dc-b: 2 of 8 blocks cached (32 of 200 tokens); 168 tokens at 5,000/s
-	// = 33.6 ms; queue 2,000 tokens at its rate = 400 ms; RTT 5 ms.
-	if lb.Depth != 2 || lb.CachedTokens != 32 || lb.Terms.RTTMs != 5 || lb.Terms.PrefillMs != 33.6 || lb.Terms.QueueMs != 400 ||
+	// = 33.6 ms; queue 2,000 tokens at its queue rate = 200 ms; RTT 5 ms.
+	if lb.Depth != 2 || lb.CachedTokens != 32 || lb.Terms.RTTMs != 5 || lb.Terms.PrefillMs != 33.6 || lb.Terms.QueueMs != 200 ||
 		lb.LoadMissing || !lb.Load.HasPrefill || lb.Load.ActivePrefillTokens != 2000 {
 		t.Fatalf("dc-b %+v", lb)
 	}
 	// dc-a: all 8 blocks (128 tokens) cached, 72 tokens at the default
 	// 10,000/s = 7.2 ms; no load: the worst known queue + 100 ms.
 	if la.Depth != 8 || la.CachedTokens != 128 || la.Terms.RTTMs != 80 || la.Terms.PrefillMs != 7.2 ||
-		!la.LoadMissing || la.Terms.QueueMs != 500 || la.Load.Known() {
+		!la.LoadMissing || la.Terms.QueueMs != 300 || la.Load.Known() {
 		t.Fatalf("dc-a %+v", la)
 	}
 	for _, l := range resp.Ranked {

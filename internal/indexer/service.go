@@ -202,7 +202,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		},
 		kvMetrics: kvm,
 		lm:        lm,
-		routing:   newRouting(cfg.Route),
+		routing:   newRouting(cfg.Route, cfg.Domain),
 		kvRefused: map[string]bool{},
 		now:       time.Now,
 		newPool:   consumer.NewPool,
