@@ -112,6 +112,12 @@ func newRouting(c RouteConfig, domain string) *routing {
 // the same key on every transport (the cost policy's prefix affinity picks
 // among equal-depth DCs by it).
 func requestKey(q *api.Query) uint64 {
+	return RouteKey(q)
+}
+
+// RouteKey is the tie-break key Route gives q (requestKey); the routing
+// benchmark keys its requests the same way.
+func RouteKey(q *api.Query) uint64 {
 	h := uint64(0x9e3779b97f4a7c15) ^ uint64(q.Blocks())
 	step := func(v uint64) {
 		h ^= v
