@@ -11,7 +11,9 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/internal/routeflags"
+	"github.com/ckfrelay/ckfrelay/internal/routesim"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
@@ -90,5 +92,39 @@ func TestPrintRouteConfig(t *testing.T) {
 	}
 	if code := run(t.Context(), []string{"--print-route-config", "--dc-queue-rate", "dc-z=1000"}, envOf(nil), &out, &errOut); code != exitUsage {
 		t.Fatalf("a DC without an RTT: exit %d", code)
+	}
+}
+
+// The routing benchmark's router is this binary's: its configuration is
+// what --print-route-config prints for its router_flags.
+func TestBenchmarkRouterIsTheProducts(t *testing.T) {
+	reqs, err := replay.LoadEmbedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := routesim.DefaultConfig()
+	cfg.RouterFlags = []string{"--route-affinity-margin", "250ms"}
+	env, err := routesim.NewEnv(cfg, reqs[:60])
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := env.Config().RouterArgs()
+	bench, err := env.Config().RouterSettings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := bench.JSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut strings.Builder
+	if code := run(t.Context(), append([]string{"--print-route-config"}, args...), envOf(nil), &out, &errOut); code != exitOK {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	if out.String() != string(want) {
+		t.Fatalf("global-indexer %q prints\n%s\nthe benchmark routes with\n%s", args, out.String(), want)
+	}
+	if bench.Route.QueueRate["dc-a"] <= bench.Route.PrefillRate["dc-a"] || bench.Route.Policy.AffinityMargin != 250*time.Millisecond {
+		t.Fatalf("the fleet's facts or the flags are missing: %+v", bench.Route)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"fmt"
-	"time"
 
 	"github.com/inference-sim/inference-sim/sim"
 	"github.com/zeebo/xxh3"
@@ -163,7 +162,9 @@ func newFleet(cfg Config, p Policy, trace []traceReq, scale float64, model sim.L
 	pc := rs.Route.Policy
 	pc.MaxLoadAge = 0
 	f.router = route.New(pc)
-	f.plane.init(f)
+	if err := f.plane.init(f); err != nil {
+		return nil, err
+	}
 	if p.usesCKF() {
 		f.ckf, err = newCKFIndex(k, uint64(cfg.WorkersPerDC*cfg.KVBlocks), &f.now, f.halfRTT)
 		if err != nil {
@@ -275,7 +276,7 @@ func (f *fleet) routeRequest(r *simReq) {
 		*c = route.Candidate{Lane: d, DC: dc.Name, Pool: "sim", Depth: depths[d], Ready: true,
 			Stale:               f.now-f.lastHeard(d) > staleAfter,
 			PrefillTokensPerSec: f.settings.Route.PrefillRate[dc.Name], QueueTokensPerSec: f.settings.Route.QueueRate[dc.Name]}
-		c.Load = f.plane.load(d)
+		f.plane.candidateLoad(d, c, f.router.Config().WaitingRequestTokens)
 	}
 	f.router.Route(route.Request{Blocks: len(t.seqs), BlockSize: f.cfg.BlockSize, InputTokens: t.input,
 		OutputTokens: t.output, Policy: f.policy.routePolicy(), Key: t.key}, f.cands, &f.decision)
@@ -288,7 +289,7 @@ func (f *fleet) routeRequest(r *simReq) {
 	}
 	r.dc = d
 	r.estTokens = max(t.input-depths[d]*f.cfg.BlockSize, 0)
-	f.plane.routed(d, r)
+	f.plane.routed(&f.decision, t.input)
 	f.schedule(f.now+f.halfRTT[d], evArriveDC, r.idx, 0)
 }
 
@@ -321,6 +322,9 @@ func (f *fleet) arriveDC(r *simReq) {
 func (f *fleet) admitted(*simReq) {}
 
 func (f *fleet) completed(r *simReq) {
+	w := f.workers[r.dc][r.wkr]
+	w.donePrompt += int64(r.tr.input)
+	w.doneRequests++
 	r.completions++
 	f.left--
 }

@@ -25,11 +25,17 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/inference-sim/inference-sim/sim"
 
+	"github.com/ckfrelay/ckfrelay/internal/bridge"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/routeflags"
+	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
@@ -107,13 +113,19 @@ type Config struct {
 	// each.
 	Loads    []float64
 	Policies []Policy
-	// FlushInterval is the relay's publish cadence, LoadInterval its load
-	// report cadence; StaleAfter the indexer's stale bound on lanes and
-	// load.
-	FlushInterval time.Duration
-	LoadInterval  time.Duration
-	StaleAfter    time.Duration
-	Seed          uint64
+	// FlushInterval is the relay's delta publish cadence; WindowInterval
+	// its load window cadence; ScrapeInterval the engine bridge's scrape
+	// cadence; LaneStaleAfter the indexer's lane stale bound. DefaultConfig
+	// takes the product's defaults.
+	FlushInterval  time.Duration
+	WindowInterval time.Duration
+	ScrapeInterval time.Duration
+	LaneStaleAfter time.Duration
+	// Signal is what the engines report (default SignalPrefill).
+	Signal Signal
+	// Seed sets the phases of every DC's scrape and window clocks and the
+	// tie-breaks inside a DC.
+	Seed uint64
 	// Requests replays only the first Requests of the trace (0: all).
 	Requests int
 	InDC     InDCPolicy
@@ -122,9 +134,10 @@ type Config struct {
 	FaultDC int
 	// CheckIndex compares every index answer with the exact state.
 	CheckIndex bool
-	// Route is the cost's configuration; RTTs, rates and the load age
-	// bound are filled from the fleet.
-	Route route.Config
+	// RouterFlags are global-indexer flags (internal/routeflags) given
+	// after the fleet's facts; RouterArgs is the whole command line of the
+	// benchmark's router.
+	RouterFlags []string
 
 	workerPrefillRate float64
 }
@@ -141,13 +154,45 @@ func DefaultConfig() Config {
 		MaxRunning:       256,
 		Loads:            []float64{0.5, 0.7, 0.9},
 		Policies:         AllPolicies,
-		FlushInterval:    10 * time.Millisecond,
-		LoadInterval:     100 * time.Millisecond,
-		StaleAfter:       time.Second,
+		FlushInterval:    relay.DefaultConfig("routesim", "routesim").PublishInterval,
+		WindowInterval:   relay.DefaultLoadInterval,
+		ScrapeInterval:   bridge.DefaultLoadInterval,
+		LaneStaleAfter:   lanerules.DefaultLaneStaleAfter,
+		Signal:           SignalPrefill,
 		Seed:             1,
 		FaultDC:          -1,
-		Route:            route.Config{MissingLoadPenalty: 100 * time.Millisecond},
 	}
+}
+
+// RouterArgs is the global-indexer command line of the benchmark's router:
+// the facts of the simulated fleet (each DC's RTT, one worker's prefill
+// rate, the DC's rate of draining its queue: all its workers), then
+// RouterFlags. Before calibration (no worker rate yet) the rates are left
+// out.
+func (c Config) RouterArgs() []string {
+	var rtt, prefill, queue []string
+	for _, dc := range c.DCs {
+		rtt = append(rtt, dc.Name+"="+dc.RTT.String())
+		if c.workerPrefillRate > 0 {
+			prefill = append(prefill, dc.Name+"="+strconv.FormatFloat(c.workerPrefillRate, 'f', -1, 64))
+			queue = append(queue, dc.Name+"="+strconv.FormatFloat(c.workerPrefillRate*float64(c.WorkersPerDC), 'f', -1, 64))
+		}
+	}
+	args := []string{"--dc-rtt", strings.Join(rtt, ",")}
+	if len(prefill) > 0 {
+		args = append(args, "--dc-prefill-rate", strings.Join(prefill, ","), "--dc-queue-rate", strings.Join(queue, ","))
+	}
+	return append(args, c.RouterFlags...)
+}
+
+// RouterSettings is the router configuration of RouterArgs, read by the
+// product's flag parser.
+func (c Config) RouterSettings() (routeflags.Settings, error) {
+	s, err := routeflags.Parse(c.RouterArgs())
+	if err != nil {
+		return routeflags.Settings{}, fmt.Errorf("routesim: router flags: %w", err)
+	}
+	return s, nil
 }
 
 // Result is one (policy, load) row; its JSON keys are the benchmark's
@@ -209,8 +254,14 @@ func NewEnv(cfg Config, reqs []replay.Request) (*Env, error) {
 		cfg.MaxBatchedTokens <= 0 || cfg.MaxRunning <= 0 {
 		return nil, errors.New("routesim: need 1..16 DCs and positive workers, block size, batch limits")
 	}
-	if cfg.FlushInterval <= 0 || cfg.LoadInterval <= 0 || cfg.StaleAfter <= 0 {
-		return nil, errors.New("routesim: flush and load intervals and the stale bound must be positive")
+	if cfg.FlushInterval <= 0 || cfg.WindowInterval <= 0 || cfg.ScrapeInterval <= 0 || cfg.LaneStaleAfter <= 0 {
+		return nil, errors.New("routesim: the publish, window and scrape intervals and the stale bound must be positive")
+	}
+	if _, err := ParseSignal(string(cfg.Signal)); err != nil {
+		return nil, err
+	}
+	if _, err := cfg.RouterSettings(); err != nil {
+		return nil, err
 	}
 	if cfg.Requests > 0 && cfg.Requests < len(reqs) {
 		reqs = reqs[:cfg.Requests]

@@ -170,7 +170,10 @@ func TestKnownBestPolicy(t *testing.T) {
 func TestFaultExcludesStaleLane(t *testing.T) {
 	cfg := smallConfig()
 	cfg.FaultDC = 0
-	cfg.StaleAfter = 200 * time.Millisecond
+	cfg.LaneStaleAfter = 200 * time.Millisecond
+	// Load windows (what the non-index policies hear a relay by) well
+	// within the stale bound.
+	cfg.WindowInterval = 50 * time.Millisecond
 	e, err := NewEnv(cfg, embedded(t, 300))
 	if err != nil {
 		t.Fatal(err)
