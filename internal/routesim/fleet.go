@@ -97,16 +97,16 @@ func (q *eventQueue) Pop() any {
 
 // fleet is one run: K DCs of W workers, a router with one policy.
 type fleet struct {
-	cfg     Config
-	policy  Policy
-	model   sim.LatencyModel
-	zeros   []int
-	trace   []traceReq
-	scale   float64 // original trace µs per simulated µs
+	cfg      Config
+	policy   Policy
+	model    sim.LatencyModel
+	zeros    []int
+	trace    []traceReq
+	scale    float64 // original trace µs per simulated µs
 	router   *route.Router
 	settings routeflags.Settings
-	workers [][]*worker
-	ckf     *ckfIndex
+	workers  [][]*worker
+	ckf      *ckfIndex
 	// exact[dc] counts the workers of dc holding each registered block.
 	exact []map[uint64]int
 
