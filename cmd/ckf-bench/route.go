@@ -59,7 +59,7 @@ func parseRoute(args []string, getenv func(string) string, stderr io.Writer) (*r
 	fs.StringVar(&o.json, "json", "", `write {"router_flags": [...], "rows": [...]} (with --sweep-load-plane: "points") to this file`)
 	fs.StringVar(&o.plots, "plots", "", "write the TTFT CDFs (first seed) and reuse against load as SVG into this directory")
 	loads := fs.String("loads", "0.5,0.7,0.9", "comma-separated offered loads, as shares of the fleet's capacity")
-	pols := fs.String("policies", "random,round-robin,least-load,prefix,cost,oracle", "comma-separated policies")
+	pols := fs.String("policies", "random,round-robin,least-load,llm-d,sglang,dynamo,prefix,cost,oracle", "comma-separated policies")
 	fs.IntVar(&o.workers, "workers", 8, "workers per DC")
 	fs.IntVar(&o.requests, "requests", 0, "replay only the first N requests of the trace (0: all)")
 	fs.Uint64Var(&o.seed, "seed", 1, "first seed (the phases of the DCs' scrape and window clocks, the tie-breaks inside a DC)")

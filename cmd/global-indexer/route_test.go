@@ -37,7 +37,7 @@ func TestRouteFlags(t *testing.T) {
 		r.Policy.AffinityMargin != 250*time.Millisecond ||
 		r.Policy.RTT["dc-b"] != 40*time.Millisecond || r.Policy.DefaultRTT != 100*time.Millisecond || r.PrefillRate["dc-a"] != 12000 ||
 		r.Policy.DefaultPrefillTokensPerSec != 8000 || r.BlockSize != 64 || cfg.LoadMaxAge != 3*time.Second ||
-		r.QueueRate["dc-b"] != 64000 || r.Policy.DefaultQueueTokensPerSec != 20000 || r.DomainBlockSize["staging"] != 32 {
+		r.Policy.QueueTokensPerSec["dc-b"] != 64000 || r.Policy.DefaultQueueTokensPerSec != 20000 || r.DomainBlockSize["staging"] != 32 {
 		t.Fatalf("route config %+v, load max age %s", r, cfg.LoadMaxAge)
 	}
 	for flag, want := range map[string]time.Duration{"": route.AffinityMarginDefault, "0s": -1, "-1s": -time.Second} {
@@ -85,7 +85,7 @@ func TestPrintRouteConfig(t *testing.T) {
 	if err := json.Unmarshal([]byte(out.String()), &got); err != nil {
 		t.Fatalf("%v: %s", err, out.String())
 	}
-	if got.Route.RTT["dc-a"] != 5*time.Millisecond || got.Route.DefaultRTT != 200*time.Millisecond || got.QueueRate["dc-z"] != 1000 ||
+	if got.Route.RTT["dc-a"] != 5*time.Millisecond || got.Route.DefaultRTT != 200*time.Millisecond || got.Route.QueueTokensPerSec["dc-z"] != 1000 ||
 		got.DomainBlockSize["demo-2"] != 32 || got.BlockSize != 16 || got.LoadMaxAge != indexer.DefaultLoadMaxAge ||
 		got.Route.AffinityMargin != route.AffinityMarginDefault || got.Route.WaitingRequestTokens == 0 {
 		t.Fatalf("effective config %+v", got)
@@ -124,7 +124,7 @@ func TestBenchmarkRouterIsTheProducts(t *testing.T) {
 	if out.String() != string(want) {
 		t.Fatalf("global-indexer %q prints\n%s\nthe benchmark routes with\n%s", args, out.String(), want)
 	}
-	if bench.Route.QueueRate["dc-a"] <= bench.Route.PrefillRate["dc-a"] || bench.Route.Policy.AffinityMargin != 250*time.Millisecond {
+	if bench.Route.PrefillRate["dc-a"] <= 0 || bench.Route.Policy.RTT["dc-d"] != 150*time.Millisecond || bench.Route.Policy.AffinityMargin != 250*time.Millisecond {
 		t.Fatalf("the fleet's facts or the flags are missing: %+v", bench.Route)
 	}
 }

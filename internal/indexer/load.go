@@ -98,6 +98,7 @@ type loadPart struct {
 	kvUsed  uint64
 	kvCap   uint64
 	serving wire.ServingLoad
+	workers uint64 // the workers the serving load sums (0: unknown)
 }
 
 // laneLoad is a lane's last load: KV occupancy and serving load.
@@ -112,6 +113,8 @@ type Load struct {
 	KVUsedBlocks uint64
 	KVCapacity   uint64
 	Serving      wire.ServingLoad
+	// ServingWorkers is how many workers Serving sums (0: unknown).
+	ServingWorkers uint64
 	// KVAge and ServingAge are the parts' ages by local receive time.
 	KVAge, ServingAge time.Duration
 }
@@ -204,7 +207,8 @@ func (s *Service) onPoolLoad(m *nats.Msg) {
 	at := s.now()
 	kv := &loadPart{epoch: p.Lease.Epoch, seq: p.WindowSequence, at: at, flags: p.Flags & wire.LoadKV,
 		kvUsed: p.KVUsedBlocks, kvCap: p.KVCapacityBlocks}
-	serving := &loadPart{epoch: p.Lease.Epoch, seq: p.WindowSequence, at: at, flags: p.Flags & wire.LoadServing, serving: p.Serving}
+	serving := &loadPart{epoch: p.Lease.Epoch, seq: p.WindowSequence, at: at, flags: p.Flags & wire.LoadServing, serving: p.Serving,
+		workers: p.ServingWorkers}
 	if !storePart(&s.loads[r.lane].kv, kv) {
 		count("out_of_order")
 		return
@@ -236,7 +240,7 @@ func (s *Service) laneLoad(lane int, now time.Time) Load {
 	}
 	if p := s.usablePart(lane, &s.loads[lane].serving, o.epoch, now, "serving"); p != nil && p.flags&wire.LoadServing != 0 {
 		l.Flags |= p.flags & wire.LoadServing
-		l.Serving, l.ServingAge = p.serving, now.Sub(p.at)
+		l.Serving, l.ServingWorkers, l.ServingAge = p.serving, p.workers, now.Sub(p.at)
 	}
 	return l
 }

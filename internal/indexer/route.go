@@ -1,6 +1,8 @@
 package indexer
 
 import (
+	"fmt"
+	"math"
 	"sync"
 	"time"
 
@@ -28,10 +30,6 @@ type RouteConfig struct {
 	// PrefillRate is each DC's prefill speed in tokens/s by DC name (the
 	// others take Policy.DefaultPrefillTokensPerSec).
 	PrefillRate map[string]float64
-	// QueueRate is each DC's rate of draining queued prefill in tokens/s
-	// (all its workers) by DC name (the others take
-	// Policy.DefaultQueueTokensPerSec).
-	QueueRate map[string]float64
 	// BlockSize counts the tokens of a request given as hashes (a tokens
 	// request carries its own); default DefaultRouteBlockSize.
 	// DomainBlockSize overrides it per domain.
@@ -67,8 +65,8 @@ func (c RouteConfig) validate() error {
 			return configError("route.prefill_rate", "%s: %v tokens/s, want a positive rate", dc, r)
 		}
 	}
-	for dc, r := range c.QueueRate {
-		if !(r > 0) {
+	for dc, r := range c.Policy.QueueTokensPerSec {
+		if !(r > 0) || math.IsInf(r, 0) {
 			return configError("route.queue_rate", "%s: %v tokens/s, want a positive rate", dc, r)
 		}
 	}
@@ -90,12 +88,11 @@ type routing struct {
 	def       route.StaleMode
 	blockSize int
 	prefill   map[string]float64
-	queue     map[string]float64
 	decisions sync.Pool // *route.Decision
 }
 
 func newRouting(c RouteConfig, domain string) *routing {
-	r := &routing{def: c.Policy.Stale, blockSize: c.blockSizeOf(domain), prefill: c.PrefillRate, queue: c.QueueRate}
+	r := &routing{def: c.Policy.Stale, blockSize: c.blockSizeOf(domain), prefill: c.PrefillRate}
 	for _, m := range []route.StaleMode{route.StaleExclude, route.StalePenalize} {
 		pc := c.Policy
 		pc.Stale, pc.MaxLoadAge = m, 0
@@ -105,25 +102,13 @@ func newRouting(c RouteConfig, domain string) *routing {
 	return r
 }
 
-// requestKey seeds the tie-break from the request's hashes, so equal DCs
-// split requests apart while one prompt keeps its DC among them. It folds
-// the sequence hashes, chaining them from the local ones when that is what
-// the request carries, so a prompt sent as local or as sequence hashes gets
-// the same key on every transport (the cost policy's prefix affinity picks
-// among equal-depth DCs by it).
+// requestKey is route.KeyHash over the request's sequence hashes, chained
+// from the local ones when that is what the request carries, so a prompt
+// sent as local or as sequence hashes gets the same key on every transport
+// and in the simulator (the cost policy's prefix affinity picks among
+// equal-depth DCs by it).
 func requestKey(q *api.Query) uint64 {
-	return RouteKey(q)
-}
-
-// RouteKey is the tie-break key Route gives q (requestKey); the routing
-// benchmark keys its requests the same way.
-func RouteKey(q *api.Query) uint64 {
-	h := uint64(0x9e3779b97f4a7c15) ^ uint64(q.Blocks())
-	step := func(v uint64) {
-		h ^= v
-		h *= 0xbf58476d1ce4e5b9
-		h ^= h >> 31
-	}
+	k := route.NewKeyHash(q.Blocks())
 	var seq ckf.SequenceHash
 	for i, l := range q.Locals {
 		if i == 0 {
@@ -131,12 +116,12 @@ func RouteKey(q *api.Query) uint64 {
 		} else {
 			seq = ckf.NextSequenceHash(seq, l)
 		}
-		step(uint64(seq))
+		k.Add(uint64(seq))
 	}
 	for _, s := range q.Seqs {
-		step(uint64(s))
+		k.Add(uint64(s))
 	}
-	return h
+	return k.Sum()
 }
 
 // Route ranks every configured lane for q under o: the lanes ready when
@@ -165,6 +150,20 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		}
 		mode = m
 	}
+	labels := s.labels.Load()
+	for dc := range o.RTTMs {
+		if !namesDC(labels, dc) {
+			return api.RouteResponse{}, &api.RequestError{Field: "rtt_ms", Reason: fmt.Sprintf("%q names no DC of the domain", dc)}
+		}
+	}
+	bs := q.BlockSize
+	if bs == 0 {
+		bs = rt.blockSize
+	}
+	if o.InputTokens > 0 && o.InputTokens < q.Blocks()*bs {
+		return api.RouteResponse{}, &api.RequestError{Field: "input_tokens",
+			Reason: fmt.Sprintf("%d is fewer than the %d blocks × %d tokens sent", o.InputTokens, q.Blocks(), bs)}
+	}
 	var res consumer.QueryResult
 	if err := s.find(q, &res, "route"); err != nil {
 		return api.RouteResponse{}, err
@@ -175,7 +174,6 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 			depth[l.Lane] = l.Depth
 		}
 	}
-	labels := s.labels.Load()
 	now := s.now()
 	var buf [ckf.LaneCount]route.Candidate
 	var ages [ckf.LaneCount]int64
@@ -195,12 +193,8 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		if ms, ok := o.RTTMs[lbl.dc]; ok {
 			c.RTT, c.RTTKnown = time.Duration(ms*float64(time.Millisecond)), true
 		}
-		c.PrefillTokensPerSec, c.QueueTokensPerSec = rt.prefill[lbl.dc], rt.queue[lbl.dc]
+		c.PrefillTokensPerSec = rt.prefill[lbl.dc]
 		cands = append(cands, c)
-	}
-	bs := q.BlockSize
-	if bs == 0 {
-		bs = rt.blockSize
 	}
 	req := route.Request{Blocks: q.Blocks(), BlockSize: bs, InputTokens: o.InputTokens, OutputTokens: o.OutputTokens,
 		Policy: pol, Key: requestKey(&q)}
@@ -222,7 +216,7 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		*rl = api.RouteLane{Lane: sd.Lane, DC: sd.DC, Pool: sd.Pool, Depth: depth[sd.Lane], Ready: sd.Ready,
 			AgeMs: ages[sd.Lane], Stale: sd.Stale, CachedTokens: sd.CachedTokens, CostMs: ms(sd.Cost),
 			Terms:       api.RouteTerms{RTTMs: ms(sd.Terms.RTT), QueueMs: ms(sd.Terms.Queue), PrefillMs: ms(sd.Terms.Prefill), PenaltyMs: ms(sd.Terms.Penalty)},
-			LoadMissing: sd.LoadMissing, Excluded: sd.Excluded, Reason: sd.Reason}
+			LoadMissing: sd.LoadMissing, RTTUnknown: sd.RTTUnknown, Excluded: sd.Excluded, Reason: sd.Reason}
 		if !sd.Ready {
 			rl.Depth = 0
 		}
@@ -236,6 +230,16 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		}
 	}
 	return resp, nil
+}
+
+// namesDC reports whether a configured lane belongs to DC dc.
+func namesDC(labels *[ckf.LaneCount]laneLabel, dc string) bool {
+	for i := range labels {
+		if labels[i].dc == dc {
+			return true
+		}
+	}
+	return false
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
@@ -255,6 +259,9 @@ func loadReport(l *Load) route.LoadReport {
 	}
 	if l.Flags.Has(wire.LoadDecode) {
 		r.HasDecode, r.ActiveDecodeBlocks = true, l.Serving.ActiveDecodeBlocks
+	}
+	if l.Flags&wire.LoadServing != 0 {
+		r.Workers = l.ServingWorkers
 	}
 	return r
 }

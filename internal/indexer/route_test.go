@@ -37,10 +37,9 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	pc := route.DefaultConfig()
 	pc.RTT = map[string]time.Duration{"dc-a": 80 * time.Millisecond, "dc-b": 5 * time.Millisecond}
 	pc.AffinityMargin = -1 // the bare minimum cost: this test checks the terms and the cheapest lane
-	// The domain's own block size (16) wins over the default; dc-b drains
-	// its queue at 10,000 tokens/s (all its workers).
+	// The domain's own block size (16) wins over the default.
 	cfg.Route = RouteConfig{Policy: pc, BlockSize: 64, DomainBlockSize: map[string]int{cfg.Domain: 16, "other": 32},
-		PrefillRate: map[string]float64{"dc-b": 5000}, QueueRate: map[string]float64{"dc-b": 10000}}
+		PrefillRate: map[string]float64{"dc-b": 5000}}
 	s := startService(t, e.nc, e.js, cfg)
 	waitInstalled(t, s.Service, a.lane, a.epoch(), a.pub.LastSequence())
 	waitInstalled(t, s.Service, b.lane, b.epoch(), b.pub.LastSequence())
@@ -57,7 +56,8 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	}
 	la, lb := laneOf(t, resp, "dc-a"), laneOf(t, resp, "dc-b")
 	// dc-b: 2 of 8 blocks cached (32 of 200 tokens); 168 tokens at 5,000/s
-	// = 33.6 ms; queue 2,000 tokens at its queue rate = 200 ms; RTT 5 ms.
+	// = 33.6 ms; queue 2,000 tokens at its 2 workers × 5,000/s = 200 ms;
+	// RTT 5 ms.
 	if lb.Depth != 2 || lb.CachedTokens != 32 || lb.Terms.RTTMs != 5 || lb.Terms.PrefillMs != 33.6 || lb.Terms.QueueMs != 200 ||
 		lb.LoadMissing || !lb.Load.HasPrefill || lb.Load.ActivePrefillTokens != 2000 {
 		t.Fatalf("dc-b %+v", lb)
@@ -65,7 +65,7 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	// dc-a: all 8 blocks (128 tokens) cached, 72 tokens at the default
 	// 10,000/s = 7.2 ms; no load: the worst known queue + 100 ms.
 	if la.Depth != 8 || la.CachedTokens != 128 || la.Terms.RTTMs != 80 || la.Terms.PrefillMs != 7.2 ||
-		!la.LoadMissing || la.Terms.QueueMs != 300 || la.Load.Known() {
+		!la.LoadMissing || la.Terms.QueueMs != 300 || la.Load.Known() || la.RTTUnknown || lb.RTTUnknown {
 		t.Fatalf("dc-a %+v", la)
 	}
 	for _, l := range resp.Ranked {
@@ -80,6 +80,18 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	resp, err = s.Route(api.Query{Locals: w.chains[0]}, api.RouteOptions{InputTokens: 200, RTTMs: map[string]float64{"dc-b": 1000}})
 	if err != nil || resp.Chosen().DC != "dc-a" || laneOf(t, resp, "dc-b").Terms.RTTMs != 1000 {
 		t.Fatalf("override: %+v %v", resp, err)
+	}
+	// An rtt_ms key naming no DC of the domain, and input_tokens below the
+	// blocks sent (8 × 16), are refused, not ignored.
+	var re *api.RequestError
+	if _, err = s.Route(api.Query{Locals: w.chains[0]}, api.RouteOptions{RTTMs: map[string]float64{"dc-b": 1, "dc-x": 1}}); !errors.As(err, &re) || re.Field != "rtt_ms" {
+		t.Fatalf("rtt_ms naming no DC: %v", err)
+	}
+	if _, err = s.Route(api.Query{Locals: w.chains[0]}, api.RouteOptions{InputTokens: 127}); !errors.As(err, &re) || re.Field != "input_tokens" {
+		t.Fatalf("input_tokens below the blocks: %v", err)
+	}
+	if _, err = s.Route(api.Query{Locals: w.chains[0]}, api.RouteOptions{InputTokens: 128}); err != nil {
+		t.Fatalf("input_tokens of exactly the blocks: %v", err)
 	}
 	resp, err = s.Route(api.Query{Locals: w.chains[0]}, api.RouteOptions{Policy: "prefix"})
 	if err != nil || resp.Policy != "prefix" || resp.Chosen().DC != "dc-a" {

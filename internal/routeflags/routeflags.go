@@ -36,13 +36,11 @@ type Flags struct {
 	queueRates   string // dc=tokens/s,...
 	blockSize    string // n[,domain=n,...]
 	loadMaxAge   time.Duration
-	fs           *flag.FlagSet
 }
 
 // Register defines the flags on fs with the product's defaults.
 func (f *Flags) Register(fs *flag.FlagSet) {
 	d := route.DefaultConfig()
-	f.fs = fs
 	fs.StringVar(&f.policy, "route-policy", string(route.Cost), "default policy of POST /v1/route: cost, prefix, load, round-robin or random (a request may name another)")
 	fs.StringVar(&f.stale, "route-stale", route.StaleExclude.String(), "what a route does with a stale or unready lane: exclude, or penalize (kept, with the stale penalty and an unready lane's depth as 0)")
 	fs.DurationVar(&f.temperature, "route-temperature", 0, "softmax temperature of the cost policy (0: the cheapest DC, ties split by a hash of the request)")
@@ -51,8 +49,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.rtts, "dc-rtt", "", "RTT from this router site to each DC, e.g. dc-a=5ms,dc-b=40ms (a request may override them with rtt_ms)")
 	fs.Float64Var(&f.prefillRate, "route-prefill-rate", d.DefaultPrefillTokensPerSec, "prefill tokens/s of one worker of a DC --dc-prefill-rate does not list")
 	fs.StringVar(&f.prefillRates, "dc-prefill-rate", "", "prefill tokens/s per DC (one worker's speed: a request's own prefill), e.g. dc-a=12000,dc-b=8000")
-	fs.Float64Var(&f.queueRate, "route-queue-rate", 0, "tokens/s at which a DC --dc-queue-rate does not list drains its queued prefill (0: its prefill rate, i.e. one worker)")
-	fs.StringVar(&f.queueRates, "dc-queue-rate", "", "tokens/s at which each DC drains its queued prefill (all its workers: workers × one worker's rate), e.g. dc-a=96000")
+	fs.Float64Var(&f.queueRate, "route-queue-rate", 0, "tokens/s at which a DC --dc-queue-rate does not list drains its queued prefill when its load reports no worker count (0: its prefill rate, one worker)")
+	fs.StringVar(&f.queueRates, "dc-queue-rate", "", "tokens/s at which each DC drains its queued prefill (all its workers), e.g. dc-a=96000; a DC not listed drains at the workers its load windows count × its prefill rate")
 	fs.StringVar(&f.blockSize, "route-block-size", strconv.Itoa(indexer.DefaultRouteBlockSize), "tokens per block of a route request given as hashes (a tokens request carries its own): a default, then per domain, e.g. 16,demo-2=32")
 	fs.DurationVar(&f.loadMaxAge, "load-max-age", indexer.DefaultLoadMaxAge,
 		"drop a lane's load (from its relay's load windows or kvrelay load streams) older than this, by local receive time; it then counts as missing, never as zero")
@@ -168,40 +166,25 @@ func (f *Flags) Settings() (Settings, error) {
 	case f.loadMaxAge <= 0:
 		return Settings{}, bad("load-max-age", "%s: want a positive duration", f.loadMaxAge)
 	}
-	if !f.set("route-default-rtt") {
-		for _, named := range []struct {
-			flag string
-			dcs  []string
-		}{{"dc-prefill-rate", slices.Sorted(maps.Keys(rates))}, {"dc-queue-rate", slices.Sorted(maps.Keys(queues))}} {
-			for _, dc := range named.dcs {
-				if _, ok := rtts[dc]; !ok {
-					return Settings{}, bad(named.flag, "DC %s has no RTT: add it to --dc-rtt (or set --route-default-rtt)", dc)
-				}
-			}
-		}
-	}
 	pc := route.DefaultConfig()
 	pc.Policy, pc.Stale, pc.Temperature, pc.DefaultRTT, pc.RTT = pol, stale, f.temperature, f.defaultRTT, rtts
+	for _, named := range []struct {
+		flag string
+		dcs  []string
+	}{{"dc-prefill-rate", slices.Sorted(maps.Keys(rates))}, {"dc-queue-rate", slices.Sorted(maps.Keys(queues))}} {
+		if miss := pc.MissingRTT(named.dcs); len(miss) > 0 {
+			return Settings{}, bad(named.flag, "DC %s has no RTT: add it to --dc-rtt (or set --route-default-rtt)", strings.Join(miss, ", "))
+		}
+	}
 	if pc.AffinityMargin = f.affinity; f.affinity == 0 {
 		pc.AffinityMargin = -1 // 0 on the command line means no margin: the rule off
 	}
 	pc.DefaultPrefillTokensPerSec = f.prefillRate
-	pc.DefaultQueueTokensPerSec = f.queueRate
+	pc.DefaultQueueTokensPerSec, pc.QueueTokensPerSec = f.queueRate, queues
 	return Settings{
-		Route:      indexer.RouteConfig{Policy: pc, PrefillRate: rates, QueueRate: queues, BlockSize: bs, DomainBlockSize: domainBS},
+		Route:      indexer.RouteConfig{Policy: pc, PrefillRate: rates, BlockSize: bs, DomainBlockSize: domainBS},
 		LoadMaxAge: f.loadMaxAge,
 	}, nil
-}
-
-// set reports whether the flag was given (on the command line or, through
-// internal/cli, the environment).
-func (f *Flags) set(name string) bool {
-	if f.fs == nil {
-		return false
-	}
-	found := false
-	f.fs.Visit(func(fl *flag.Flag) { found = found || fl.Name == name })
-	return found
 }
 
 // ErrNotRouteFlag is returned by Parse for an argument that is not one of
@@ -230,7 +213,6 @@ func Parse(args []string) (Settings, error) {
 type Effective struct {
 	Route           route.Config       `json:"route"`
 	PrefillRate     map[string]float64 `json:"prefill_rate"`
-	QueueRate       map[string]float64 `json:"queue_rate"`
 	BlockSize       int                `json:"block_size"`
 	DomainBlockSize map[string]int     `json:"domain_block_size"`
 	LoadMaxAge      time.Duration      `json:"load_max_age_ns"`
@@ -238,7 +220,7 @@ type Effective struct {
 
 // Effective returns the effective configuration of s.
 func (s Settings) Effective() Effective {
-	return Effective{Route: route.New(s.Route.Policy).Config(), PrefillRate: s.Route.PrefillRate, QueueRate: s.Route.QueueRate,
+	return Effective{Route: route.New(s.Route.Policy).Config(), PrefillRate: s.Route.PrefillRate,
 		BlockSize: s.Route.BlockSize, DomainBlockSize: s.Route.DomainBlockSize, LoadMaxAge: s.LoadMaxAge}
 }
 

@@ -22,7 +22,7 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.Route.Policy.RTT["b"] != time.Second || s.Route.QueueRate["a"] != 1000 || s.Route.BlockSize != 32 || s.Route.DomainBlockSize["m"] != 64 ||
+	if s.Route.Policy.RTT["b"] != time.Second || s.Route.Policy.QueueTokensPerSec["a"] != 1000 || s.Route.BlockSize != 32 || s.Route.DomainBlockSize["m"] != 64 ||
 		s.Route.Policy.AffinityMargin != -1 {
 		t.Fatalf("parsed %+v", s)
 	}

@@ -8,10 +8,8 @@ import (
 	"github.com/inference-sim/inference-sim/sim"
 	"github.com/zeebo/xxh3"
 
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/internal/routeflags"
-	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
@@ -49,9 +47,9 @@ func Prepare(reqs []replay.Request) []traceReq {
 			t.engines[k] = engine
 		}
 		t.seqs = ckf.SequenceHashes(make([]ckf.SequenceHash, 0, n), t.locals)
-		// The product's tie-break key: the request's hashes, as the
-		// indexer folds them.
-		t.key = indexer.RouteKey(&api.Query{Seqs: t.seqs})
+		// The product's tie-break key (the indexer's, from the prompt's
+		// sequence hashes).
+		t.key = route.KeyOf(t.seqs)
 		out[i] = t
 	}
 	return out
@@ -275,7 +273,7 @@ func (f *fleet) routeRequest(r *simReq) {
 		c := &f.cands[d]
 		*c = route.Candidate{Lane: d, DC: dc.Name, Pool: "sim", Depth: depths[d], Ready: true,
 			Stale:               f.now-f.lastHeard(d) > staleAfter,
-			PrefillTokensPerSec: f.settings.Route.PrefillRate[dc.Name], QueueTokensPerSec: f.settings.Route.QueueRate[dc.Name]}
+			PrefillTokensPerSec: f.settings.Route.PrefillRate[dc.Name]}
 		f.plane.candidateLoad(d, c, f.router.Config().WaitingRequestTokens)
 	}
 	f.router.Route(route.Request{Blocks: len(t.seqs), BlockSize: f.cfg.BlockSize, InputTokens: t.input,

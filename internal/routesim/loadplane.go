@@ -142,6 +142,7 @@ func (p *loadPlane) window(d int) {
 		l.ActiveDecodeBlocks += s.decode
 	}
 	if complete {
+		l.Workers = uint64(len(p.scraped[d]))
 		l.HasRequests, l.HasPrefill = true, true
 		l.HasDecode = f.cfg.Signal != SignalCounts
 	} else {

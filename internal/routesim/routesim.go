@@ -47,15 +47,25 @@ const (
 	Random     Policy = "random"
 	RoundRobin Policy = "round-robin"
 	LeastLoad  Policy = "least-load"
+	LLMD       Policy = "llm-d"
+	SGLang     Policy = "sglang"
+	Dynamo     Policy = "dynamo"
 	Prefix     Policy = "prefix"
 	Cost       Policy = "cost"
 	Oracle     Policy = "oracle"
 )
 
 // AllPolicies is every policy, baselines first.
-var AllPolicies = []Policy{Random, RoundRobin, LeastLoad, Prefix, Cost, Oracle}
+var AllPolicies = []Policy{Random, RoundRobin, LeastLoad, LLMD, SGLang, Dynamo, Prefix, Cost, Oracle}
 
-func (p Policy) usesCKF() bool { return p == Prefix || p == Cost }
+// usesCKF: the policy reads prefix depths from the index.
+func (p Policy) usesCKF() bool {
+	switch p {
+	case Prefix, Cost, LLMD, SGLang, Dynamo:
+		return true
+	}
+	return false
+}
 
 func (p Policy) routePolicy() route.Policy {
 	switch p {
@@ -67,6 +77,12 @@ func (p Policy) routePolicy() route.Policy {
 		return route.Load
 	case Prefix:
 		return route.Prefix
+	case LLMD:
+		return route.LLMD
+	case SGLang:
+		return route.SGLang
+	case Dynamo:
+		return route.Dynamo
 	}
 	return route.Cost
 }
@@ -165,22 +181,22 @@ func DefaultConfig() Config {
 }
 
 // RouterArgs is the global-indexer command line of the benchmark's router:
-// the facts of the simulated fleet (each DC's RTT, one worker's prefill
-// rate, the DC's rate of draining its queue: all its workers), then
-// RouterFlags. Before calibration (no worker rate yet) the rates are left
-// out.
+// the facts of the simulated fleet an operator configures (each DC's RTT,
+// one worker's prefill rate), then RouterFlags. A DC's capacity reaches the
+// router as the product's does: its load windows count its workers, and
+// the router drains its queue at workers × the prefill rate. Before
+// calibration (no worker rate yet) the rates are left out.
 func (c Config) RouterArgs() []string {
-	var rtt, prefill, queue []string
+	var rtt, prefill []string
 	for _, dc := range c.DCs {
 		rtt = append(rtt, dc.Name+"="+dc.RTT.String())
 		if c.workerPrefillRate > 0 {
 			prefill = append(prefill, dc.Name+"="+strconv.FormatFloat(c.workerPrefillRate, 'f', -1, 64))
-			queue = append(queue, dc.Name+"="+strconv.FormatFloat(c.workerPrefillRate*float64(c.WorkersPerDC), 'f', -1, 64))
 		}
 	}
 	args := []string{"--dc-rtt", strings.Join(rtt, ",")}
 	if len(prefill) > 0 {
-		args = append(args, "--dc-prefill-rate", strings.Join(prefill, ","), "--dc-queue-rate", strings.Join(queue, ","))
+		args = append(args, "--dc-prefill-rate", strings.Join(prefill, ","))
 	}
 	return append(args, c.RouterFlags...)
 }

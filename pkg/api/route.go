@@ -30,7 +30,7 @@ const HeaderRouteOptions = "Ckf-Route-Options"
 
 // Policies and stale modes a route request may name (pkg/route's).
 var (
-	RoutePolicies   = []string{"cost", "prefix", "load", "least-load", "round-robin", "random"}
+	RoutePolicies   = []string{"cost", "prefix", "load", "least-load", "llm-d", "sglang", "dynamo", "round-robin", "random"}
 	RouteStaleModes = []string{"exclude", "penalize"}
 )
 
@@ -338,8 +338,11 @@ type RouteLane struct {
 	Terms  RouteTerms `json:"terms"`
 	// LoadMissing: no usable load, so the queue term is the missing-load
 	// estimate (the worst known queue plus a penalty), never zero.
-	LoadMissing bool      `json:"load_missing"`
-	Load        RouteLoad `json:"load"`
+	LoadMissing bool `json:"load_missing"`
+	// RTTUnknown: no RTT is configured or given for the DC; Terms.RTTMs is
+	// the largest known RTT of the lanes, never a guessed 0.
+	RTTUnknown bool      `json:"rtt_unknown"`
+	Load       RouteLoad `json:"load"`
 	// Excluded lanes come after the eligible ones, with a Reason (stale,
 	// unready).
 	Excluded bool   `json:"excluded"`
@@ -421,6 +424,8 @@ func (l *RouteLane) appendJSON(dst []byte) []byte {
 	dst = appendMs(dst, l.Terms.PenaltyMs)
 	dst = append(dst, `},"load_missing":`...)
 	dst = strconv.AppendBool(dst, l.LoadMissing)
+	dst = append(dst, `,"rtt_unknown":`...)
+	dst = strconv.AppendBool(dst, l.RTTUnknown)
 	dst = append(dst, `,"load":`...)
 	dst = l.Load.appendJSON(dst)
 	dst = append(dst, `,"excluded":`...)

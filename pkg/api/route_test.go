@@ -5,7 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"slices"
 	"testing"
+
+	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
 func testRouteResponse() RouteResponse {
@@ -14,7 +17,7 @@ func testRouteResponse() RouteResponse {
 			Terms: RouteTerms{RTTMs: 40, QueueMs: 1.0625, PrefillMs: 4, PenaltyMs: 0},
 			Load:  RouteLoad{HasKV: true, KVUsedBlocks: 30, KVCapacityBlocks: 100, HasRequests: true, Running: 2, Waiting: 0, AgeMs: 400}},
 		{Lane: 0, DC: "dc-a", Pool: "p0", Depth: 0, Ready: true, AgeMs: 3, CostMs: 125.000001, Terms: RouteTerms{RTTMs: 5, QueueMs: 100.000001, PrefillMs: 20},
-			LoadMissing: true},
+			LoadMissing: true, RTTUnknown: true},
 		{Lane: 15, DC: "dc-c", Pool: "p15", AgeMs: -1, Stale: true, Excluded: true, Reason: "unready", Load: RouteLoad{HasPrefill: true, ActivePrefillTokens: 0, HasDecode: true, ActiveDecodeBlocks: 7}},
 	}}
 }
@@ -167,4 +170,18 @@ func FuzzParseRouteOptions(f *testing.F) {
 			t.Fatalf("%q: %+v does not round-trip (%+v, %v)", raw, o, back, err)
 		}
 	})
+}
+
+// Every policy of pkg/route may be named in a request.
+func TestRoutePoliciesAreRoutes(t *testing.T) {
+	for _, p := range route.Policies {
+		if !slices.Contains(RoutePolicies, string(p)) {
+			t.Errorf("policy %q is not in RoutePolicies", p)
+		}
+	}
+	for _, p := range RoutePolicies {
+		if _, err := route.ParsePolicy(p); err != nil {
+			t.Errorf("RoutePolicies has %q: %v", p, err)
+		}
+	}
 }

@@ -60,12 +60,10 @@ type MirrorConfig struct {
 	JSDomain string
 	// Route configures Route as global-indexer's --route-* flags do (the
 	// zero value: pkg/route's defaults); RoutePrefillRate is each DC's
-	// prefill speed in tokens/s (--dc-prefill-rate), RouteQueueRate its
-	// rate of draining queued prefill (--dc-queue-rate), RouteBlockSize the
+	// prefill speed in tokens/s (--dc-prefill-rate), RouteBlockSize the
 	// block size of requests given as hashes (--route-block-size, 0: 16).
 	Route            route.Config
 	RoutePrefillRate map[string]float64
-	RouteQueueRate   map[string]float64
 	RouteBlockSize   int
 	// LoadMaxAge drops lane load older than this (--load-max-age; 0: 5 s).
 	LoadMaxAge time.Duration
@@ -131,7 +129,7 @@ func NewMirror(nc *nats.Conn, cfg MirrorConfig) (*Mirror, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: mirror: %w", err)
 	}
-	icfg.Route = indexer.RouteConfig{Policy: cfg.Route, PrefillRate: cfg.RoutePrefillRate, QueueRate: cfg.RouteQueueRate, BlockSize: cfg.RouteBlockSize}
+	icfg.Route = indexer.RouteConfig{Policy: cfg.Route, PrefillRate: cfg.RoutePrefillRate, BlockSize: cfg.RouteBlockSize}
 	icfg.LoadMaxAge = cfg.LoadMaxAge
 	if !cfg.several() {
 		svc, err := indexer.New(nc, js, icfg)

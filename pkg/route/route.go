@@ -11,17 +11,21 @@ import (
 // Policy names a way of choosing the DC.
 type Policy string
 
-// The policies. Every one is a real mode of the product.
+// The policies. Every one is a real mode of the product; LLMD, SGLang and
+// Dynamo are the decisions of those routers (baselines.go), applied per DC.
 const (
 	Cost       Policy = "cost"
 	Prefix     Policy = "prefix"
 	Load       Policy = "load"
+	LLMD       Policy = "llm-d"
+	SGLang     Policy = "sglang"
+	Dynamo     Policy = "dynamo"
 	RoundRobin Policy = "round-robin"
 	Random     Policy = "random"
 )
 
 // Policies lists every policy, in a stable order.
-var Policies = [...]Policy{Cost, Prefix, Load, RoundRobin, Random}
+var Policies = [...]Policy{Cost, Prefix, Load, LLMD, SGLang, Dynamo, RoundRobin, Random}
 
 // ErrUnknownPolicy is returned by ParsePolicy for a name it does not know.
 var ErrUnknownPolicy = errors.New("route: unknown policy")
@@ -32,12 +36,12 @@ func ParsePolicy(s string) (Policy, error) {
 	switch Policy(s) {
 	case "", Cost:
 		return Cost, nil
-	case Prefix, Load, RoundRobin, Random:
+	case Prefix, Load, LLMD, SGLang, Dynamo, RoundRobin, Random:
 		return Policy(s), nil
 	case "least-load":
 		return Load, nil
 	}
-	return "", fmt.Errorf("%w %q (want cost, prefix, load, round-robin or random)", ErrUnknownPolicy, s)
+	return "", fmt.Errorf("%w %q (want cost, prefix, load, llm-d, sglang, dynamo, round-robin or random)", ErrUnknownPolicy, s)
 }
 
 // StaleMode says what to do with a stale or unready lane.
@@ -72,6 +76,8 @@ func (m StaleMode) String() string {
 
 // LoadReport is what a DC reports about its load. Each group of fields has
 // its own presence flag: a field whose flag is false is unknown, never zero.
+// The values are bounded where they enter (the wire, the engines' /metrics,
+// kvrelay); Route reads any uint64 all the same, saturating its terms.
 type LoadReport struct {
 	// KV occupancy, from the relay's exact state.
 	HasKV            bool   `json:"has_kv"`
@@ -87,6 +93,10 @@ type LoadReport struct {
 	// KV blocks of requests in decode.
 	HasDecode          bool   `json:"has_decode"`
 	ActiveDecodeBlocks uint64 `json:"active_decode_blocks"`
+	// Workers is how many workers the serving load sums (0: unknown). With
+	// no configured queue rate, the DC drains its queue at Workers × the
+	// prefill rate of one worker.
+	Workers uint64 `json:"workers"`
 	// Age is how old the report is (by local receive time).
 	Age time.Duration `json:"age_ns"`
 }
@@ -112,7 +122,7 @@ type Candidate struct {
 	RTTKnown bool          `json:"-"`
 	// PrefillTokensPerSec is the prefill speed of one worker of the DC;
 	// QueueTokensPerSec the DC's aggregate rate of draining queued
-	// prefill. 0 takes the Config default.
+	// prefill. 0 takes the Config's values.
 	PrefillTokensPerSec float64 `json:"-"`
 	QueueTokensPerSec   float64 `json:"-"`
 }
@@ -123,27 +133,33 @@ type Request struct {
 	// one block.
 	Blocks    int
 	BlockSize int
-	// InputTokens is the prompt length (0: Blocks × BlockSize);
-	// OutputTokens the expected output (informational).
+	// InputTokens is the prompt length (0: Blocks × BlockSize; a value
+	// below Blocks × BlockSize, which callers refuse, is read as that
+	// product); OutputTokens the expected output (informational).
 	InputTokens  int
 	OutputTokens int
 	// Policy chosen for this request; "" takes the Router's default.
 	Policy Policy
 	// Key seeds tie-breaks, random choice and temperature sampling; 0 draws
-	// one from the Router's counter.
+	// one from the Router's counter. KeyOf derives it from the prompt.
 	Key uint64
 }
 
 // Config parameterizes the cost. Zero durations and rates take the defaults
-// of DefaultConfig where noted.
+// of DefaultConfig where noted; negative durations and rates read as zero.
 type Config struct {
 	// Policy is the default policy (cost when empty).
 	Policy Policy
 	// DefaultPrefillTokensPerSec is one worker's prefill speed when the
 	// candidate has none (default 10000).
 	DefaultPrefillTokensPerSec float64
+	// QueueTokensPerSec is each DC's rate of draining queued prefill, by DC
+	// name: the sum of its workers' prefill rates. A DC not listed drains at
+	// its load report's Workers × its prefill rate, else at
+	// DefaultQueueTokensPerSec, else at its prefill rate (one worker).
+	QueueTokensPerSec map[string]float64
 	// DefaultQueueTokensPerSec is a DC's rate of draining queued prefill
-	// when the candidate has none (0: the prefill rate).
+	// when nothing more specific is known (0: the prefill rate).
 	DefaultQueueTokensPerSec float64
 	// WaitingRequestTokens is the prefill assumed per waiting request when
 	// only request counts are known (default 1024).
@@ -174,11 +190,29 @@ type Config struct {
 	// cost. 0 takes the default (AffinityMarginDefault); negative disables
 	// the rule (pure cost).
 	AffinityMargin time.Duration
-	// RTT per DC name; DefaultRTT for a DC not listed.
+	// RTT per DC name; DefaultRTT (when positive) for a DC not listed. A DC
+	// with neither has an unknown RTT (see MissingRTT): it is charged the
+	// largest RTT of the candidates whose RTT is known, never 0.
 	RTT        map[string]time.Duration
 	DefaultRTT time.Duration
 	// Seed mixes into every hash, so two routers can break ties apart.
 	Seed uint64
+}
+
+// MissingRTT lists the DCs of dcs, in their order, that c gives no RTT:
+// not in c.RTT while c.DefaultRTT is not positive. A router that knows its
+// DCs refuses to start with any (their RTT term would be a guess).
+func (c Config) MissingRTT(dcs []string) []string {
+	var out []string
+	if c.DefaultRTT > 0 {
+		return out
+	}
+	for _, dc := range dcs {
+		if _, ok := c.RTT[dc]; !ok {
+			out = append(out, dc)
+		}
+	}
+	return out
 }
 
 // AffinityMarginDefault is the default AffinityMargin.
@@ -197,7 +231,12 @@ func DefaultConfig() Config {
 	}
 }
 
-// Terms are the parts of one candidate's cost.
+// MaxTerm bounds each term of the cost (about 36 years): a load report of
+// any size gives a finite queue term, and the sum of the terms cannot wrap.
+const MaxTerm = time.Duration(math.MaxInt64 / 8)
+
+// Terms are the parts of one candidate's cost, each in [0, MaxTerm] except
+// a missing-load queue term, which is the worst known plus a penalty.
 type Terms struct {
 	RTT     time.Duration `json:"rtt_ns"`
 	Queue   time.Duration `json:"queue_ns"`
@@ -205,8 +244,10 @@ type Terms struct {
 	Penalty time.Duration `json:"penalty_ns"`
 }
 
-// Sum is the cost.
-func (t Terms) Sum() time.Duration { return t.RTT + t.Queue + t.Prefill + t.Penalty }
+// Sum is the cost: the terms' sum, saturating at the largest Duration.
+func (t Terms) Sum() time.Duration {
+	return satAdd(satAdd(t.RTT, t.Queue), satAdd(t.Prefill, t.Penalty))
+}
 
 // Scored is one ranked candidate.
 type Scored struct {
@@ -214,14 +255,21 @@ type Scored struct {
 	// Cost is the cost formula's value, whatever the policy ranked by.
 	Cost  time.Duration `json:"cost_ns"`
 	Terms Terms         `json:"terms"`
+	// Score is the llm-d, sglang or dynamo policy's own figure (baselines.go:
+	// the weighted score, the load, the logit); 0 under the other policies.
+	Score float64 `json:"score"`
 	// CachedTokens are the request's tokens the DC holds (by Depth).
 	CachedTokens int `json:"cached_tokens"`
 	// LoadMissing: the queue term is the missing-load estimate.
-	LoadMissing bool   `json:"load_missing"`
-	Excluded    bool   `json:"excluded"`
-	Reason      string `json:"reason,omitempty"`
+	LoadMissing bool `json:"load_missing"`
+	// RTTUnknown: no RTT is configured or given for the DC; Terms.RTT is the
+	// largest known RTT of the candidates (0 if none is known).
+	RTTUnknown bool   `json:"rtt_unknown"`
+	Excluded   bool   `json:"excluded"`
+	Reason     string `json:"reason,omitempty"`
 
 	tie uint64
+	sig signals
 }
 
 // Decision is the answer: the candidates in the policy's order, eligible
@@ -254,10 +302,10 @@ func New(cfg Config) *Router {
 	if cfg.Policy == "" {
 		cfg.Policy = d.Policy
 	}
-	if cfg.DefaultPrefillTokensPerSec <= 0 {
+	if !(cfg.DefaultPrefillTokensPerSec > 0) {
 		cfg.DefaultPrefillTokensPerSec = d.DefaultPrefillTokensPerSec
 	}
-	if cfg.WaitingRequestTokens <= 0 {
+	if !(cfg.WaitingRequestTokens > 0) {
 		cfg.WaitingRequestTokens = d.WaitingRequestTokens
 	}
 	if cfg.KVFullQueue <= 0 {
@@ -272,6 +320,11 @@ func New(cfg Config) *Router {
 	if cfg.AffinityMargin == 0 {
 		cfg.AffinityMargin = d.AffinityMargin
 	}
+	cfg.KVFullQueue = min(cfg.KVFullQueue, MaxTerm)
+	cfg.MissingLoadPenalty = min(cfg.MissingLoadPenalty, MaxTerm)
+	cfg.StalePenalty = min(cfg.StalePenalty, MaxTerm)
+	cfg.DecodeBlockTime = max(cfg.DecodeBlockTime, 0)
+	cfg.DefaultRTT = max(cfg.DefaultRTT, 0)
 	return &Router{cfg: cfg}
 }
 
@@ -300,32 +353,31 @@ func (r *Router) Route(req Request, cands []Candidate, out *Decision) {
 	out.Ranked = out.Ranked[:0]
 	out.Best = -1
 
-	input := req.InputTokens
-	if input <= 0 {
-		input = req.Blocks * req.BlockSize
-	}
-	worstQueue, anyKnown := time.Duration(0), false
+	bs := max(req.BlockSize, 1)
+	input := max(req.InputTokens, req.Blocks*bs)
+	worstQueue := time.Duration(0)
+	worstRTT := time.Duration(0)
 	for i := range cands {
 		c := &cands[i]
 		s := Scored{Candidate: *c, tie: mix(key ^ uint64(c.Lane+1)*0x9e3779b97f4a7c15)}
 		if !c.Ready {
 			s.Depth = 0
 		}
-		if c.RTTKnown {
-			s.Terms.RTT = c.RTT
-		} else if v, ok := r.cfg.RTT[c.DC]; ok {
-			s.Terms.RTT = v
+		s.Depth = min(max(s.Depth, 0), req.Blocks)
+		if rtt, ok := r.rtt(c); ok {
+			s.Terms.RTT = rtt
+			worstRTT = max(worstRTT, rtt)
 		} else {
-			s.Terms.RTT = r.cfg.DefaultRTT
+			s.RTTUnknown = true
 		}
-		s.CachedTokens = min(s.Depth*req.BlockSize, input)
+		s.CachedTokens = s.Depth * bs
 		s.Terms.Prefill = tokensTime(float64(input-s.CachedTokens), r.prefillRate(c))
-		if q, ok := r.queue(c, req.BlockSize); ok {
+		if r.usable(&c.Load) {
+			s.sig = r.signalsOf(&c.Load)
+		}
+		if q, ok := r.queue(c, &s.sig); ok {
 			s.Terms.Queue = q
-			if !anyKnown || q > worstQueue {
-				worstQueue = q
-			}
-			anyKnown = true
+			worstQueue = max(worstQueue, q)
 		} else {
 			s.LoadMissing = true
 		}
@@ -345,12 +397,23 @@ func (r *Router) Route(req Request, cands []Candidate, out *Decision) {
 	for i := range out.Ranked {
 		s := &out.Ranked[i]
 		if s.LoadMissing {
-			s.Terms.Queue = worstQueue + r.cfg.MissingLoadPenalty
+			s.Terms.Queue = satAdd(worstQueue, r.cfg.MissingLoadPenalty)
+		}
+		if s.RTTUnknown {
+			s.Terms.RTT = worstRTT
 		}
 		s.Cost = s.Terms.Sum()
 	}
 
 	rk := out.Ranked
+	switch pol {
+	case LLMD:
+		scoreLLMD(rk)
+	case SGLang:
+		scoreSGLang(rk)
+	case Dynamo:
+		scoreDynamo(rk, input, bs, req.Blocks)
+	}
 	if pol == RoundRobin {
 		// Order eligible lanes by lane number, then rotate by the counter.
 		for i := range rk {
@@ -371,12 +434,28 @@ func (r *Router) Route(req Request, cands []Candidate, out *Decision) {
 		return
 	}
 	out.Best = 0
-	if pol == Cost && r.cfg.AffinityMargin > 0 {
+	switch {
+	case pol == SGLang:
+		preferCache(rk, input)
+	case pol == Cost && r.cfg.AffinityMargin > 0:
 		preferAffinity(rk, r.cfg.AffinityMargin)
 	}
 	if pol == Cost && r.cfg.Temperature > 0 {
 		out.Best = sample(rk, r.cfg.Temperature, mix(key^0xa0761d6478bd642f))
 	}
+}
+
+// rtt is the candidate's RTT, false when none is given or configured.
+func (r *Router) rtt(c *Candidate) (time.Duration, bool) {
+	switch v, ok := r.cfg.RTT[c.DC]; {
+	case c.RTTKnown:
+		return clampTerm(c.RTT), true
+	case ok:
+		return clampTerm(v), true
+	case r.cfg.DefaultRTT > 0:
+		return min(r.cfg.DefaultRTT, MaxTerm), true
+	}
+	return 0, false
 }
 
 func (r *Router) prefillRate(c *Candidate) float64 {
@@ -386,9 +465,18 @@ func (r *Router) prefillRate(c *Candidate) float64 {
 	return r.cfg.DefaultPrefillTokensPerSec
 }
 
+// queueRate is the DC's rate of draining its queue: the candidate's, the
+// configured one of its DC, its workers × the prefill rate, the default,
+// or one worker's prefill rate, in that order.
 func (r *Router) queueRate(c *Candidate) float64 {
 	if c.QueueTokensPerSec > 0 {
 		return c.QueueTokensPerSec
+	}
+	if v := r.cfg.QueueTokensPerSec[c.DC]; v > 0 {
+		return v
+	}
+	if c.Load.Workers > 0 {
+		return float64(c.Load.Workers) * r.prefillRate(c)
 	}
 	if r.cfg.DefaultQueueTokensPerSec > 0 {
 		return r.cfg.DefaultQueueTokensPerSec
@@ -396,40 +484,56 @@ func (r *Router) queueRate(c *Candidate) float64 {
 	return r.prefillRate(c)
 }
 
-// queue is the candidate's queue term, false when its load is missing or
-// too old.
-func (r *Router) queue(c *Candidate, blockSize int) (time.Duration, bool) {
-	l := &c.Load
-	if !l.Known() || (r.cfg.MaxLoadAge > 0 && l.Age > r.cfg.MaxLoadAge) {
-		return 0, false
-	}
-	switch {
-	case l.HasPrefill || l.HasRequests:
-		var tokens float64
-		if l.HasPrefill {
-			tokens = float64(l.ActivePrefillTokens)
-		} else {
-			tokens = float64(l.Waiting) * r.cfg.WaitingRequestTokens
-		}
-		q := tokensTime(tokens, r.queueRate(c))
-		if l.HasDecode {
-			q += time.Duration(l.ActiveDecodeBlocks) * r.cfg.DecodeBlockTime
-		}
-		return q, true
-	default: // KV occupancy only
-		if l.KVCapacityBlocks == 0 {
-			return 0, false
-		}
-		u := min(float64(l.KVUsedBlocks)/float64(l.KVCapacityBlocks), 1)
-		return time.Duration(u * float64(r.cfg.KVFullQueue)), true
-	}
+// usable reports whether a load report carries anything and is young enough.
+func (r *Router) usable(l *LoadReport) bool {
+	return l.Known() && (r.cfg.MaxLoadAge <= 0 || l.Age <= r.cfg.MaxLoadAge)
 }
 
+// queue is the candidate's queue term from its signals, false when its load
+// is missing or too old.
+func (r *Router) queue(c *Candidate, sg *signals) (time.Duration, bool) {
+	if sg.known&(1<<sigQueued) != 0 {
+		q := tokensTime(sg.v[sigQueued], r.queueRate(c))
+		if c.Load.HasDecode {
+			q = min(satAdd(q, mulTerm(c.Load.ActiveDecodeBlocks, r.cfg.DecodeBlockTime)), MaxTerm)
+		}
+		return q, true
+	}
+	if sg.known&(1<<sigKVUsed) != 0 {
+		return time.Duration(sg.v[sigKVUsed] * float64(r.cfg.KVFullQueue)), true
+	}
+	return 0, false
+}
+
+// tokensTime is the time to process tokens at perSec, in [0, MaxTerm].
 func tokensTime(tokens, perSec float64) time.Duration {
 	if tokens <= 0 {
 		return 0
 	}
-	return time.Duration(tokens / perSec * float64(time.Second))
+	ns := tokens / perSec * float64(time.Second)
+	if !(ns < float64(MaxTerm)) {
+		return MaxTerm
+	}
+	return time.Duration(ns)
+}
+
+// mulTerm is n × d, in [0, MaxTerm] (d is not negative).
+func mulTerm(n uint64, d time.Duration) time.Duration {
+	if v := float64(n) * float64(d); v < float64(MaxTerm) {
+		return time.Duration(v)
+	}
+	return MaxTerm
+}
+
+// clampTerm bounds a duration to [0, MaxTerm].
+func clampTerm(d time.Duration) time.Duration { return min(max(d, 0), MaxTerm) }
+
+// satAdd adds two non-negative durations, saturating at the largest one.
+func satAdd(a, b time.Duration) time.Duration {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }
 
 // less orders two scored candidates under a policy: eligible first, then the
@@ -438,24 +542,29 @@ func less(a, b *Scored, pol Policy) bool {
 	if a.Excluded != b.Excluded {
 		return !a.Excluded
 	}
+	if pol != Cost && pol != RoundRobin && pol != Random && a.Terms.Penalty != b.Terms.Penalty {
+		return a.Terms.Penalty < b.Terms.Penalty
+	}
 	switch pol {
 	case Cost:
 		if a.Cost != b.Cost {
 			return a.Cost < b.Cost
 		}
 	case Prefix:
-		if a.Terms.Penalty != b.Terms.Penalty {
-			return a.Terms.Penalty < b.Terms.Penalty
-		}
 		if a.Depth != b.Depth {
 			return a.Depth > b.Depth
 		}
 	case Load:
-		if a.Terms.Penalty != b.Terms.Penalty {
-			return a.Terms.Penalty < b.Terms.Penalty
+		if ka, kb := satAdd(a.Terms.RTT, a.Terms.Queue), satAdd(b.Terms.RTT, b.Terms.Queue); ka != kb {
+			return ka < kb
 		}
-		if a.Terms.Queue != b.Terms.Queue {
-			return a.Terms.Queue < b.Terms.Queue
+	case LLMD:
+		if a.Score != b.Score {
+			return a.Score > b.Score
+		}
+	case SGLang, Dynamo:
+		if a.Score != b.Score {
+			return a.Score < b.Score
 		}
 	}
 	return a.tie < b.tie
@@ -474,15 +583,30 @@ func sortRanked(s []Scored, pol Policy) {
 // prefix (ties by the hash) when its cost is within margin of the cheapest,
 // rk[0]; the rest keep their cost order.
 func preferAffinity(rk []Scored, margin time.Duration) {
+	a := deepest(rk, false)
+	if rk[a].Cost-rk[0].Cost > margin {
+		return
+	}
+	toFront(rk, a)
+}
+
+// deepest is the index of the eligible candidate with the deepest prefix,
+// ties by the hash; with samePenalty, only among those with rk[0]'s penalty.
+func deepest(rk []Scored, samePenalty bool) int {
 	a := 0
 	for i := 1; i < len(rk) && !rk[i].Excluded; i++ {
+		if samePenalty && rk[i].Terms.Penalty != rk[0].Terms.Penalty {
+			break
+		}
 		if rk[i].Depth > rk[a].Depth || (rk[i].Depth == rk[a].Depth && rk[i].tie < rk[a].tie) {
 			a = i
 		}
 	}
-	if a == 0 || rk[a].Cost-rk[0].Cost > margin {
-		return
-	}
+	return a
+}
+
+// toFront moves rk[a] to the front, keeping the others' order.
+func toFront(rk []Scored, a int) {
 	for i := a; i > 0; i-- {
 		rk[i], rk[i-1] = rk[i-1], rk[i]
 	}

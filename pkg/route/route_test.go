@@ -60,7 +60,7 @@ func TestPrefillTerm(t *testing.T) {
 	r := New(Config{DefaultPrefillTokensPerSec: 1000})
 	fast := cand(1, "b", 2, served(0))
 	fast.PrefillTokensPerSec = 4000
-	d := route(t, r, Request{Blocks: 10, BlockSize: 100, InputTokens: 950},
+	d := route(t, r, Request{Blocks: 9, BlockSize: 100, InputTokens: 950},
 		cand(0, "a", 4, served(0)), fast, cand(2, "c", 12, served(0)))
 	if got, want := byLane(d, 0).Terms.Prefill, 550*time.Millisecond; got != want {
 		t.Errorf("lane 0 prefill %v, want %v (550 tokens at 1000/s)", got, want)
@@ -68,8 +68,16 @@ func TestPrefillTerm(t *testing.T) {
 	if got, want := byLane(d, 1).Terms.Prefill, 187500*time.Microsecond; got != want {
 		t.Errorf("lane 1 prefill %v, want %v (750 tokens at 4000/s)", got, want)
 	}
-	if s := byLane(d, 2); s.Terms.Prefill != 0 || s.CachedTokens != 950 {
-		t.Errorf("lane 2 holds more than the prompt: prefill %v cached %d", s.Terms.Prefill, s.CachedTokens)
+	// A depth past the request's blocks counts as the whole request: the
+	// partial last block is still to prefill.
+	if s := byLane(d, 2); s.Terms.Prefill != 50*time.Millisecond || s.CachedTokens != 900 || s.Depth != 9 {
+		t.Errorf("lane 2 holds more than the prompt: prefill %v cached %d depth %d", s.Terms.Prefill, s.CachedTokens, s.Depth)
+	}
+	// InputTokens below Blocks × BlockSize (callers refuse it) reads as the
+	// product: the prefill term is never zero for tokens the DC lacks.
+	d = route(t, r, Request{Blocks: 10, BlockSize: 100, InputTokens: 5}, cand(0, "a", 4, served(0)))
+	if got := d.Ranked[0].Terms.Prefill; got != 600*time.Millisecond {
+		t.Errorf("short input: prefill %v, want 600ms (6 uncached blocks of 100)", got)
 	}
 	// InputTokens defaults to Blocks × BlockSize.
 	d = route(t, r, Request{Blocks: 3, BlockSize: 100}, cand(0, "a", 1, served(0)))
