@@ -210,6 +210,7 @@ func (s *Service) onPoolLoad(m *nats.Msg) {
 		return
 	}
 	storePart(&s.loads[r.lane].serving, serving)
+	s.coverInflight(r.lane, windowObserved(&p, at, s.cfg.LoadMaxAge))
 	count("accepted")
 }
 
@@ -270,6 +271,9 @@ func (k *kvLane) KvPoolLoad(key kvrelay.ProducerKey, seq uint64, l client.KvLoad
 	// The follower orders one stream's windows; a reopened stream starts
 	// from the relay's current window, so the last one received wins.
 	r.svc.loads[r.lane].kv.Store(p)
+	if l.Complete {
+		r.svc.coverInflight(r.lane, p.at)
+	}
 	r.svc.lm.windows.WithLabelValues(strconv.Itoa(r.lane), r.dc, loadSourceKvRelayKV, outcome).Inc()
 }
 
@@ -283,6 +287,9 @@ func (k *kvLane) ServingLoad(key kvrelay.ProducerKey, seq uint64, l client.Servi
 		p.serving = wire.ServingLoad{ActivePrefillTokens: l.ActivePrefillTokens, ActiveDecodeBlocks: l.ActiveDecodeBlocks}
 	}
 	r.svc.loads[r.lane].serving.Store(p)
+	if l.Complete {
+		r.svc.coverInflight(r.lane, p.at)
+	}
 	r.svc.lm.windows.WithLabelValues(strconv.Itoa(r.lane), r.dc, loadSourceKvRelayServing, outcome).Inc()
 }
 

@@ -7,6 +7,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/inflight"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -31,6 +32,9 @@ type RouteConfig struct {
 	// BlockSize counts the tokens of a request given as hashes (a tokens
 	// request carries its own); default DefaultRouteBlockSize.
 	BlockSize int
+	// Inflight is the account of routed requests the load windows do not
+	// show yet (inflight.go); on unless Off.
+	Inflight InflightConfig
 }
 
 func (c RouteConfig) validate() error {
@@ -49,6 +53,9 @@ func (c RouteConfig) validate() error {
 		if d < 0 {
 			return configError("route.rtt", "%s: negative RTT %s", dc, d)
 		}
+	}
+	if err := c.Inflight.validate(); err != nil {
+		return err
 	}
 	if c.Policy.DefaultPrefillTokensPerSec < 0 || c.Policy.Temperature < 0 || c.Policy.DefaultRTT < 0 {
 		return configError("route", "negative rate, temperature or RTT")
@@ -146,6 +153,15 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 	}
 	labels := s.labels.Load()
 	now := s.now()
+	bs := q.BlockSize
+	if bs == 0 {
+		bs = rt.blockSize
+	}
+	var pending [ckf.LaneCount]uint64
+	if s.ledger != nil {
+		s.ledger.PendingInto(now, pending[:])
+	}
+	waitingTokens := rt.routers[0].Config().WaitingRequestTokens
 	var buf [ckf.LaneCount]route.Candidate
 	var ages [ckf.LaneCount]int64
 	var loadAges [ckf.LaneCount]int64
@@ -160,16 +176,13 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		c := route.Candidate{Lane: lane, DC: lbl.dc, Pool: lbl.pool, Depth: int(depth[lane]), Ready: ready, Stale: stale}
 		l := s.laneLoad(lane, now)
 		c.Load = loadReport(&l)
+		inflight.Apply(&c, pending[lane], waitingTokens, bs)
 		ages[lane], loadAges[lane] = age, max(l.KVAge, l.ServingAge).Milliseconds()
 		if ms, ok := o.RTTMs[lbl.dc]; ok {
 			c.RTT, c.RTTKnown = time.Duration(ms*float64(time.Millisecond)), true
 		}
 		c.PrefillTokensPerSec = rt.prefill[lbl.dc]
 		cands = append(cands, c)
-	}
-	bs := q.BlockSize
-	if bs == 0 {
-		bs = rt.blockSize
 	}
 	req := route.Request{Blocks: q.Blocks(), BlockSize: bs, InputTokens: o.InputTokens, OutputTokens: o.OutputTokens,
 		Policy: pol, Key: requestKey(&q)}
@@ -182,6 +195,11 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 	input := o.InputTokens
 	if input <= 0 {
 		input = req.Blocks * bs
+	}
+	if s.ledger != nil && !o.Probe {
+		if lane, tokens, rtt, ok := inflight.Charge(dec, input); ok {
+			s.account(lane, labels[lane].dc, tokens, rtt, now)
+		}
 	}
 	resp := api.RouteResponse{Policy: string(dec.Policy), ReadyLanes: res.CapturedReadyLanes, Blocks: req.Blocks, BlockSize: bs,
 		InputTokens: input, Best: dec.Best, Ranked: make([]api.RouteLane, len(dec.Ranked))}
