@@ -1,6 +1,7 @@
 package indexer
 
 import (
+	"context"
 	"strconv"
 	"sync"
 	"time"
@@ -89,11 +90,32 @@ func (c *inflightCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// maxOutbox bounds the accounts waiting to be published.
+const maxOutbox = 4096
+
+// outAccount is one account waiting to be published.
+type outAccount struct {
+	dc     string
+	tokens uint64
+	rtt    time.Duration
+}
+
 // inflightState is the service's account: nil when InflightConfig.Off.
 type inflightState struct {
 	accounts *prometheus.CounterVec
-	subjects sync.Map // dc → ckfload.<domain>.<dc>.inflight
-	bufs     sync.Pool
+	// The accounts' series, resolved once (the route path takes no label
+	// lookup).
+	publishedOK, publishedErr                 prometheus.Counter
+	applied, own, malformed, subject, unknown prometheus.Counter
+	publishedDropped                          prometheus.Counter
+
+	// Accounts to publish: a route appends one (under mu) and kicks the
+	// publisher (publishAccounts), which sends them off the route's path.
+	// At most maxOutbox wait; past that a route's account is not shared
+	// (counted as published/dropped), its own ledger entry stays.
+	mu     sync.Mutex
+	outbox []outAccount
+	kick   chan struct{}
 }
 
 // newInflight builds the ledger and registers its metrics; it returns nil,
@@ -109,7 +131,11 @@ func newInflight(s *Service, reg prometheus.Registerer) (*inflight.Ledger, *infl
 	}
 	st := &inflightState{accounts: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricInflightAccounts,
 		Help: "Route accounts published and received, by outcome."}, []string{"direction", "outcome"})}
-	st.bufs.New = func() any { b := make([]byte, 0, 32); return &b }
+	st.outbox, st.kick = make([]outAccount, 0, 64), make(chan struct{}, 1)
+	st.publishedOK, st.publishedErr = st.accounts.WithLabelValues("published", "ok"), st.accounts.WithLabelValues("published", "error")
+	recv := func(o string) prometheus.Counter { return st.accounts.WithLabelValues("received", o) }
+	st.applied, st.own, st.malformed, st.subject, st.unknown = recv("applied"), recv("own"), recv("malformed"), recv("subject"), recv("unknown_dc")
+	st.publishedDropped = st.accounts.WithLabelValues("published", "dropped")
 	col := &inflightCollector{s: s,
 		pending: prometheus.NewDesc(MetricInflightPending, "Routed prompt tokens no load window of the lane has covered yet.", []string{"lane", "dc"}, nil),
 		entries: prometheus.NewDesc(MetricInflightEntries, "In-flight entries held over every lane.", nil, nil),
@@ -123,35 +149,84 @@ func newInflight(s *Service, reg prometheus.Registerer) (*inflight.Ledger, *infl
 	return l, st, nil
 }
 
-// account records a route's tokens against lane at now and publishes the
+// account records a route's tokens against lane at now and queues the
 // account for the domain's other routers.
 func (s *Service) account(lane int, dc string, tokens uint64, rtt time.Duration, now time.Time) {
 	if !s.ledger.Add(lane, tokens, now, rtt) {
 		return
 	}
 	st := s.inflight
-	subj, ok := st.subjects.Load(dc)
-	if !ok {
-		v, err := wire.RouteAccountSubject(s.cfg.Domain, dc)
-		if err != nil {
-			st.accounts.WithLabelValues("published", "error").Inc()
-			return
-		}
-		subj, _ = st.subjects.LoadOrStore(dc, v)
+	st.mu.Lock()
+	full := len(st.outbox) >= maxOutbox
+	if !full {
+		st.outbox = append(st.outbox, outAccount{dc: dc, tokens: tokens, rtt: rtt})
 	}
-	bp := st.bufs.Get().(*[]byte)
-	defer st.bufs.Put(bp)
-	a := wire.RouteAccount{Origin: uint64(s.instance), Tokens: min(tokens, wire.MaxAccountTokens), RTT: min(rtt, wire.MaxAccountRTT)}
-	b, err := wire.AppendRouteAccount((*bp)[:0], &a)
-	*bp = b
-	if err == nil {
-		err = s.nc.Publish(subj.(string), b)
-	}
-	if err != nil {
-		st.accounts.WithLabelValues("published", "error").Inc()
+	st.mu.Unlock()
+	if full {
+		st.publishedDropped.Inc()
 		return
 	}
-	st.accounts.WithLabelValues("published", "ok").Inc()
+	select {
+	case st.kick <- struct{}{}:
+	default:
+	}
+}
+
+// accountPause is the publisher's rest after each batch: routes arriving
+// meanwhile queue behind one kick, so a busy router wakes the publisher at
+// most once a pause, not once a route (a wake-up costs the route more than
+// its account).
+const accountPause = time.Millisecond
+
+// publishAccounts sends the queued accounts on
+// ckfload.<domain>.<dc>.inflight until ctx ends.
+func (s *Service) publishAccounts(ctx context.Context) {
+	st := s.inflight
+	var (
+		batch []outAccount
+		buf   []byte
+	)
+	subjects := map[string]string{}
+	pause := time.NewTimer(accountPause)
+	defer pause.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-st.kick:
+		}
+		st.mu.Lock()
+		batch, st.outbox = st.outbox, batch[:0]
+		st.mu.Unlock()
+		for _, o := range batch {
+			subj, ok := subjects[o.dc]
+			if !ok {
+				var err error
+				if subj, err = wire.RouteAccountSubject(s.cfg.Domain, o.dc); err != nil {
+					st.publishedErr.Inc()
+					continue
+				}
+				subjects[o.dc] = subj
+			}
+			a := wire.RouteAccount{Origin: uint64(s.instance), Tokens: min(o.tokens, wire.MaxAccountTokens), RTT: min(o.rtt, wire.MaxAccountRTT)}
+			b, err := wire.AppendRouteAccount(buf[:0], &a)
+			buf = b
+			if err == nil {
+				err = s.nc.Publish(subj, b)
+			}
+			if err != nil {
+				st.publishedErr.Inc()
+				continue
+			}
+			st.publishedOK.Inc()
+		}
+		pause.Reset(accountPause)
+		select {
+		case <-ctx.Done():
+			return
+		case <-pause.C:
+		}
+	}
 }
 
 // subscribeAccounts subscribes to the domain's route accounts (nil when
@@ -170,20 +245,20 @@ func (s *Service) subscribeAccounts() (*nats.Subscription, error) {
 // onRouteAccount applies another router's account, due its RTT after it
 // is received here.
 func (s *Service) onRouteAccount(m *nats.Msg) {
-	count := func(outcome string) { s.inflight.accounts.WithLabelValues("received", outcome).Inc() }
+	st := s.inflight
 	dc, err := wire.ParseRouteAccountSubject(m.Subject, s.cfg.Domain)
 	if err != nil {
-		count("subject")
+		st.subject.Inc()
 		return
 	}
 	a, err := wire.DecodeRouteAccount(m.Data)
 	if err != nil {
-		count("malformed")
+		st.malformed.Inc()
 		s.log.Debug().Err(err).Str("dc", dc).Msg("malformed route account; skipped")
 		return
 	}
 	if a.Origin == uint64(s.instance) {
-		count("own")
+		st.own.Inc()
 		return
 	}
 	lane := -1
@@ -194,10 +269,10 @@ func (s *Service) onRouteAccount(m *nats.Msg) {
 		}
 	}
 	if lane < 0 || !s.ledger.Add(lane, a.Tokens, s.now(), a.RTT) {
-		count("unknown_dc")
+		st.unknown.Inc()
 		return
 	}
-	count("applied")
+	st.applied.Inc()
 }
 
 // coverInflight tells the ledger that a load window of lane was observed

@@ -70,7 +70,9 @@ type routing struct {
 	def       route.StaleMode
 	blockSize int
 	prefill   map[string]float64
-	decisions sync.Pool // *route.Decision
+	// waitingTokens is the routers' WaitingRequestTokens (inflight.Apply).
+	waitingTokens float64
+	decisions     sync.Pool // *route.Decision
 }
 
 func newRouting(c RouteConfig) *routing {
@@ -83,6 +85,7 @@ func newRouting(c RouteConfig) *routing {
 		pc.Stale, pc.MaxLoadAge = m, 0
 		r.routers[m] = route.New(pc)
 	}
+	r.waitingTokens = r.routers[route.StaleExclude].Config().WaitingRequestTokens
 	r.decisions.New = func() any { return &route.Decision{Ranked: make([]route.Scored, 0, ckf.LaneCount)} }
 	return r
 }
@@ -161,7 +164,6 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 	if s.ledger != nil {
 		s.ledger.PendingInto(now, pending[:])
 	}
-	waitingTokens := rt.routers[0].Config().WaitingRequestTokens
 	var buf [ckf.LaneCount]route.Candidate
 	var ages [ckf.LaneCount]int64
 	var loadAges [ckf.LaneCount]int64
@@ -176,7 +178,7 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		c := route.Candidate{Lane: lane, DC: lbl.dc, Pool: lbl.pool, Depth: int(depth[lane]), Ready: ready, Stale: stale}
 		l := s.laneLoad(lane, now)
 		c.Load = loadReport(&l)
-		inflight.Apply(&c, pending[lane], waitingTokens, bs)
+		inflight.Apply(&c, pending[lane], rt.waitingTokens, bs)
 		ages[lane], loadAges[lane] = age, max(l.KVAge, l.ServingAge).Milliseconds()
 		if ms, ok := o.RTTMs[lbl.dc]; ok {
 			c.RTT, c.RTTKnown = time.Duration(ms*float64(time.Millisecond)), true

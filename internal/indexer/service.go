@@ -296,6 +296,13 @@ func (s *Service) Run(ctx context.Context) error {
 	s.runnerCtx = rctx
 	s.mu.Unlock()
 	defer s.shutdown(cancel, svc)
+	if s.ledger != nil {
+		s.runnersWG.Add(1)
+		go func() {
+			defer s.runnersWG.Done()
+			s.publishAccounts(rctx)
+		}()
+	}
 
 	s.log.Info().Msg("indexer started")
 	s.startKvLanes()
