@@ -70,9 +70,10 @@ type routing struct {
 	def       route.StaleMode
 	blockSize int
 	prefill   map[string]float64
-	// waitingTokens is the routers' WaitingRequestTokens (inflight.Apply).
-	waitingTokens float64
-	decisions     sync.Pool // *route.Decision
+	// waitingTokens is the routers' WaitingRequestTokens (inflight.Apply),
+	// defaultPrefill their DefaultPrefillTokensPerSec.
+	waitingTokens, defaultPrefill float64
+	decisions                     sync.Pool // *route.Decision
 }
 
 func newRouting(c RouteConfig) *routing {
@@ -85,7 +86,8 @@ func newRouting(c RouteConfig) *routing {
 		pc.Stale, pc.MaxLoadAge = m, 0
 		r.routers[m] = route.New(pc)
 	}
-	r.waitingTokens = r.routers[route.StaleExclude].Config().WaitingRequestTokens
+	rc := r.routers[route.StaleExclude].Config()
+	r.waitingTokens, r.defaultPrefill = rc.WaitingRequestTokens, rc.DefaultPrefillTokensPerSec
 	r.decisions.New = func() any { return &route.Decision{Ranked: make([]route.Scored, 0, ckf.LaneCount)} }
 	return r
 }
@@ -184,6 +186,7 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 			c.RTT, c.RTTKnown = time.Duration(ms*float64(time.Millisecond)), true
 		}
 		c.PrefillTokensPerSec = rt.prefill[lbl.dc]
+		c.QueueTokensPerSec = rt.queueRate(lbl.dc, l.Workers)
 		cands = append(cands, c)
 	}
 	req := route.Request{Blocks: q.Blocks(), BlockSize: bs, InputTokens: o.InputTokens, OutputTokens: o.OutputTokens,
@@ -225,6 +228,24 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		}
 	}
 	return resp, nil
+}
+
+// maxQueueWorkers bounds the workers a load window may claim for the queue
+// drain rate: more would let one hostile window read as an idle DC.
+const maxQueueWorkers = 1 << 16
+
+// queueRate is a DC's rate of draining queued prefill: workers × one
+// worker's prefill rate when its load says how many workers serve it (0:
+// the router's default, one worker's rate).
+func (rt *routing) queueRate(dc string, workers uint64) float64 {
+	if workers == 0 {
+		return 0
+	}
+	rate := rt.prefill[dc]
+	if rate <= 0 {
+		rate = rt.defaultPrefill
+	}
+	return float64(min(workers, maxQueueWorkers)) * rate
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }

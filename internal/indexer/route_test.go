@@ -41,7 +41,7 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	s := startService(t, e.nc, e.js, cfg)
 	waitInstalled(t, s.Service, a.lane, a.epoch(), a.pub.LastSequence())
 	waitInstalled(t, s.Service, b.lane, b.epoch(), b.pub.LastSequence())
-	// dc-b reports its load: 2,000 prompt tokens queued.
+	// dc-b reports its load: 2,000 prompt tokens queued, 2 workers.
 	b.sendWindow(e, b.window(1, func(p *wire.PoolLoad) {
 		p.Flags |= wire.LoadPrefill
 		p.Serving.ActivePrefillTokens = 2000
@@ -54,15 +54,16 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	}
 	la, lb := laneOf(t, resp, "dc-a"), laneOf(t, resp, "dc-b")
 	// dc-b: 2 of 8 blocks cached (32 of 200 tokens); 168 tokens at 5,000/s
-	// = 33.6 ms; queue 2,000 tokens at its rate = 400 ms; RTT 5 ms.
-	if lb.Depth != 2 || lb.CachedTokens != 32 || lb.Terms.RTTMs != 5 || lb.Terms.PrefillMs != 33.6 || lb.Terms.QueueMs != 400 ||
+	// = 33.6 ms; queue 2,000 tokens drained by its 2 workers at 5,000/s
+	// each = 200 ms; RTT 5 ms.
+	if lb.Depth != 2 || lb.CachedTokens != 32 || lb.Terms.RTTMs != 5 || lb.Terms.PrefillMs != 33.6 || lb.Terms.QueueMs != 200 ||
 		lb.LoadMissing || !lb.Load.HasPrefill || lb.Load.ActivePrefillTokens != 2000 {
 		t.Fatalf("dc-b %+v", lb)
 	}
 	// dc-a: all 8 blocks (128 tokens) cached, 72 tokens at the default
 	// 10,000/s = 7.2 ms; no load: the worst known queue + 100 ms.
 	if la.Depth != 8 || la.CachedTokens != 128 || la.Terms.RTTMs != 80 || la.Terms.PrefillMs != 7.2 ||
-		!la.LoadMissing || la.Terms.QueueMs != 500 || la.Load.Known() {
+		!la.LoadMissing || la.Terms.QueueMs != 300 || la.Load.Known() {
 		t.Fatalf("dc-a %+v", la)
 	}
 	for _, l := range resp.Ranked {
