@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/pkg/inflight"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
@@ -22,6 +23,8 @@ type routeOptions struct {
 	prefillRate  float64
 	prefillRates string // dc=tokens/s,...
 	blockSize    int
+	inflight     bool
+	inflightMax  int
 }
 
 func (r *routeOptions) register(fs *flag.FlagSet) {
@@ -35,6 +38,8 @@ func (r *routeOptions) register(fs *flag.FlagSet) {
 	fs.Float64Var(&r.prefillRate, "route-prefill-rate", d.DefaultPrefillTokensPerSec, "prefill tokens/s of a DC --dc-prefill-rate does not list")
 	fs.StringVar(&r.prefillRates, "dc-prefill-rate", "", "prefill tokens/s per DC (one worker's speed), e.g. dc-a=12000,dc-b=8000")
 	fs.IntVar(&r.blockSize, "route-block-size", indexer.DefaultRouteBlockSize, "tokens per block of a route request given as hashes (a tokens request carries its own)")
+	fs.BoolVar(&r.inflight, "route-inflight", true, "count each route's prompt tokens against the chosen DC until its load windows can show them, shared with the domain's other routers on ckfload.<domain>.<dc>.inflight (false: a route sees the last window only)")
+	fs.IntVar(&r.inflightMax, "route-inflight-max-entries", inflight.DefaultMaxEntries, "in-flight entries kept per lane; past it a route drops the lane's oldest")
 }
 
 // pairs parses name=value,... with value read by parse.
@@ -97,6 +102,8 @@ func (r *routeOptions) config() (indexer.RouteConfig, error) {
 		return indexer.RouteConfig{}, fmt.Errorf("--route-temperature and --route-default-rtt must not be negative")
 	case r.blockSize < 1:
 		return indexer.RouteConfig{}, fmt.Errorf("--route-block-size %d: want at least 1", r.blockSize)
+	case r.inflightMax < 1 || r.inflightMax > inflight.MaxEntriesLimit:
+		return indexer.RouteConfig{}, fmt.Errorf("--route-inflight-max-entries %d: want 1..%d", r.inflightMax, inflight.MaxEntriesLimit)
 	}
 	pc := route.DefaultConfig()
 	pc.Policy, pc.Stale, pc.Temperature, pc.DefaultRTT, pc.RTT = pol, stale, r.temperature, r.defaultRTT, rtts
@@ -104,5 +111,6 @@ func (r *routeOptions) config() (indexer.RouteConfig, error) {
 		pc.AffinityMargin = -1 // 0 on the command line means no margin: the rule off
 	}
 	pc.DefaultPrefillTokensPerSec = r.prefillRate
-	return indexer.RouteConfig{Policy: pc, PrefillRate: rates, BlockSize: r.blockSize}, nil
+	return indexer.RouteConfig{Policy: pc, PrefillRate: rates, BlockSize: r.blockSize,
+		Inflight: indexer.InflightConfig{Off: !r.inflight, MaxEntries: r.inflightMax}}, nil
 }
