@@ -29,6 +29,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
+	"github.com/ckfrelay/ckfrelay/pkg/inflight"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
@@ -50,7 +51,8 @@ func defaultOptions() options {
 		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
 		maxDomains: domains.DefaultMaxDomains, maxTableBytes: domains.DefaultMaxTableBytes,
 		kv:    kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
-		route: routeOptions{policy: "cost", stale: "exclude", affinity: route.AffinityMarginDefault, prefillRate: 10000, blockSize: indexer.DefaultRouteBlockSize},
+		route: routeOptions{policy: "cost", stale: "exclude", affinity: route.AffinityMarginDefault, prefillRate: 10000, blockSize: indexer.DefaultRouteBlockSize,
+			inflight: true, inflightMax: inflight.DefaultMaxEntries},
 	}
 }
 
