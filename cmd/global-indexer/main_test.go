@@ -28,8 +28,8 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/inflight"
+	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
@@ -50,7 +50,7 @@ func defaultOptions() options {
 		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport, loadMaxAge: indexer.DefaultLoadMaxAge,
 		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
 		maxDomains: domains.DefaultMaxDomains, maxTableBytes: domains.DefaultMaxTableBytes,
-		kv:    kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
+		kv: kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
 		route: routeOptions{policy: "cost", stale: "exclude", affinity: route.AffinityMarginDefault, prefillRate: 10000, blockSize: indexer.DefaultRouteBlockSize,
 			inflight: true, inflightMax: inflight.DefaultMaxEntries},
 	}
