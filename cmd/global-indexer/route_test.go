@@ -14,6 +14,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/internal/routeflags"
 	"github.com/ckfrelay/ckfrelay/internal/routesim"
+	"github.com/ckfrelay/ckfrelay/pkg/inflight"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
@@ -24,7 +25,7 @@ func TestRouteFlags(t *testing.T) {
 		"--route-affinity-margin", "250ms",
 		"--dc-rtt", "dc-a=5ms,dc-b=40ms", "--route-default-rtt", "100ms", "--dc-prefill-rate", "dc-a=12000",
 		"--route-prefill-rate", "8000", "--route-block-size", "64,staging=32", "--load-max-age", "3s",
-		"--dc-queue-rate", "dc-b=64000", "--route-queue-rate", "20000"}, envOf(nil), io.Discard)
+		"--dc-queue-rate", "dc-b=64000", "--route-queue-rate", "20000", "--route-inflight=false", "--route-inflight-max-entries", "100"}, envOf(nil), io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +38,8 @@ func TestRouteFlags(t *testing.T) {
 		r.Policy.AffinityMargin != 250*time.Millisecond ||
 		r.Policy.RTT["dc-b"] != 40*time.Millisecond || r.Policy.DefaultRTT != 100*time.Millisecond || r.PrefillRate["dc-a"] != 12000 ||
 		r.Policy.DefaultPrefillTokensPerSec != 8000 || r.BlockSize != 64 || cfg.LoadMaxAge != 3*time.Second ||
-		r.Policy.QueueTokensPerSec["dc-b"] != 64000 || r.Policy.DefaultQueueTokensPerSec != 20000 || r.DomainBlockSize["staging"] != 32 {
+		r.Policy.QueueTokensPerSec["dc-b"] != 64000 || r.Policy.DefaultQueueTokensPerSec != 20000 || r.DomainBlockSize["staging"] != 32 ||
+		!r.Inflight.Off || r.Inflight.MaxEntries != 100 {
 		t.Fatalf("route config %+v, load max age %s", r, cfg.LoadMaxAge)
 	}
 	for flag, want := range map[string]time.Duration{"": route.AffinityMarginDefault, "0s": -1, "-1s": -time.Second} {
@@ -53,6 +55,9 @@ func TestRouteFlags(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if c.Route.Inflight.Off || c.Route.Inflight.MaxEntries != inflight.DefaultMaxEntries {
+			t.Errorf("the in-flight account is not on by default: %+v", c.Route.Inflight)
+		}
 		if got := c.Route.Policy.AffinityMargin; got != want {
 			t.Errorf("--route-affinity-margin %q: margin %v, want %v", flag, got, want)
 		}
@@ -60,7 +65,7 @@ func TestRouteFlags(t *testing.T) {
 	for _, bad := range [][]string{
 		{"--route-policy", "fastest"}, {"--route-stale", "ignore"}, {"--dc-rtt", "dc-a"}, {"--dc-rtt", "dc-a=-5ms"},
 		{"--dc-rtt", "dc-a=5ms,dc-a=6ms"}, {"--dc-prefill-rate", "dc-a=0"}, {"--route-prefill-rate", "0"}, {"--route-block-size", "0"},
-		{"--load-max-age", "0s"}, {"--dc-queue-rate", "dc-a=-1"}, {"--route-queue-rate", "-5"}, {"--route-block-size", "16,demo=0"},
+		{"--load-max-age", "0s"}, {"--route-inflight-max-entries", "0"}, {"--dc-queue-rate", "dc-a=-1"}, {"--route-queue-rate", "-5"}, {"--route-block-size", "16,demo=0"},
 		{"--route-block-size", "x"}, {"--route-block-size", "16,demo"},
 		// A DC with a rate but no RTT would look nearest.
 		{"--dc-prefill-rate", "dc-c=9000", "--dc-rtt", "dc-a=5ms"}, {"--dc-queue-rate", "dc-c=9000"},

@@ -49,6 +49,11 @@ func TestLoadReachesTheIndexerOverNATSAndKvRelay(t *testing.T) {
 	if n, k := s.LaneLoad(natsLane, now), s.LaneLoad(kvLane, now); n.Flags&wire.LoadServing != 0 || k.Flags&wire.LoadServing != 0 {
 		t.Fatalf("serving load before any worker reported: nats %+v kvrelay %+v", n, k)
 	}
+	// Both say how many workers the occupancy covers (the NATS window its
+	// KV workers, kvrelay its expected ranks): the queue's drain rate.
+	if n, k := s.LaneLoad(natsLane, now), s.LaneLoad(kvLane, now); n.Workers != 1 || k.Workers != 1 {
+		t.Fatalf("workers: nats %d kvrelay %d, want 1", n.Workers, k.Workers)
+	}
 
 	// Worker 1 (the only one of the exact state) reports every 100 ms.
 	stop := make(chan struct{})

@@ -43,7 +43,7 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	s := startService(t, e.nc, e.js, cfg)
 	waitInstalled(t, s.Service, a.lane, a.epoch(), a.pub.LastSequence())
 	waitInstalled(t, s.Service, b.lane, b.epoch(), b.pub.LastSequence())
-	// dc-b reports its load: 2,000 prompt tokens queued.
+	// dc-b reports its load: 2,000 prompt tokens queued, 2 workers.
 	b.sendWindow(e, b.window(1, func(p *wire.PoolLoad) {
 		p.Flags |= wire.LoadPrefill
 		p.Serving.ActivePrefillTokens = 2000

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/pkg/inflight"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
@@ -36,6 +37,8 @@ type Flags struct {
 	queueRates   string // dc=tokens/s,...
 	blockSize    string // n[,domain=n,...]
 	loadMaxAge   time.Duration
+	inflight     bool
+	inflightMax  int
 }
 
 // Register defines the flags on fs with the product's defaults.
@@ -52,6 +55,8 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.Float64Var(&f.queueRate, "route-queue-rate", 0, "tokens/s at which a DC --dc-queue-rate does not list drains its queued prefill when its load reports no worker count (0: its prefill rate, one worker)")
 	fs.StringVar(&f.queueRates, "dc-queue-rate", "", "tokens/s at which each DC drains its queued prefill (all its workers), e.g. dc-a=96000; a DC not listed drains at the workers its load windows count × its prefill rate")
 	fs.StringVar(&f.blockSize, "route-block-size", strconv.Itoa(indexer.DefaultRouteBlockSize), "tokens per block of a route request given as hashes (a tokens request carries its own): a default, then per domain, e.g. 16,demo-2=32")
+	fs.BoolVar(&f.inflight, "route-inflight", true, "count each route's prompt tokens against the chosen DC until its load windows can show them, shared with the domain's other routers on ckfload.<domain>.<dc>.inflight (false: a route sees the last window only)")
+	fs.IntVar(&f.inflightMax, "route-inflight-max-entries", inflight.DefaultMaxEntries, "in-flight entries kept per lane; past it a route drops the lane's oldest")
 	fs.DurationVar(&f.loadMaxAge, "load-max-age", indexer.DefaultLoadMaxAge,
 		"drop a lane's load (from its relay's load windows or kvrelay load streams) older than this, by local receive time; it then counts as missing, never as zero")
 }
@@ -165,6 +170,8 @@ func (f *Flags) Settings() (Settings, error) {
 		return Settings{}, bad("route-default-rtt", "%s: must not be negative", f.defaultRTT)
 	case f.loadMaxAge <= 0:
 		return Settings{}, bad("load-max-age", "%s: want a positive duration", f.loadMaxAge)
+	case f.inflightMax < 1 || f.inflightMax > inflight.MaxEntriesLimit:
+		return Settings{}, bad("route-inflight-max-entries", "%d: want 1..%d", f.inflightMax, inflight.MaxEntriesLimit)
 	}
 	pc := route.DefaultConfig()
 	pc.Policy, pc.Stale, pc.Temperature, pc.DefaultRTT, pc.RTT = pol, stale, f.temperature, f.defaultRTT, rtts
@@ -182,7 +189,8 @@ func (f *Flags) Settings() (Settings, error) {
 	pc.DefaultPrefillTokensPerSec = f.prefillRate
 	pc.DefaultQueueTokensPerSec, pc.QueueTokensPerSec = f.queueRate, queues
 	return Settings{
-		Route:      indexer.RouteConfig{Policy: pc, PrefillRate: rates, BlockSize: bs, DomainBlockSize: domainBS},
+		Route: indexer.RouteConfig{Policy: pc, PrefillRate: rates, BlockSize: bs, DomainBlockSize: domainBS,
+			Inflight: indexer.InflightConfig{Off: !f.inflight, MaxEntries: f.inflightMax}},
 		LoadMaxAge: f.loadMaxAge,
 	}, nil
 }
@@ -211,17 +219,18 @@ func Parse(args []string) (Settings, error) {
 // defaults filled in, the indexer's per-DC rates and block sizes, and the
 // load age bound. It is what global-indexer --print-route-config prints.
 type Effective struct {
-	Route           route.Config       `json:"route"`
-	PrefillRate     map[string]float64 `json:"prefill_rate"`
-	BlockSize       int                `json:"block_size"`
-	DomainBlockSize map[string]int     `json:"domain_block_size"`
-	LoadMaxAge      time.Duration      `json:"load_max_age_ns"`
+	Route           route.Config           `json:"route"`
+	PrefillRate     map[string]float64     `json:"prefill_rate"`
+	BlockSize       int                    `json:"block_size"`
+	DomainBlockSize map[string]int         `json:"domain_block_size"`
+	Inflight        indexer.InflightConfig `json:"inflight"`
+	LoadMaxAge      time.Duration          `json:"load_max_age_ns"`
 }
 
 // Effective returns the effective configuration of s.
 func (s Settings) Effective() Effective {
 	return Effective{Route: route.New(s.Route.Policy).Config(), PrefillRate: s.Route.PrefillRate,
-		BlockSize: s.Route.BlockSize, DomainBlockSize: s.Route.DomainBlockSize, LoadMaxAge: s.LoadMaxAge}
+		BlockSize: s.Route.BlockSize, DomainBlockSize: s.Route.DomainBlockSize, Inflight: s.Route.Inflight, LoadMaxAge: s.LoadMaxAge}
 }
 
 // JSON is the indented JSON of the effective configuration.

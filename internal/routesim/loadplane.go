@@ -43,10 +43,11 @@ type workerScrape struct {
 
 // loadWindow is one relay load window on its way to, or at, the router.
 type loadWindow struct {
-	// observed is the oldest scrape the window sums (its serving load is
-	// no newer); arrive when the router receives it.
-	observed, arrive int64
-	report           route.LoadReport
+	// lag is how much older than the window its oldest scrape is (the
+	// wire's window time less its serving time); arrive when the router
+	// receives it.
+	lag, arrive int64
+	report      route.LoadReport
 }
 
 // loadPlane is the product's load plane as the router sees it: each DC's
@@ -85,8 +86,11 @@ func (p *loadPlane) init(f *fleet) error {
 	p.lastArrival = make([]int64, k)
 	p.pending = make([]uint64, k)
 	p.maxAge = f.settings.LoadMaxAge.Microseconds()
+	if f.settings.Route.Inflight.Off {
+		return nil
+	}
 	var err error
-	p.ledger, err = inflight.New(inflight.Config{Lanes: k, MaxAge: f.settings.LoadMaxAge})
+	p.ledger, err = inflight.New(inflight.Config{Lanes: k, MaxAge: f.settings.LoadMaxAge, MaxEntries: f.settings.Route.Inflight.MaxEntries})
 	return err
 }
 
@@ -148,11 +152,12 @@ func (p *loadPlane) window(d int) {
 	} else {
 		l.Running, l.Waiting, l.ActivePrefillTokens, l.ActiveDecodeBlocks = 0, 0, 0, 0
 	}
-	p.transit[d] = append(p.transit[d], loadWindow{observed: oldest, arrive: f.now + f.halfRTT[d], report: l})
+	p.transit[d] = append(p.transit[d], loadWindow{lag: f.now - oldest, arrive: f.now + f.halfRTT[d], report: l})
 }
 
-// deliver hands the router the windows that reached it; each covers the
-// in-flight entries its DC had received by its oldest scrape.
+// deliver hands the router the windows that reached it. Each covers the
+// in-flight entries due by its receive time less its scrape lag (capped at
+// --load-max-age), as the indexer's windowObserved reads a window.
 func (p *loadPlane) deliver() {
 	now := p.f.now
 	for d, q := range p.transit {
@@ -160,14 +165,18 @@ func (p *loadPlane) deliver() {
 		for n < len(q) && q[n].arrive <= now {
 			p.last[d] = q[n]
 			p.lastArrival[d] = q[n].arrive
-			p.ledger.Cover(d, simTime(q[n].observed))
+			if p.ledger != nil {
+				p.ledger.Cover(d, simTime(q[n].arrive-min(q[n].lag, p.maxAge)))
+			}
 			n++
 		}
 		if n > 0 {
 			p.transit[d] = append(q[:0], q[n:]...)
 		}
 	}
-	p.ledger.PendingInto(simTime(now), p.pending)
+	if p.ledger != nil {
+		p.ledger.PendingInto(simTime(now), p.pending)
+	}
 }
 
 // candidateLoad sets c's load as the indexer reads it (the last window, if
@@ -189,5 +198,7 @@ func (p *loadPlane) candidateLoad(d int, c *route.Candidate, waitingTokens float
 
 // routed charges the decision to the ledger.
 func (p *loadPlane) routed(dec *route.Decision, inputTokens int) {
-	p.ledger.Record(dec, inputTokens, simTime(p.f.now))
+	if p.ledger != nil {
+		p.ledger.Record(dec, inputTokens, simTime(p.f.now))
+	}
 }

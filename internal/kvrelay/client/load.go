@@ -47,6 +47,9 @@ type KvLoad struct {
 	Complete    bool
 	UsedBlocks  uint64
 	TotalBlocks uint64
+	// Ranks is the number of ranks (workers) the occupancy covers, every
+	// one expected (kv_expected_ranks) when Complete.
+	Ranks uint64
 }
 
 // ServingLoad is a pool's scheduler load (§6.4).
@@ -193,7 +196,7 @@ func (f *Follower) kvLoadStream(ctx context.Context, rc kvrelayv1.KvEventRelayCl
 		if i >= 0 {
 			e := pools[i]
 			if e.GetKvExpectedRanks() > 0 && e.GetKvObservedRanks() == e.GetKvExpectedRanks() && e.GetTotalKvBlocks() > 0 {
-				l = KvLoad{Complete: true, UsedBlocks: e.GetKvUsedBlocks(), TotalBlocks: e.GetTotalKvBlocks()}
+				l = KvLoad{Complete: true, UsedBlocks: e.GetKvUsedBlocks(), TotalBlocks: e.GetTotalKvBlocks(), Ranks: uint64(e.GetKvExpectedRanks())}
 			}
 		}
 		f.cfg.Load.KvPoolLoad(sel.Key, u.GetWindowSequence(), l)
