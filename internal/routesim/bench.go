@@ -38,13 +38,13 @@ type Row struct {
 
 // The measures Row.Stats holds.
 const (
-	StatTTFTP50  = "ttft_p50_ms"
-	StatTTFTP99  = "ttft_p99_ms"
-	StatE2EP50   = "e2e_p50_ms"
-	StatE2EP99   = "e2e_p99_ms"
-	StatReuse    = "reuse"
-	StatPrefill  = "prefill_tokens"
-	StatImbalace = "imbalance"
+	StatTTFTP50   = "ttft_p50_ms"
+	StatTTFTP99   = "ttft_p99_ms"
+	StatE2EP50    = "e2e_p50_ms"
+	StatE2EP99    = "e2e_p99_ms"
+	StatReuse     = "reuse"
+	StatPrefill   = "prefill_tokens"
+	StatImbalance = "imbalance"
 )
 
 // Cell is a row with its runs, one per seed.
@@ -223,7 +223,7 @@ func rowOf(runs []*Run, signal Signal) Row {
 		StatTTFTP50: func(r *Run) float64 { return r.TTFTP50Ms }, StatTTFTP99: func(r *Run) float64 { return r.TTFTP99Ms },
 		StatE2EP50: func(r *Run) float64 { return r.E2EP50Ms }, StatE2EP99: func(r *Run) float64 { return r.E2EP99Ms },
 		StatReuse: func(r *Run) float64 { return r.Reuse }, StatPrefill: func(r *Run) float64 { return float64(r.PrefillTokens) },
-		StatImbalace: func(r *Run) float64 { return r.Imbalance },
+		StatImbalance: func(r *Run) float64 { return r.Imbalance },
 	} {
 		row.Stats[name] = statOf(get(f))
 	}
