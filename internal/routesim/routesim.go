@@ -10,14 +10,21 @@
 // a DC the worker is chosen as Dynamo's KV router does (exact local prefix
 // and load); the DC is chosen by the policy under test, through pkg/route.
 //
-// The prefix and cost policies read the real index: every worker's store and
-// remove events go to its DC's real producer (pkg/producer), whose deltas
-// reach a real consumer table (pkg/consumer) half an RTT later, so false
-// positives and update lag count. The oracle is the same cost on the exact
-// per-DC block sets. Load reports travel the same way, every LoadInterval.
+// The router is the product's: its configuration is parsed by
+// internal/routeflags from global-indexer flags (Config.RouterArgs), its
+// tie-break key is route.KeyOf, and its load plane is the product's
+// (loadplane.go: engine scrapes, relay load windows, --load-max-age, the
+// in-flight account of pkg/inflight), at the product's default intervals.
 //
-// Everything is deterministic for a seed: one goroutine, a time-ordered
-// event queue with a sequence tie-break, hash-based tie-breaks.
+// The policies that read prefix depths read the real index: every worker's
+// store and remove events go to its DC's real producer (pkg/producer), whose
+// deltas reach a real consumer table (pkg/consumer) half an RTT later, so
+// false positives and update lag count. The oracle is the cost on the exact
+// per-DC block sets.
+//
+// Every run is deterministic for a seed: one goroutine, a time-ordered event
+// queue with a sequence tie-break, hash-based tie-breaks. Runs of a
+// benchmark may run side by side (Options.Parallel).
 package routesim
 
 import (
