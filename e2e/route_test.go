@@ -82,8 +82,8 @@ func TestRouteAnswersAlikeOverEveryPath(t *testing.T) {
 				return false
 			}
 		}
-		r1, err1 := ix.Route(api.Query{Locals: w.steps[0].Locals}, api.RouteOptions{})
-		r2, err2 := m.Route(ctx, api.RouteRequest{MatchRequest: api.MatchRequest{LocalHashes: hashes(w.steps[0].Locals)}})
+		r1, err1 := ix.Route(api.Query{Locals: w.steps[0].Locals}, api.RouteOptions{Probe: true})
+		r2, err2 := m.Route(ctx, api.RouteRequest{MatchRequest: api.MatchRequest{LocalHashes: hashes(w.steps[0].Locals)}, Probe: true})
 		return err1 == nil && err2 == nil && reflect.DeepEqual(routeWithoutAges(r1), routeWithoutAges(r2)) &&
 			findLane(r1, "dc-a").Load.HasKV && findLane(r1, "dc-a").Load.KVUsedBlocks > 0
 	})
@@ -94,7 +94,9 @@ func TestRouteAnswersAlikeOverEveryPath(t *testing.T) {
 		if len(st.Locals) == 0 {
 			continue
 		}
-		opts := api.RouteOptions{InputTokens: 16*len(st.Locals) + 7, OutputTokens: 100}
+		// Probes: a route that counts its request in flight would move the
+		// next path's load.
+		opts := api.RouteOptions{InputTokens: 16*len(st.Locals) + 7, OutputTokens: 100, Probe: true}
 		want, err := ix.Route(api.Query{Locals: st.Locals}, opts)
 		if err != nil {
 			t.Fatal(err)
@@ -131,7 +133,7 @@ func TestRouteAnswersAlikeOverEveryPath(t *testing.T) {
 		for name, c := range paths {
 			same(name+" (JSON)", func() (api.RouteResponse, error) {
 				return c.Route(ctx, api.RouteRequest{MatchRequest: api.MatchRequest{LocalHashes: hashes(st.Locals)},
-					InputTokens: opts.InputTokens, OutputTokens: opts.OutputTokens})
+					InputTokens: opts.InputTokens, OutputTokens: opts.OutputTokens, Probe: true})
 			})
 			same(name+" (binary)", func() (api.RouteResponse, error) {
 				return c.RouteSequenceHashes(ctx, seqHashes(seqs), opts)

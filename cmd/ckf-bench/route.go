@@ -15,8 +15,8 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/benchplot"
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/routeflags"
 	"github.com/ckfrelay/ckfrelay/internal/routesim"
-	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
 // routeMode reports whether args ask for the routing-quality benchmark
@@ -32,16 +32,21 @@ func routeMode(args []string) bool {
 }
 
 type routeOptions struct {
-	trace    string
-	json     string
-	plots    string
-	loads    []float64
-	policies []routesim.Policy
-	workers  int
-	requests int
-	seed     uint64
-	affinity time.Duration
-	quiet    bool
+	trace       string
+	json        string
+	plots       string
+	loads       []float64
+	policies    []routesim.Policy
+	workers     int
+	requests    int
+	seed        uint64
+	seeds       int
+	parallel    int
+	signal      routesim.Signal
+	routerFlags []string
+	sweep       []string
+	noFault     bool
+	quiet       bool
 }
 
 func parseRoute(args []string, getenv func(string) string, stderr io.Writer) (*routeOptions, error) {
@@ -50,15 +55,20 @@ func parseRoute(args []string, getenv func(string) string, stderr io.Writer) (*r
 	fs.SetOutput(stderr)
 	cli.Usage(fs, "replays a Mooncake-format trace through a simulated multi-DC fleet and compares DC routing policies", map[string]string{"quiet": cli.GroupObservability})
 	fs.String("only", "route", "route: the routing-quality benchmark")
-	fs.StringVar(&o.trace, "trace", "", "Mooncake-format JSONL trace, gzip or not (default: the conversation trace in data/)")
-	fs.StringVar(&o.json, "json", "", "write one JSON object per (policy, load) to this file")
-	fs.StringVar(&o.plots, "plots", "", "write the TTFT CDFs and reuse against load as SVG into this directory")
+	fs.StringVar(&o.trace, "trace", "conversation", "Mooncake-format trace: conversation or synthetic (the bundled ones in data/), or a JSONL file, gzip or not")
+	fs.StringVar(&o.json, "json", "", `write {"router_flags": [...], "rows": [...]} (with --sweep-load-plane: "points") to this file`)
+	fs.StringVar(&o.plots, "plots", "", "write the TTFT CDFs (first seed) and reuse against load as SVG into this directory")
 	loads := fs.String("loads", "0.5,0.7,0.9", "comma-separated offered loads, as shares of the fleet's capacity")
-	pols := fs.String("policies", "random,round-robin,least-load,prefix,cost,oracle", "comma-separated policies")
+	pols := fs.String("policies", "random,round-robin,least-load,llm-d,sglang,dynamo,prefix,cost,oracle", "comma-separated policies")
 	fs.IntVar(&o.workers, "workers", 8, "workers per DC")
 	fs.IntVar(&o.requests, "requests", 0, "replay only the first N requests of the trace (0: all)")
-	fs.Uint64Var(&o.seed, "seed", 1, "seed of every tie-break and random choice")
-	fs.DurationVar(&o.affinity, "affinity-margin", route.AffinityMarginDefault, "the cost policy's prefix affinity margin (route.Config.AffinityMargin; 0 or negative: off)")
+	fs.Uint64Var(&o.seed, "seed", 1, "first seed (the phases of the DCs' scrape and window clocks, the tie-breaks inside a DC)")
+	fs.IntVar(&o.seeds, "seeds", 1, "seeds per cell: rows are means, with a 95% t-interval")
+	fs.IntVar(&o.parallel, "parallel", 0, "simulations run at once (0: GOMAXPROCS)")
+	signal := fs.String("signal", string(routesim.SignalPrefill), "what the engines report: prefill (Dynamo serving load: prompt tokens to prefill) or counts (vLLM/SGLang /metrics: request counts and prompt-token counters)")
+	routerFlags := fs.String("router-flags", "", "global-indexer flags of the router, space-separated, after the fleet's RTTs and rates (e.g. \"--route-affinity-margin 300ms\")")
+	sweep := fs.String("sweep-load-plane", "", "instead of the policy comparison, sweep the load plane from 50ms to 1s: all, or a comma-separated list of window, scrape, max_age, window+scrape")
+	fs.BoolVar(&o.noFault, "no-fault", false, "skip the fault phase and the single-DC check")
 	fs.BoolVar(&o.quiet, "quiet", false, "do not print progress on stderr")
 	if err := cli.Parse(fs, args, getenv); err != nil {
 		return nil, err
@@ -77,10 +87,62 @@ func parseRoute(args []string, getenv func(string) string, stderr io.Writer) (*r
 		}
 		o.policies = append(o.policies, p)
 	}
-	if o.workers <= 0 || o.requests < 0 {
-		return nil, fmt.Errorf("--workers must be positive and --requests not negative")
+	if o.workers <= 0 || o.requests < 0 || o.seeds < 1 || o.seeds > 1000 || o.parallel < 0 {
+		return nil, fmt.Errorf("--workers must be positive, --requests and --parallel not negative, --seeds within 1..1000")
+	}
+	var err error
+	if o.signal, err = routesim.ParseSignal(*signal); err != nil {
+		return nil, fmt.Errorf("--signal: %w", err)
+	}
+	o.routerFlags = strings.Fields(*routerFlags)
+	if _, err := routeflags.Parse(o.routerFlags); err != nil {
+		return nil, fmt.Errorf("--router-flags: %w", err)
+	}
+	switch *sweep {
+	case "":
+	case "all":
+		o.sweep = []string{routesim.KnobWindow, routesim.KnobScrape, routesim.KnobMaxAge, routesim.KnobWindowScrape}
+	default:
+		for _, k := range strings.Split(*sweep, ",") {
+			switch k = strings.TrimSpace(k); k {
+			case routesim.KnobWindow, routesim.KnobScrape, routesim.KnobMaxAge, routesim.KnobWindowScrape:
+				o.sweep = append(o.sweep, k)
+			default:
+				return nil, fmt.Errorf("--sweep-load-plane: unknown knob %q", k)
+			}
+		}
 	}
 	return o, nil
+}
+
+// loadTrace reads --trace.
+func loadTrace(name string) ([]replay.Request, error) {
+	switch name {
+	case "", "conversation":
+		return replay.LoadEmbedded()
+	case "synthetic":
+		return replay.LoadEmbeddedSynthetic()
+	}
+	f, err := os.Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return replay.ReadTrace(f)
+}
+
+// routeJSON is the --json file of the policy comparison.
+type routeJSON struct {
+	RouterFlags []string       `json:"router_flags"`
+	Trace       string         `json:"trace"`
+	Rows        []routesim.Row `json:"rows"`
+}
+
+// sweepJSON is the --json file of the load plane sweep.
+type sweepJSON struct {
+	RouterFlags []string               `json:"router_flags"`
+	Trace       string                 `json:"trace"`
+	Points      []*routesim.SweepPoint `json:"points"`
 }
 
 func runRoute(args []string, getenv func(string) string, stdout, stderr io.Writer) int {
@@ -92,40 +154,47 @@ func runRoute(args []string, getenv func(string) string, stdout, stderr io.Write
 		fmt.Fprintln(stderr, "ckf-bench:", err)
 		return 2
 	}
-	var reqs []replay.Request
-	if o.trace == "" {
-		reqs, err = replay.LoadEmbedded()
-	} else {
-		var f *os.File
-		if f, err = os.Open(o.trace); err == nil {
-			reqs, err = replay.ReadTrace(f)
-			f.Close()
-		}
-	}
+	reqs, err := loadTrace(o.trace)
 	if err != nil {
 		fmt.Fprintln(stderr, "ckf-bench:", err)
 		return 1
 	}
 	cfg := routesim.DefaultConfig()
 	cfg.Loads, cfg.Policies, cfg.WorkersPerDC, cfg.Requests, cfg.Seed = o.loads, o.policies, o.workers, o.requests, o.seed
-	cfg.Route.AffinityMargin = o.affinity
-	if o.affinity == 0 {
-		cfg.Route.AffinityMargin = -1 // 0 on the command line means no margin
-	}
-	start := time.Now()
-	rep, err := routesim.Bench(cfg, reqs, func(format string, a ...any) {
+	cfg.Signal, cfg.RouterFlags = o.signal, o.routerFlags
+	progress := func(format string, a ...any) {
 		if !o.quiet {
 			fmt.Fprintf(stderr, "ckf-bench: "+format+"\n", a...)
 		}
-	})
+	}
+	start := time.Now()
+	env, err := routesim.NewEnv(cfg, reqs)
 	if err != nil {
 		fmt.Fprintln(stderr, "ckf-bench:", err)
 		return 1
 	}
-	rep.WriteTable(stdout)
-	fmt.Fprintf(stdout, "\n%s, GOMAXPROCS %d, %v\n", runtime.Version(), runtime.GOMAXPROCS(0), time.Since(start).Round(time.Second))
+	opts := routesim.Options{Seeds: o.seeds, Parallel: o.parallel, NoFault: o.noFault}
+	var out any
+	var rep *routesim.Report
+	if len(o.sweep) > 0 {
+		sw, err := env.Sweep(o.sweep, opts, progress)
+		if err != nil {
+			fmt.Fprintln(stderr, "ckf-bench:", err)
+			return 1
+		}
+		sw.WriteTable(stdout)
+		out = sweepJSON{RouterFlags: sw.RouterArgs, Trace: o.trace, Points: sw.Points}
+	} else {
+		if rep, err = env.Bench(opts, progress); err != nil {
+			fmt.Fprintln(stderr, "ckf-bench:", err)
+			return 1
+		}
+		rep.WriteTable(stdout)
+		out = routeJSON{RouterFlags: rep.RouterArgs, Trace: o.trace, Rows: rep.Rows()}
+	}
+	fmt.Fprintf(stdout, "\ntrace %s, %s, GOMAXPROCS %d, %v\n", o.trace, runtime.Version(), runtime.GOMAXPROCS(0), time.Since(start).Round(time.Second))
 	if o.json != "" {
-		b, err := json.MarshalIndent(rep.Results(), "", "  ")
+		b, err := json.MarshalIndent(out, "", "  ")
 		if err == nil {
 			err = os.WriteFile(o.json, append(b, '\n'), 0o644)
 		}
@@ -134,7 +203,7 @@ func runRoute(args []string, getenv func(string) string, stdout, stderr io.Write
 			return 1
 		}
 	}
-	if o.plots != "" {
+	if o.plots != "" && rep != nil {
 		files, err := routePlots(o.plots, rep)
 		if err != nil {
 			fmt.Fprintln(stderr, "ckf-bench:", err)
@@ -157,10 +226,11 @@ func routePlots(dir string, rep *routesim.Report) ([]string, error) {
 	var order []routesim.Policy
 	for _, load := range rep.Config.Loads {
 		var series []benchplot.Series
-		for _, run := range rep.Sweep {
-			if run.Load != load {
+		for _, cell := range rep.Sweep {
+			if cell.Load != load {
 				continue
 			}
+			run := cell.Runs[0]
 			series = append(series, benchplot.Series{Name: string(run.Policy), Latencies: run.TTFT, Dashed: run.Policy == routesim.Oracle})
 			c := reuse[run.Policy]
 			if c == nil {
@@ -169,7 +239,7 @@ func routePlots(dir string, rep *routesim.Report) ([]string, error) {
 				order = append(order, run.Policy)
 			}
 			c.X = append(c.X, load)
-			c.Y = append(c.Y, run.Reuse)
+			c.Y = append(c.Y, cell.Reuse)
 		}
 		path := filepath.Join(dir, fmt.Sprintf("route-ttft-cdf-load%02.0f.svg", load*100))
 		title := fmt.Sprintf("TTFT per DC routing policy, %d DCs, load %.2f", len(rep.Config.DCs), load)

@@ -33,8 +33,9 @@ func TestRouteBench(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "route.json")
 	var stdout, stderr bytes.Buffer
-	code := run(t.Context(), []string{"--only", "route", "--requests", "150", "--loads", "0.6,0.9",
-		"--policies", "least-load,cost,oracle", "--workers", "2", "--json", out, "--plots", dir, "--quiet"}, func(string) string { return "" }, &stdout, &stderr)
+	code := run(t.Context(), []string{"--only", "route", "--requests", "150", "--loads", "0.6,0.9", "--seeds", "2",
+		"--policies", "least-load,cost,oracle", "--workers", "2", "--json", out, "--plots", dir, "--quiet",
+		"--router-flags", "--route-affinity-margin 300ms"}, func(string) string { return "" }, &stdout, &stderr)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
@@ -47,15 +48,25 @@ func TestRouteBench(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var rows []map[string]any
-	if err := json.Unmarshal(b, &rows); err != nil {
+	var doc struct {
+		RouterFlags []string         `json:"router_flags"`
+		Rows        []map[string]any `json:"rows"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 6 {
-		t.Fatalf("%d rows, want 6", len(rows))
+	if len(doc.Rows) != 6 {
+		t.Fatalf("%d rows, want 6", len(doc.Rows))
 	}
-	for _, r := range rows {
-		if len(r) != 11 || r["policy"] == nil || r["ttft_p99_ms"] == nil || r["remote_share"] == nil {
+	// The router's command line: the fleet's facts, then --router-flags.
+	if n := len(doc.RouterFlags); n < 6 || doc.RouterFlags[0] != "--dc-rtt" || doc.RouterFlags[n-2] != "--route-affinity-margin" || doc.RouterFlags[n-1] != "300ms" {
+		t.Fatalf("router flags %q", doc.RouterFlags)
+	}
+	for _, r := range doc.Rows {
+		stats, _ := r["stats"].(map[string]any)
+		p50, _ := stats["ttft_p50_ms"].(map[string]any)
+		if len(r) != 14 || r["policy"] == nil || r["ttft_p99_ms"] == nil || r["remote_share"] == nil || r["seeds"] != 2.0 || r["signal"] != "prefill" ||
+			len(stats) != 7 || p50["mean"] != r["ttft_p50_ms"] || p50["ci95"] == nil {
 			t.Fatalf("row %v", r)
 		}
 	}
@@ -64,7 +75,51 @@ func TestRouteBench(t *testing.T) {
 			t.Error(err)
 		}
 	}
-	if code := run(t.Context(), []string{"--only", "route", "--policies", "nearest"}, func(string) string { return "" }, &stdout, &stderr); code != 2 {
-		t.Errorf("bad policy: exit %d", code)
+	for _, bad := range [][]string{{"--policies", "nearest"}, {"--router-flags", "--nats-url x"}, {"--router-flags", "--dc-queue-rate dc-z=5"},
+		{"--seeds", "0"}, {"--signal", "tokens"}, {"--sweep-load-plane", "heartbeat"}} {
+		if code := run(t.Context(), append([]string{"--only", "route"}, bad...), func(string) string { return "" }, &stdout, &stderr); code != 2 {
+			t.Errorf("%q: exit %d", bad, code)
+		}
+	}
+}
+
+// The load plane sweep: every knob at every value, with its NATS cost.
+func TestRouteSweep(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "sweep.json")
+	var stdout, stderr bytes.Buffer
+	code := run(t.Context(), []string{"--only", "route", "--requests", "120", "--loads", "0.9", "--policies", "cost", "--workers", "2",
+		"--sweep-load-plane", "window,max_age", "--trace", "synthetic", "--json", out, "--quiet"}, func(string) string { return "" }, &stdout, &stderr)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Points []struct {
+			Knob             string           `json:"knob"`
+			Window           int64            `json:"window_ns"`
+			MaxAge           int64            `json:"max_age_ns"`
+			WindowMsgsPerSec float64          `json:"window_msgs_per_s_per_dc"`
+			WorkerMsgsPerSec float64          `json:"worker_msgs_per_s_per_dc"`
+			Rows             []map[string]any `json:"rows"`
+		} `json:"points"`
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if len(doc.Points) != 10 {
+		t.Fatalf("%d points, want 10", len(doc.Points))
+	}
+	p := doc.Points[0] // window 50 ms: 20 windows/s; scrape 1 s of 2 workers
+	if p.Knob != "window" || p.Window != 50e6 || p.WindowMsgsPerSec != 20 || p.WorkerMsgsPerSec != 2 || len(p.Rows) != 1 {
+		t.Fatalf("point %+v", p)
+	}
+	if q := doc.Points[5]; q.Knob != "max_age" || q.MaxAge != 50e6 || q.WindowMsgsPerSec != 1 {
+		t.Fatalf("point %+v", q)
+	}
+	if !strings.Contains(stdout.String(), "windows/s/DC") {
+		t.Errorf("table:\n%s", stdout.String())
 	}
 }

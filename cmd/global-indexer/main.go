@@ -30,6 +30,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
+	"github.com/ckfrelay/ckfrelay/internal/routeflags"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
@@ -64,13 +65,13 @@ type options struct {
 	maxApplyLag    time.Duration
 	staleAfter     time.Duration
 	staleLanes     string
-	loadMaxAge     time.Duration
 	controlTimeout time.Duration
 	fetchTimeout   time.Duration
 	http           httpserve.Config
 	maxMatches     int
 	kv             kvrelayOptions
-	route          routeOptions
+	route          routeflags.Flags
+	printRoute     bool
 	domainsFrom    string
 	domainAllow    string
 	maxDomains     int
@@ -123,13 +124,12 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		"mark a lane stale when it has not heard from its relay (heartbeats included) for this long")
 	fs.StringVar(&o.staleLanes, "stale-lanes", def.StaleLanes,
 		"what a stale lane does: report (kept in answers, marked stale, never best) or exclude (left out of answers and /readyz)")
-	fs.DurationVar(&o.loadMaxAge, "load-max-age", indexer.DefaultLoadMaxAge,
-		"drop a lane's load (from its relay's load windows or kvrelay load streams) older than this, by local receive time; it then counts as missing, never as zero")
 	fs.DurationVar(&o.fetchTimeout, "snapshot-fetch-timeout", def.SnapshotFetchTimeout,
 		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", indexer.SnapshotFetchBytesPerSecond>>20, indexer.DefaultSnapshotFetchAttempts-1))
 
 	o.kv.register(fs)
-	o.route.register(fs)
+	o.route.Register(fs)
+	fs.BoolVar(&o.printRoute, "print-route-config", false, "print the effective route configuration (the --route-*, --dc-* and --load-max-age flags) as JSON and exit")
 	o.http.Register(fs)
 	fs.IntVar(&o.maxMatches, "http-max-matches", queryapi.DefaultMaxConcurrentMatches, "HTTP match requests in progress at most; more are answered 429 with Retry-After")
 	if err := cli.Parse(fs, args, env); err != nil {
@@ -177,8 +177,6 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		return options{}, bad("max-apply-lag", "want a positive duration")
 	case o.controlTimeout <= 0:
 		return options{}, bad("control-timeout", "want a positive duration")
-	case o.loadMaxAge <= 0:
-		return options{}, bad("load-max-age", "want a positive duration")
 	case o.fetchTimeout <= 0:
 		return options{}, bad("snapshot-fetch-timeout", "want a positive duration")
 	case o.httpAddr == "":
@@ -213,6 +211,13 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 		if _, err := ckf.NewConfig(o.expectedBlocks).Format(); err != nil {
 			return options{}, bad("expected-blocks", "%v", err)
 		}
+	}
+	if _, err := o.route.Settings(); err != nil {
+		var fe *routeflags.FlagError
+		if errors.As(err, &fe) {
+			return options{}, bad(fe.Flag, "%v", fe.Err)
+		}
+		return options{}, fmt.Errorf("%w: %w", errUsage, err)
 	}
 	base, err := o.config(zerolog.Nop(), nil, nil)
 	if err != nil {
@@ -281,10 +286,11 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 		// (registryConfig), not the default domain.
 		cfg.KvRelay = kv
 	}
-	cfg.LoadMaxAge = o.loadMaxAge
-	if cfg.Route, err = o.route.config(); err != nil {
+	rs, err := o.route.Settings()
+	if err != nil {
 		return indexer.Config{}, err
 	}
+	cfg.LoadMaxAge, cfg.Route = rs.LoadMaxAge, rs.Route
 	cfg.Streams.Replicas = o.common.JSReplicas
 	cfg.LeaseOptions = append(cfg.LeaseOptions, lease.WithReplicas(o.common.JSReplicas))
 	return cfg, cfg.Validate()
@@ -329,14 +335,34 @@ func (o options) registryConfig(base indexer.Config, reg prometheus.Registerer, 
 // run is main without the process: it returns the exit code. Logs go to
 // stdout; usage errors to stderr.
 func run(ctx context.Context, args []string, env func(string) string, stdout, stderr io.Writer) int {
-	var o options
+	o, perr := parseFlags(args, env, stderr)
+	if perr == nil && o.printRoute {
+		return printRouteConfig(o, stdout, stderr)
+	}
 	return cli.Run(ctx, serviceName, stderr, func() (*cli.Common, error) {
-		var err error
-		if o, err = parseFlags(args, env, stderr); err != nil {
-			return nil, err
+		if perr != nil {
+			return nil, perr
 		}
 		return &o.common, nil
 	}, func(log zerolog.Logger) error { return serve(ctx, o, log, env) })
+}
+
+// printRouteConfig writes the effective route configuration as JSON
+// (--print-route-config).
+func printRouteConfig(o options, stdout, stderr io.Writer) int {
+	rs, err := o.route.Settings()
+	var b []byte
+	if err == nil {
+		b, err = rs.JSON()
+	}
+	if err == nil {
+		_, err = stdout.Write(b)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n", serviceName, err)
+		return exitError
+	}
+	return exitOK
 }
 
 // serve runs the indexer until ctx ends.

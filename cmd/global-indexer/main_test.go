@@ -26,6 +26,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
+	"github.com/ckfrelay/ckfrelay/internal/routeflags"
 	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
@@ -46,11 +47,10 @@ func defaultOptions() options {
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
 		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
-		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport, loadMaxAge: indexer.DefaultLoadMaxAge,
+		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport,
 		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
 		maxDomains: domains.DefaultMaxDomains, maxTableBytes: domains.DefaultMaxTableBytes,
-		kv:    kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
-		route: routeOptions{policy: "cost", stale: "exclude", affinity: route.AffinityMarginDefault, prefillRate: 10000, blockSize: indexer.DefaultRouteBlockSize},
+		kv: kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
 	}
 }
 
@@ -59,6 +59,15 @@ func TestParseFlagsDefaultsEnvAndPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	rs, err := o.route.Settings()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rs.LoadMaxAge != indexer.DefaultLoadMaxAge || rs.Route.BlockSize != indexer.DefaultRouteBlockSize ||
+		rs.Route.Policy.AffinityMargin != route.AffinityMarginDefault || rs.Route.Policy.Policy != route.Cost {
+		t.Fatalf("route defaults %+v", rs)
+	}
+	o.route = routeflags.Flags{}
 	if want := defaultOptions(); o != want {
 		t.Fatalf("defaults %+v, want %+v", o, want)
 	}
@@ -91,9 +100,12 @@ func TestParseFlagsDefaultsEnvAndPrecedence(t *testing.T) {
 	want.common.OTLPEndpoint = "collector:4318"
 	want.domain, want.expectedBlocks, want.workers, want.queue = "staging", 1000, 2, 16
 	want.maxApplyLag, want.controlTimeout, want.fetchTimeout = 40*time.Millisecond, 3*time.Second, 45*time.Second
+	route := o.route
+	o.route = routeflags.Flags{}
 	if o != want {
 		t.Fatalf("parsed %+v, want %+v (flags must win over the environment)", o, want)
 	}
+	o.route = route
 	tp := noop.NewTracerProvider()
 	cfg, err := o.config(zerolog.Nop(), nil, tp)
 	if err != nil {

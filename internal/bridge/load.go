@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/ckfrelay/ckfrelay/internal/enginemetrics"
+	"github.com/ckfrelay/ckfrelay/pkg/prefillest"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -53,12 +54,16 @@ func (b *Bridge) reportLoad(ctx context.Context, nc *nats.Conn, workers map[uint
 	}
 	slices.Sort(ids)
 	seq := map[uint64]uint64{}
+	est := map[uint64]*prefillest.Estimator{}
+	for _, w := range ids {
+		est[w] = new(prefillest.Estimator)
+	}
 	t := time.NewTicker(b.cfg.LoadInterval)
 	defer t.Stop()
 	var buf []byte
 	for {
 		for _, w := range ids {
-			rep, ok := b.scrapeWorker(ctx, w, workers[w])
+			rep, ok := b.scrapeWorker(ctx, w, workers[w], est[w])
 			if !ok {
 				continue
 			}
@@ -84,8 +89,12 @@ func (b *Bridge) reportLoad(ctx context.Context, nc *nats.Conn, workers map[uint
 }
 
 // scrapeWorker sums one worker's engines; false when any scrape failed.
-func (b *Bridge) scrapeWorker(ctx context.Context, worker uint64, urls []string) (wire.WorkerLoad, bool) {
-	sum := enginemetrics.Load{Flags: wire.LoadRequests | wire.LoadKV | wire.LoadDecode}
+// When every engine serves the prompt-token and request counters, est
+// turns the waiting requests into prompt tokens to prefill (LoadPrefill):
+// waiting × the mean prompt of the requests finished since the last scrape
+// (package prefillest).
+func (b *Bridge) scrapeWorker(ctx context.Context, worker uint64, urls []string, est *prefillest.Estimator) (wire.WorkerLoad, bool) {
+	sum := enginemetrics.Load{Flags: wire.LoadRequests | wire.LoadKV | wire.LoadDecode, HasCounters: true}
 	for _, u := range urls {
 		l, err := enginemetrics.Scrape(ctx, b.cfg.HTTPClient, u, b.cfg.BlockSize)
 		if err != nil {
@@ -105,6 +114,10 @@ func (b *Bridge) scrapeWorker(ctx context.Context, worker uint64, urls []string)
 	rep := wire.WorkerLoad{WorkerID: worker, Time: b.now(), Flags: sum.Flags}
 	if sum.Flags.Has(wire.LoadRequests) {
 		rep.Serving.Running, rep.Serving.Waiting = sum.Running, sum.Waiting
+		if sum.HasCounters {
+			rep.Flags |= wire.LoadPrefill
+			rep.Serving.ActivePrefillTokens = est.Observe(sum.Waiting, sum.Counters, true)
+		}
 	}
 	if sum.Flags.Has(wire.LoadKV) {
 		rep.KVCapacityBlocks = sum.CapacityBlocks

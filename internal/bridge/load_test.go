@@ -2,15 +2,18 @@ package bridge
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/ckfrelay/ckfrelay/pkg/prefillest"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -78,8 +81,10 @@ func TestBridgeReportsEachWorkersServingLoadFromItsEnginesMetrics(t *testing.T) 
 			if w.WorkerID != 7 {
 				t.Fatalf("worker %d reported", w.WorkerID)
 			}
-			want := wire.ServingLoad{Running: 10, Waiting: 10, ActiveDecodeBlocks: 12000}
-			if w.Flags != wire.LoadRequests|wire.LoadKV|wire.LoadDecode || w.Serving != want || w.KVCapacityBlocks != 32000 || w.Sequence <= last {
+			// Prompt tokens to prefill: 10 waiting × the mean prompt of
+			// the finished requests (360,000 tokens over 120).
+			want := wire.ServingLoad{Running: 10, Waiting: 10, ActiveDecodeBlocks: 12000, ActivePrefillTokens: 30000}
+			if w.Flags != wire.LoadRequests|wire.LoadKV|wire.LoadDecode|wire.LoadPrefill || w.Serving != want || w.KVCapacityBlocks != 32000 || w.Sequence <= last {
 				t.Fatalf("report %+v: want twice one engine's load, a rising sequence", w)
 			}
 			last = w.Sequence
@@ -122,13 +127,50 @@ func TestBridgeRefusesAnEnginesOutOfRangeLoad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rep, ok := br.scrapeWorker(context.Background(), 7, []string{bad.URL + "/metrics"}); ok {
+	if rep, ok := br.scrapeWorker(context.Background(), 7, []string{bad.URL + "/metrics"}, &prefillest.Estimator{}); ok {
 		t.Fatalf("reported %+v", rep)
 	}
 	for outcome, want := range map[string]float64{"out_of_range": 1, "error": 0, "ok": 0} {
 		var m dto.Metric
 		if err := br.m.loadScrapes.WithLabelValues(outcome).Write(&m); err != nil || m.GetCounter().GetValue() != want {
 			t.Errorf("scrapes %s = %v, want %v", outcome, m.GetCounter().GetValue(), want)
+		}
+	}
+}
+
+// The pending prefill estimate follows the requests finished between two
+// scrapes: waiting × their mean prompt, not the lifetime mean; an engine
+// without the counters reports request counts only.
+func TestBridgeEstimatesPendingPrefillFromCounterDeltas(t *testing.T) {
+	var body atomic.Value
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte(body.Load().(string)))
+	}))
+	t.Cleanup(srv.Close)
+	br, err := New(Config{Domain: "d", DC: "dc-a", BlockSize: 16, Engines: []EngineSpec{
+		{WorkerID: 1, Pub: "tcp://127.0.0.1:1", Metrics: srv.URL}}}, testenv.StartServer(t).JetStream(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	page := func(waiting int, tokens, requests float64) string {
+		return fmt.Sprintf("vllm:num_requests_running 1\nvllm:num_requests_waiting %d\n"+
+			"vllm:prompt_tokens_total %g\nvllm:request_success_total %g\n", waiting, tokens, requests)
+	}
+	var est prefillest.Estimator
+	for i, c := range []struct {
+		page string
+		want uint64
+		flag bool
+	}{
+		{page(2, 1000, 10), 2 * 100, true},                                       // lifetime mean 100
+		{page(3, 1000+4*5000, 14), 3 * 5000, true},                               // 4 finished, 5,000 each
+		{page(1, 1000+4*5000, 14), 5000, true},                                   // none finished: the last mean
+		{"vllm:num_requests_running 1\nvllm:num_requests_waiting 4\n", 0, false}, // no counters
+	} {
+		body.Store(c.page)
+		rep, ok := br.scrapeWorker(context.Background(), 1, []string{srv.URL}, &est)
+		if !ok || rep.Flags.Has(wire.LoadPrefill) != c.flag || rep.Serving.ActivePrefillTokens != c.want {
+			t.Fatalf("scrape %d: %+v %v, want prefill %d (flag %v)", i, rep, ok, c.want, c.flag)
 		}
 	}
 }

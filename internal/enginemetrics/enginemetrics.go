@@ -3,8 +3,13 @@
 // vllm:num_requests_waiting, vllm:kv_cache_usage_perc or the older
 // vllm:gpu_cache_usage_perc, vllm:cache_config_info's num_gpu_blocks) and
 // SGLang (sglang:num_running_reqs, sglang:num_queue_reqs,
-// sglang:token_usage, sglang:max_total_num_tokens). A value the endpoint
-// does not serve stays unknown (its flag clear), never zero.
+// sglang:token_usage, sglang:max_total_num_tokens), and the counters over
+// finished requests that give their mean prompt length (vLLM's
+// vllm:request_prompt_tokens histogram, else vllm:prompt_tokens_total with
+// vllm:request_success_total; SGLang's sglang:prompt_tokens_total with
+// sglang:num_requests_total), from which package prefillest estimates the
+// prompt tokens the waiting requests hold. A value the endpoint does not
+// serve stays unknown (its flag clear), never zero.
 package enginemetrics
 
 import (
@@ -21,6 +26,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/ckfrelay/ckfrelay/pkg/prefillest"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -34,6 +40,10 @@ type Load struct {
 	Waiting        uint64
 	ActiveDecode   uint64
 	CapacityBlocks uint64
+	// HasCounters: Counters are the engine's cumulative prompt tokens and
+	// number of finished requests (finite, non-negative).
+	HasCounters bool
+	Counters    prefillest.Counters
 }
 
 // Add sums o into l; a value is known in the sum only if it is in both.
@@ -44,6 +54,9 @@ func (l *Load) Add(o Load) {
 	l.Waiting = wire.AddLoad(l.Waiting, o.Waiting, wire.MaxLoadRequests)
 	l.ActiveDecode = wire.AddLoad(l.ActiveDecode, o.ActiveDecode, wire.MaxLoadBlocks)
 	l.CapacityBlocks = wire.AddLoad(l.CapacityBlocks, o.CapacityBlocks, wire.MaxLoadBlocks)
+	l.HasCounters = l.HasCounters && o.HasCounters
+	l.Counters.PromptTokens += o.Counters.PromptTokens
+	l.Counters.Requests += o.Counters.Requests
 }
 
 // ErrNoLoad: the exposition holds none of the series this package reads
@@ -133,7 +146,37 @@ func Parse(r io.Reader, blockSize int) (Load, error) {
 	if l.Flags == 0 && !okR && !okW {
 		return Load{}, ErrNoLoad
 	}
+	l.Counters, l.HasCounters = counters(fams, sum)
 	return l, nil
+}
+
+// counters reads the prompt-token and finished-request counters: vLLM's
+// prompt length histogram (one pair, both counted at a request's end),
+// else the counter pairs of vLLM and SGLang.
+func counters(fams map[string]*dto.MetricFamily, sum func(...string) (float64, bool)) (prefillest.Counters, bool) {
+	var c prefillest.Counters
+	ok := false
+	if f := fams["vllm:request_prompt_tokens"]; f != nil && f.GetType() == dto.MetricType_HISTOGRAM && len(f.GetMetric()) > 0 {
+		for _, m := range f.GetMetric() {
+			c.PromptTokens += m.GetHistogram().GetSampleSum()
+			c.Requests += float64(m.GetHistogram().GetSampleCount())
+		}
+		ok = true
+	} else {
+		for _, pair := range [][2]string{{"vllm:prompt_tokens_total", "vllm:request_success_total"}, {"sglang:prompt_tokens_total", "sglang:num_requests_total"}} {
+			t, okT := sum(pair[0])
+			r, okR := sum(pair[1])
+			if okT && okR {
+				c, ok = prefillest.Counters{PromptTokens: t, Requests: r}, true
+				break
+			}
+		}
+	}
+	finite := func(v float64) bool { return v >= 0 && !math.IsInf(v, 1) }
+	if !ok || !finite(c.PromptTokens) || !finite(c.Requests) {
+		return prefillest.Counters{}, false
+	}
+	return c, true
 }
 
 // vllmBlocks sums num_gpu_blocks over cache_config_info's series (one per

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckfrelay/ckfrelay/pkg/prefillest"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -33,18 +34,53 @@ func TestParseReadsEachEnginesSeries(t *testing.T) {
 	}{
 		// Two engine cores: requests summed, capacity summed, the blocks
 		// in use at the mean usage.
-		{"vllm.prom", 16, Load{Flags: wire.LoadRequests | wire.LoadKV | wire.LoadDecode, Running: 5, Waiting: 5, ActiveDecode: 6000, CapacityBlocks: 16000}},
-		// Older vLLM: no cache_config_info, so no capacity and no blocks.
-		{"vllm-old.prom", 16, Load{Flags: wire.LoadRequests, Running: 1, Waiting: 4}},
+		// The prompt length histogram gives the counters (summed over the
+		// cores), not prompt_tokens_total.
+		{"vllm.prom", 16, Load{Flags: wire.LoadRequests | wire.LoadKV | wire.LoadDecode, Running: 5, Waiting: 5, ActiveDecode: 6000, CapacityBlocks: 16000,
+			HasCounters: true, Counters: prefillest.Counters{PromptTokens: 180000, Requests: 60}}},
+		// Older vLLM: no cache_config_info, so no capacity and no blocks;
+		// the counter pair, finished requests summed over their reasons.
+		{"vllm-old.prom", 16, Load{Flags: wire.LoadRequests, Running: 1, Waiting: 4,
+			HasCounters: true, Counters: prefillest.Counters{PromptTokens: 51200, Requests: 25}}},
 		// SGLang: the token capacity in blocks of the bridge's block size.
-		{"sglang.prom", 16, Load{Flags: wire.LoadRequests | wire.LoadKV | wire.LoadDecode, Running: 7, Waiting: 2, ActiveDecode: 5000, CapacityBlocks: 10000}},
+		{"sglang.prom", 16, Load{Flags: wire.LoadRequests | wire.LoadKV | wire.LoadDecode, Running: 7, Waiting: 2, ActiveDecode: 5000, CapacityBlocks: 10000,
+			HasCounters: true, Counters: prefillest.Counters{PromptTokens: 8128902, Requests: 4000}}},
 		// Without a block size its capacity is unknown.
-		{"sglang.prom", 0, Load{Flags: wire.LoadRequests, Running: 7, Waiting: 2}},
+		{"sglang.prom", 0, Load{Flags: wire.LoadRequests, Running: 7, Waiting: 2,
+			HasCounters: true, Counters: prefillest.Counters{PromptTokens: 8128902, Requests: 4000}}},
 	} {
 		got, err := Parse(bytes.NewReader(fixture(t, tc.file)), tc.blockSize)
 		if err != nil || got != tc.want {
 			t.Fatalf("%s (block size %d): got %+v %v, want %+v", tc.file, tc.blockSize, got, err, tc.want)
 		}
+	}
+}
+
+// Counters are read only as a pair, finite and non-negative.
+func TestParseCountersOnlyAsAValidPair(t *testing.T) {
+	base := "vllm:num_requests_running 1\nvllm:num_requests_waiting 2\n"
+	for body, want := range map[string]bool{
+		base + "vllm:prompt_tokens_total 100\n":                                false,
+		base + "vllm:prompt_tokens_total 100\nvllm:request_success_total 2\n":  true,
+		base + "vllm:prompt_tokens_total -1\nvllm:request_success_total 2\n":   false,
+		base + "vllm:prompt_tokens_total +Inf\nvllm:request_success_total 2\n": false,
+		base + "vllm:prompt_tokens_total NaN\nvllm:request_success_total 2\n":  false,
+		base + "sglang:prompt_tokens_total 10\nsglang:num_requests_total 1\n":  true,
+		base + "sglang:prompt_tokens_total 10\nvllm:request_success_total 1\n": false,
+	} {
+		l, err := Parse(strings.NewReader(body), 16)
+		if err != nil || l.HasCounters != want {
+			t.Errorf("%q: counters %v (%+v) %v, want %v", body, l.HasCounters, l.Counters, err, want)
+		}
+	}
+	a := Load{HasCounters: true, Counters: prefillest.Counters{PromptTokens: 10, Requests: 1}}
+	a.Add(Load{HasCounters: true, Counters: prefillest.Counters{PromptTokens: 5, Requests: 2}})
+	if !a.HasCounters || a.Counters != (prefillest.Counters{PromptTokens: 15, Requests: 3}) {
+		t.Fatalf("sum %+v", a)
+	}
+	a.Add(Load{})
+	if a.HasCounters {
+		t.Fatal("a sum with an engine without counters has counters")
 	}
 }
 

@@ -98,7 +98,8 @@ type loadPart struct {
 	kvUsed  uint64
 	kvCap   uint64
 	serving wire.ServingLoad
-	workers uint64 // the workers the serving load sums (0: unknown)
+	// workers is how many workers the part covers (0: unknown).
+	workers uint64
 }
 
 // laneLoad is a lane's last load: KV occupancy and serving load.
@@ -113,8 +114,10 @@ type Load struct {
 	KVUsedBlocks uint64
 	KVCapacity   uint64
 	Serving      wire.ServingLoad
-	// ServingWorkers is how many workers Serving sums (0: unknown).
-	ServingWorkers uint64
+	// Workers is how many workers the DC's load covers: those its serving
+	// load sums, else those its KV occupancy covers (0: unknown). A route
+	// drains the DC's queue at Workers × one worker's prefill rate.
+	Workers uint64
 	// KVAge and ServingAge are the parts' ages by local receive time.
 	KVAge, ServingAge time.Duration
 }
@@ -206,7 +209,7 @@ func (s *Service) onPoolLoad(m *nats.Msg) {
 	}
 	at := s.now()
 	kv := &loadPart{epoch: p.Lease.Epoch, seq: p.WindowSequence, at: at, flags: p.Flags & wire.LoadKV,
-		kvUsed: p.KVUsedBlocks, kvCap: p.KVCapacityBlocks}
+		kvUsed: p.KVUsedBlocks, kvCap: p.KVCapacityBlocks, workers: p.KVWorkers}
 	serving := &loadPart{epoch: p.Lease.Epoch, seq: p.WindowSequence, at: at, flags: p.Flags & wire.LoadServing, serving: p.Serving,
 		workers: p.ServingWorkers}
 	if !storePart(&s.loads[r.lane].kv, kv) {
@@ -214,6 +217,7 @@ func (s *Service) onPoolLoad(m *nats.Msg) {
 		return
 	}
 	storePart(&s.loads[r.lane].serving, serving)
+	s.coverInflight(r.lane, windowObserved(&p, at, s.cfg.LoadMaxAge))
 	count("accepted")
 }
 
@@ -237,10 +241,14 @@ func (s *Service) laneLoad(lane int, now time.Time) Load {
 	if p := s.usablePart(lane, &s.loads[lane].kv, o.epoch, now, "kv"); p != nil && p.flags.Has(wire.LoadKV) {
 		l.Flags |= wire.LoadKV
 		l.KVUsedBlocks, l.KVCapacity, l.KVAge = p.kvUsed, p.kvCap, now.Sub(p.at)
+		l.Workers = p.workers
 	}
 	if p := s.usablePart(lane, &s.loads[lane].serving, o.epoch, now, "serving"); p != nil && p.flags&wire.LoadServing != 0 {
 		l.Flags |= p.flags & wire.LoadServing
-		l.Serving, l.ServingWorkers, l.ServingAge = p.serving, p.workers, now.Sub(p.at)
+		l.Serving, l.ServingAge = p.serving, now.Sub(p.at)
+		if p.workers > 0 {
+			l.Workers = p.workers
+		}
 	}
 	return l
 }
@@ -269,11 +277,14 @@ func (k *kvLane) KvPoolLoad(key kvrelay.ProducerKey, seq uint64, l client.KvLoad
 	p := &loadPart{epoch: key.ProducerIncarnation, seq: seq, at: r.svc.now()}
 	outcome := "incomplete"
 	if l.Complete {
-		p.flags, p.kvUsed, p.kvCap, outcome = wire.LoadKV, l.UsedBlocks, l.TotalBlocks, "accepted"
+		p.flags, p.kvUsed, p.kvCap, p.workers, outcome = wire.LoadKV, l.UsedBlocks, l.TotalBlocks, l.Ranks, "accepted"
 	}
 	// The follower orders one stream's windows; a reopened stream starts
 	// from the relay's current window, so the last one received wins.
 	r.svc.loads[r.lane].kv.Store(p)
+	if l.Complete {
+		r.svc.coverInflight(r.lane, p.at)
+	}
 	r.svc.lm.windows.WithLabelValues(strconv.Itoa(r.lane), r.dc, loadSourceKvRelayKV, outcome).Inc()
 }
 
@@ -288,6 +299,9 @@ func (k *kvLane) ServingLoad(key kvrelay.ProducerKey, seq uint64, l client.Servi
 		p.workers = l.Workers
 	}
 	r.svc.loads[r.lane].serving.Store(p)
+	if l.Complete {
+		r.svc.coverInflight(r.lane, p.at)
+	}
 	r.svc.lm.windows.WithLabelValues(strconv.Itoa(r.lane), r.dc, loadSourceKvRelayServing, outcome).Inc()
 }
 

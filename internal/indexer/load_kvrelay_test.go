@@ -49,6 +49,11 @@ func TestLoadReachesTheIndexerOverNATSAndKvRelay(t *testing.T) {
 	if n, k := s.LaneLoad(natsLane, now), s.LaneLoad(kvLane, now); n.Flags&wire.LoadServing != 0 || k.Flags&wire.LoadServing != 0 {
 		t.Fatalf("serving load before any worker reported: nats %+v kvrelay %+v", n, k)
 	}
+	// Both say how many workers the occupancy covers (the NATS window its
+	// KV workers, kvrelay its expected ranks): the queue's drain rate.
+	if n, k := s.LaneLoad(natsLane, now), s.LaneLoad(kvLane, now); n.Workers != 1 || k.Workers != 1 {
+		t.Fatalf("workers: nats %d kvrelay %d, want 1", n.Workers, k.Workers)
+	}
 
 	// Worker 1 (the only one of the exact state) reports every 100 ms.
 	stop := make(chan struct{})
@@ -75,7 +80,7 @@ func TestLoadReachesTheIndexerOverNATSAndKvRelay(t *testing.T) {
 		n, k := s.LaneLoad(natsLane, now), s.LaneLoad(kvLane, now)
 		return n.Flags.Has(wire.LoadServing) && n.Serving == (wire.ServingLoad{Running: 2, Waiting: 3, ActivePrefillTokens: 700, ActiveDecodeBlocks: 40}) &&
 			k.Flags&wire.LoadServing == wire.LoadPrefill|wire.LoadDecode && k.Serving == (wire.ServingLoad{ActivePrefillTokens: 700, ActiveDecodeBlocks: 40}) &&
-			n.ServingWorkers == 1 && k.ServingWorkers == 1 // the queue drains at one worker's rate on both
+			n.Workers == 1 && k.Workers == 1 // the queue drains at one worker's rate on both
 	})
 	if n := metricCount(s.reg, MetricLoadWindows, itoa(kvLane), "source", "kvrelay_serving", "outcome", "accepted"); n == 0 {
 		t.Fatal("kvrelay serving windows not counted")

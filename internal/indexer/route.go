@@ -9,6 +9,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/inflight"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -32,7 +33,23 @@ type RouteConfig struct {
 	PrefillRate map[string]float64
 	// BlockSize counts the tokens of a request given as hashes (a tokens
 	// request carries its own); default DefaultRouteBlockSize.
-	BlockSize int
+	// DomainBlockSize overrides it per domain.
+	BlockSize       int
+	DomainBlockSize map[string]int
+	// Inflight is the account of routed requests the load windows do not
+	// show yet (inflight.go); on unless Off.
+	Inflight InflightConfig
+}
+
+// blockSizeOf is the block size of domain's requests given as hashes.
+func (c RouteConfig) blockSizeOf(domain string) int {
+	if n, ok := c.DomainBlockSize[domain]; ok {
+		return n
+	}
+	if c.BlockSize == 0 {
+		return DefaultRouteBlockSize
+	}
+	return c.BlockSize
 }
 
 func (c RouteConfig) validate() error {
@@ -41,6 +58,11 @@ func (c RouteConfig) validate() error {
 	}
 	if c.BlockSize < 0 || c.BlockSize > api.MaxBlockSize {
 		return configError("route.block_size", "%d: want 1..%d", c.BlockSize, api.MaxBlockSize)
+	}
+	for dc, n := range c.DomainBlockSize {
+		if n < 1 || n > api.MaxBlockSize {
+			return configError("route.domain_block_size", "%s: %d: want 1..%d", dc, n, api.MaxBlockSize)
+		}
 	}
 	for dc, r := range c.PrefillRate {
 		if !(r > 0) {
@@ -57,7 +79,10 @@ func (c RouteConfig) validate() error {
 			return configError("route.rtt", "%s: negative RTT %s", dc, d)
 		}
 	}
-	if c.Policy.DefaultPrefillTokensPerSec < 0 || c.Policy.Temperature < 0 || c.Policy.DefaultRTT < 0 {
+	if err := c.Inflight.validate(); err != nil {
+		return err
+	}
+	if c.Policy.DefaultPrefillTokensPerSec < 0 || c.Policy.DefaultQueueTokensPerSec < 0 || c.Policy.Temperature < 0 || c.Policy.DefaultRTT < 0 {
 		return configError("route", "negative rate, temperature or RTT")
 	}
 	return nil
@@ -70,19 +95,21 @@ type routing struct {
 	def       route.StaleMode
 	blockSize int
 	prefill   map[string]float64
-	decisions sync.Pool // *route.Decision
+	// waitingTokens is the routers' WaitingRequestTokens (inflight.Apply),
+	// defaultPrefill their DefaultPrefillTokensPerSec.
+	waitingTokens, defaultPrefill float64
+	decisions                     sync.Pool // *route.Decision
 }
 
-func newRouting(c RouteConfig) *routing {
-	r := &routing{def: c.Policy.Stale, blockSize: c.BlockSize, prefill: c.PrefillRate}
-	if r.blockSize == 0 {
-		r.blockSize = DefaultRouteBlockSize
-	}
+func newRouting(c RouteConfig, domain string) *routing {
+	r := &routing{def: c.Policy.Stale, blockSize: c.blockSizeOf(domain), prefill: c.PrefillRate}
 	for _, m := range []route.StaleMode{route.StaleExclude, route.StalePenalize} {
 		pc := c.Policy
 		pc.Stale, pc.MaxLoadAge = m, 0
 		r.routers[m] = route.New(pc)
 	}
+	rc := r.routers[route.StaleExclude].Config()
+	r.waitingTokens, r.defaultPrefill = rc.WaitingRequestTokens, rc.DefaultPrefillTokensPerSec
 	r.decisions.New = func() any { return &route.Decision{Ranked: make([]route.Scored, 0, ckf.LaneCount)} }
 	return r
 }
@@ -160,6 +187,10 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		}
 	}
 	now := s.now()
+	var pending [ckf.LaneCount]uint64
+	if s.ledger != nil {
+		s.ledger.PendingInto(now, pending[:])
+	}
 	var buf [ckf.LaneCount]route.Candidate
 	var ages [ckf.LaneCount]int64
 	var loadAges [ckf.LaneCount]int64
@@ -174,6 +205,7 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		c := route.Candidate{Lane: lane, DC: lbl.dc, Pool: lbl.pool, Depth: int(depth[lane]), Ready: ready, Stale: stale}
 		l := s.laneLoad(lane, now)
 		c.Load = loadReport(&l)
+		inflight.Apply(&c, pending[lane], rt.waitingTokens, bs)
 		ages[lane], loadAges[lane] = age, max(l.KVAge, l.ServingAge).Milliseconds()
 		if ms, ok := o.RTTMs[lbl.dc]; ok {
 			c.RTT, c.RTTKnown = time.Duration(ms*float64(time.Millisecond)), true
@@ -192,6 +224,11 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 	input := o.InputTokens
 	if input <= 0 {
 		input = req.Blocks * bs
+	}
+	if s.ledger != nil && !o.Probe {
+		if lane, tokens, rtt, ok := inflight.Charge(dec, input); ok {
+			s.account(lane, labels[lane].dc, tokens, rtt, now)
+		}
 	}
 	resp := api.RouteResponse{Policy: string(dec.Policy), ReadyLanes: res.CapturedReadyLanes, Blocks: req.Blocks, BlockSize: bs,
 		InputTokens: input, Best: dec.Best, Ranked: make([]api.RouteLane, len(dec.Ranked))}
@@ -245,8 +282,8 @@ func loadReport(l *Load) route.LoadReport {
 	if l.Flags.Has(wire.LoadDecode) {
 		r.HasDecode, r.ActiveDecodeBlocks = true, l.Serving.ActiveDecodeBlocks
 	}
-	if l.Flags&wire.LoadServing != 0 {
-		r.Workers = l.ServingWorkers
-	}
+	// The workers the load covers: route.Router drains the DC's queue at
+	// Workers × one worker's prefill rate unless a queue rate is configured.
+	r.Workers = l.Workers
 	return r
 }

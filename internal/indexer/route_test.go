@@ -38,11 +38,13 @@ func TestRouteAnswersEachCostTerm(t *testing.T) {
 	pc := route.DefaultConfig()
 	pc.RTT = map[string]time.Duration{"dc-a": 80 * time.Millisecond, "dc-b": 5 * time.Millisecond}
 	pc.AffinityMargin = -1 // the bare minimum cost: this test checks the terms and the cheapest lane
-	cfg.Route = RouteConfig{Policy: pc, BlockSize: 16, PrefillRate: map[string]float64{"dc-b": 5000}}
+	// The domain's own block size (16) wins over the default.
+	cfg.Route = RouteConfig{Policy: pc, BlockSize: 64, DomainBlockSize: map[string]int{cfg.Domain: 16, "other": 32},
+		PrefillRate: map[string]float64{"dc-b": 5000}}
 	s := startService(t, e.nc, e.js, cfg)
 	waitInstalled(t, s.Service, a.lane, a.epoch(), a.pub.LastSequence())
 	waitInstalled(t, s.Service, b.lane, b.epoch(), b.pub.LastSequence())
-	// dc-b reports its load: 2,000 prompt tokens queued.
+	// dc-b reports its load: 2,000 prompt tokens queued, 2 workers.
 	b.sendWindow(e, b.window(1, func(p *wire.PoolLoad) {
 		p.Flags |= wire.LoadPrefill
 		p.Serving.ActivePrefillTokens = 2000

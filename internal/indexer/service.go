@@ -29,6 +29,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/inflight"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -93,6 +94,10 @@ type Service struct {
 	owners [ckf.LaneCount]atomic.Pointer[laneOwner]
 	// routing answers routes (route.go).
 	routing *routing
+	// ledger and inflight are the in-flight account of routes
+	// (inflight.go); nil when it is off.
+	ledger   *inflight.Ledger
+	inflight *inflightState
 
 	mu      sync.Mutex // guards the fields below
 	runners [ckf.LaneCount]*laneRunner
@@ -205,10 +210,13 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		},
 		kvMetrics: kvm,
 		lm:        lm,
-		routing:   newRouting(cfg.Route),
+		routing:   newRouting(cfg.Route, cfg.Domain),
 		kvRefused: map[string]bool{},
 		now:       time.Now,
 		newPool:   consumer.NewPool,
+	}
+	if s.ledger, s.inflight, err = newInflight(s, regr); err != nil {
+		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
 	s.labels.Store(&[ckf.LaneCount]laneLabel{})
 	s.scratch.New = func() any { return new(consumer.QueryScratch) }
@@ -273,6 +281,13 @@ func (s *Service) Run(ctx context.Context) error {
 		return fmt.Errorf("indexer: subscribe to load windows: %w", err)
 	}
 	defer loadSub.Unsubscribe() //nolint:errcheck // the connection may be closed already
+	acctSub, err := s.subscribeAccounts()
+	if err != nil {
+		return fmt.Errorf("indexer: subscribe to route accounts: %w", err)
+	}
+	if acctSub != nil {
+		defer acctSub.Unsubscribe() //nolint:errcheck // the connection may be closed already
+	}
 	var svc micro.Service
 	if !s.cfg.NoMatchEndpoint {
 		if svc, err = s.startMicro(); err != nil {
@@ -284,6 +299,13 @@ func (s *Service) Run(ctx context.Context) error {
 	s.runnerCtx = rctx
 	s.mu.Unlock()
 	defer s.shutdown(cancel, svc)
+	if s.ledger != nil {
+		s.runnersWG.Add(1)
+		go func() {
+			defer s.runnersWG.Done()
+			s.publishAccounts(rctx)
+		}()
+	}
 
 	s.log.Info().Msg("indexer started")
 	s.startKvLanes()

@@ -70,3 +70,8 @@ func ReadTrace(r io.Reader) ([]Request, error) {
 func LoadEmbedded() ([]Request, error) {
 	return ReadTrace(bytes.NewReader(data.MooncakeConversationTraceGz))
 }
+
+// LoadEmbeddedSynthetic returns the shipped Mooncake synthetic trace.
+func LoadEmbeddedSynthetic() ([]Request, error) {
+	return ReadTrace(bytes.NewReader(data.MooncakeSyntheticTraceGz))
+}

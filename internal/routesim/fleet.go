@@ -4,12 +4,12 @@ import (
 	"container/heap"
 	"encoding/binary"
 	"fmt"
-	"time"
 
 	"github.com/inference-sim/inference-sim/sim"
 	"github.com/zeebo/xxh3"
 
 	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/routeflags"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
@@ -23,6 +23,7 @@ type traceReq struct {
 	locals  []ckf.LocalBlockHash
 	seqs    []ckf.SequenceHash
 	engines []uint64
+	key     uint64
 }
 
 // engineSeed separates the simulated engines' block-hash chain from the
@@ -46,6 +47,9 @@ func Prepare(reqs []replay.Request) []traceReq {
 			t.engines[k] = engine
 		}
 		t.seqs = ckf.SequenceHashes(make([]ckf.SequenceHash, 0, n), t.locals)
+		// The product's tie-break key (the indexer's, from the prompt's
+		// sequence hashes).
+		t.key = route.KeyOf(t.seqs)
 		out[i] = t
 	}
 	return out
@@ -57,7 +61,8 @@ const (
 	evArriveDC
 	evArriveRouter
 	evFlush
-	evLoadTick
+	evScrape
+	evWindow
 )
 
 type event struct {
@@ -88,33 +93,18 @@ func (q *eventQueue) Pop() any {
 	return e
 }
 
-// loadReport is one DC's load as the router last received it.
-type loadReport struct {
-	at     int64 // µs it was measured at the DC
-	report route.LoadReport
-}
-
-type pendingLoad struct {
-	arrive int64
-	r      loadReport
-}
-
-type sent struct {
-	at     int64
-	tokens int
-}
-
 // fleet is one run: K DCs of W workers, a router with one policy.
 type fleet struct {
-	cfg     Config
-	policy  Policy
-	model   sim.LatencyModel
-	zeros   []int
-	trace   []traceReq
-	scale   float64 // original trace µs per simulated µs
-	router  *route.Router
-	workers [][]*worker
-	ckf     *ckfIndex
+	cfg      Config
+	policy   Policy
+	model    sim.LatencyModel
+	zeros    []int
+	trace    []traceReq
+	scale    float64 // original trace µs per simulated µs
+	router   *route.Router
+	settings routeflags.Settings
+	workers  [][]*worker
+	ckf      *ckfIndex
 	// exact[dc] counts the workers of dc holding each registered block.
 	exact []map[uint64]int
 
@@ -124,10 +114,8 @@ type fleet struct {
 	reqs   []simReq
 	left   int
 
-	loads    []loadReport
-	inFlight [][]pendingLoad
-	sentTo   [][]sent
-	faultAt  int64 // µs the faulted DC's relay goes silent (0: none)
+	plane   loadPlane
+	faultAt int64 // µs the faulted DC's relay goes silent (0: none)
 
 	cands    []route.Candidate
 	decision route.Decision
@@ -151,12 +139,9 @@ func (f *fleet) schedule(at int64, kind, a, b int) {
 func newFleet(cfg Config, p Policy, trace []traceReq, scale float64, model sim.LatencyModel, zeros []int) (*fleet, error) {
 	k := len(cfg.DCs)
 	f := &fleet{cfg: cfg, policy: p, model: model, zeros: zeros, trace: trace, scale: scale,
-		exact: make([]map[uint64]int, k), loads: make([]loadReport, k), inFlight: make([][]pendingLoad, k),
-		sentTo: make([][]sent, k), cands: make([]route.Candidate, k), depthBuf: make([]int, k), halfRTT: make([]int64, k)}
+		exact: make([]map[uint64]int, k), cands: make([]route.Candidate, k), depthBuf: make([]int, k), halfRTT: make([]int64, k)}
 	f.decision.Ranked = make([]route.Scored, 0, k)
-	rtts := make(map[string]time.Duration, k)
 	for d, dc := range cfg.DCs {
-		rtts[dc.Name] = dc.RTT
 		f.halfRTT[d] = dc.RTT.Microseconds() / 2
 		f.exact[d] = make(map[uint64]int)
 		var ws []*worker
@@ -165,15 +150,20 @@ func newFleet(cfg Config, p Policy, trace []traceReq, scale float64, model sim.L
 		}
 		f.workers = append(f.workers, ws)
 	}
-	rc := cfg.Route
-	rc.RTT = rtts
-	rc.Seed = cfg.Seed
-	rc.DefaultPrefillTokensPerSec = cfg.workerPrefillRate
-	rc.DefaultQueueTokensPerSec = cfg.workerPrefillRate * float64(cfg.WorkersPerDC)
-	rc.MaxLoadAge = cfg.StaleAfter
-	f.router = route.New(rc)
+	rs, err := cfg.RouterSettings()
+	if err != nil {
+		return nil, err
+	}
+	f.settings = rs
+	// As the indexer builds its router (internal/indexer newRouting): the
+	// load age bound is the load plane's, not the policy's.
+	pc := rs.Route.Policy
+	pc.MaxLoadAge = 0
+	f.router = route.New(pc)
+	if err := f.plane.init(f); err != nil {
+		return nil, err
+	}
 	if p.usesCKF() {
-		var err error
 		f.ckf, err = newCKFIndex(k, uint64(cfg.WorkersPerDC*cfg.KVBlocks), &f.now, f.halfRTT)
 		if err != nil {
 			return nil, err
@@ -198,7 +188,7 @@ func (f *fleet) run() error {
 	}
 	for d := range f.cfg.DCs {
 		f.schedule(0, evFlush, d, 0)
-		f.schedule(0, evLoadTick, d, 0)
+		f.plane.start(d)
 	}
 	for f.left > 0 {
 		if len(f.events) == 0 {
@@ -224,10 +214,13 @@ func (f *fleet) run() error {
 				}
 				f.schedule(f.now+f.cfg.FlushInterval.Microseconds(), evFlush, e.a, 0)
 			}
-		case evLoadTick:
+		case evScrape:
+			f.plane.scrape(e.a)
+			f.schedule(f.now+f.cfg.ScrapeInterval.Microseconds(), evScrape, e.a, 0)
+		case evWindow:
 			if f.faultAt == 0 || e.a != f.cfg.FaultDC || f.now < f.faultAt {
-				f.loadTick(e.a)
-				f.schedule(f.now+f.cfg.LoadInterval.Microseconds(), evLoadTick, e.a, 0)
+				f.plane.window(e.a)
+				f.schedule(f.now+f.cfg.WindowInterval.Microseconds(), evWindow, e.a, 0)
 			}
 		}
 	}
@@ -237,62 +230,18 @@ func (f *fleet) run() error {
 	return nil
 }
 
-// loadTick measures DC d's load and sends it to the router.
-func (f *fleet) loadTick(d int) {
-	var l route.LoadReport
-	l.HasKV, l.HasRequests, l.HasPrefill, l.HasDecode = true, true, true, true
-	for _, w := range f.workers[d] {
-		l.KVUsedBlocks += uint64(w.allocated + w.free)
-		l.KVCapacityBlocks += uint64(w.capacity)
-		l.Running += uint64(len(w.running))
-		l.Waiting += uint64(len(w.waiting))
-		l.ActivePrefillTokens += uint64(w.pendingPrefill())
-		l.ActiveDecodeBlocks += uint64(w.decodeBlocks())
-	}
-	f.inFlight[d] = append(f.inFlight[d], pendingLoad{arrive: f.now + f.halfRTT[d], r: loadReport{at: f.now, report: l}})
-}
-
-// deliverLoads moves the reports that reached the router into loads and
-// forgets the requests they already account for.
-func (f *fleet) deliverLoads() {
-	for d := range f.inFlight {
-		q := f.inFlight[d]
-		n := 0
-		for n < len(q) && q[n].arrive <= f.now {
-			f.loads[d] = q[n].r
-			n++
-		}
-		f.inFlight[d] = q[n:]
-		if n == 0 {
-			continue
-		}
-		// A request sent at s reached the DC at s + RTT/2; the report
-		// measured at `at` already counts it if that is ≤ at.
-		cut := f.loads[d].at - f.halfRTT[d]
-		s := f.sentTo[d]
-		k := 0
-		for k < len(s) && s[k].at <= cut {
-			k++
-		}
-		f.sentTo[d] = s[k:]
-	}
-}
-
 // lastHeard is when the router last heard from DC d's relay.
 func (f *fleet) lastHeard(d int) int64 {
 	if f.ckf != nil {
 		return f.ckf.lastHeard[d]
 	}
-	if f.loads[d].at == 0 && f.now < f.halfRTT[d] {
-		return 0
-	}
-	return f.loads[d].at + f.halfRTT[d]
+	return f.plane.lastArrival[d]
 }
 
 // routeRequest is the router's decision for r.
 func (f *fleet) routeRequest(r *simReq) {
 	t := r.tr
-	f.deliverLoads()
+	f.plane.deliver()
 	depths := f.depthBuf
 	clear(depths)
 	switch {
@@ -317,22 +266,18 @@ func (f *fleet) routeRequest(r *simReq) {
 			}
 		}
 	}
-	staleAfter := f.cfg.StaleAfter.Microseconds()
+	// The candidates as the indexer's Service.Route builds them: the lane's
+	// freshness, its usable load, the configured per-DC rates.
+	staleAfter := f.cfg.LaneStaleAfter.Microseconds()
 	for d, dc := range f.cfg.DCs {
 		c := &f.cands[d]
 		*c = route.Candidate{Lane: d, DC: dc.Name, Pool: "sim", Depth: depths[d], Ready: true,
-			Stale: f.now-f.lastHeard(d) > staleAfter}
-		if l := f.loads[d]; l.at > 0 || f.now >= f.halfRTT[d] {
-			c.Load = l.report
-			c.Load.Age = time.Duration(f.now-l.at) * time.Microsecond
-			for _, s := range f.sentTo[d] {
-				c.Load.ActivePrefillTokens += uint64(s.tokens)
-				c.Load.Waiting++
-			}
-		}
+			Stale:               f.now-f.lastHeard(d) > staleAfter,
+			PrefillTokensPerSec: f.settings.Route.PrefillRate[dc.Name]}
+		f.plane.candidateLoad(d, c, f.router.Config().WaitingRequestTokens)
 	}
 	f.router.Route(route.Request{Blocks: len(t.seqs), BlockSize: f.cfg.BlockSize, InputTokens: t.input,
-		OutputTokens: t.output, Policy: f.policy.routePolicy(), Key: uint64(r.idx) + 1}, f.cands, &f.decision)
+		OutputTokens: t.output, Policy: f.policy.routePolicy(), Key: t.key}, f.cands, &f.decision)
 	ch := f.decision.Chosen()
 	d := 0
 	if ch != nil {
@@ -342,7 +287,7 @@ func (f *fleet) routeRequest(r *simReq) {
 	}
 	r.dc = d
 	r.estTokens = max(t.input-depths[d]*f.cfg.BlockSize, 0)
-	f.sentTo[d] = append(f.sentTo[d], sent{at: f.now, tokens: r.estTokens})
+	f.plane.routed(&f.decision, t.input)
 	f.schedule(f.now+f.halfRTT[d], evArriveDC, r.idx, 0)
 }
 
@@ -375,6 +320,9 @@ func (f *fleet) arriveDC(r *simReq) {
 func (f *fleet) admitted(*simReq) {}
 
 func (f *fleet) completed(r *simReq) {
+	w := f.workers[r.dc][r.wkr]
+	w.donePrompt += int64(r.tr.input)
+	w.doneRequests++
 	r.completions++
 	f.left--
 }

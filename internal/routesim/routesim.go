@@ -10,14 +10,21 @@
 // a DC the worker is chosen as Dynamo's KV router does (exact local prefix
 // and load); the DC is chosen by the policy under test, through pkg/route.
 //
-// The prefix and cost policies read the real index: every worker's store and
-// remove events go to its DC's real producer (pkg/producer), whose deltas
-// reach a real consumer table (pkg/consumer) half an RTT later, so false
-// positives and update lag count. The oracle is the same cost on the exact
-// per-DC block sets. Load reports travel the same way, every LoadInterval.
+// The router is the product's: its configuration is parsed by
+// internal/routeflags from global-indexer flags (Config.RouterArgs), its
+// tie-break key is route.KeyOf, and its load plane is the product's
+// (loadplane.go: engine scrapes, relay load windows, --load-max-age, the
+// in-flight account of pkg/inflight), at the product's default intervals.
 //
-// Everything is deterministic for a seed: one goroutine, a time-ordered
-// event queue with a sequence tie-break, hash-based tie-breaks.
+// The policies that read prefix depths read the real index: every worker's
+// store and remove events go to its DC's real producer (pkg/producer), whose
+// deltas reach a real consumer table (pkg/consumer) half an RTT later, so
+// false positives and update lag count. The oracle is the cost on the exact
+// per-DC block sets.
+//
+// Every run is deterministic for a seed: one goroutine, a time-ordered event
+// queue with a sequence tie-break, hash-based tie-breaks. Runs of a
+// benchmark may run side by side (Options.Parallel).
 package routesim
 
 import (
@@ -25,11 +32,17 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/inference-sim/inference-sim/sim"
 
+	"github.com/ckfrelay/ckfrelay/internal/bridge"
+	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/internal/routeflags"
+	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
@@ -41,15 +54,25 @@ const (
 	Random     Policy = "random"
 	RoundRobin Policy = "round-robin"
 	LeastLoad  Policy = "least-load"
+	LLMD       Policy = "llm-d"
+	SGLang     Policy = "sglang"
+	Dynamo     Policy = "dynamo"
 	Prefix     Policy = "prefix"
 	Cost       Policy = "cost"
 	Oracle     Policy = "oracle"
 )
 
 // AllPolicies is every policy, baselines first.
-var AllPolicies = []Policy{Random, RoundRobin, LeastLoad, Prefix, Cost, Oracle}
+var AllPolicies = []Policy{Random, RoundRobin, LeastLoad, LLMD, SGLang, Dynamo, Prefix, Cost, Oracle}
 
-func (p Policy) usesCKF() bool { return p == Prefix || p == Cost }
+// usesCKF: the policy reads prefix depths from the index.
+func (p Policy) usesCKF() bool {
+	switch p {
+	case Prefix, Cost, LLMD, SGLang, Dynamo:
+		return true
+	}
+	return false
+}
 
 func (p Policy) routePolicy() route.Policy {
 	switch p {
@@ -61,6 +84,12 @@ func (p Policy) routePolicy() route.Policy {
 		return route.Load
 	case Prefix:
 		return route.Prefix
+	case LLMD:
+		return route.LLMD
+	case SGLang:
+		return route.SGLang
+	case Dynamo:
+		return route.Dynamo
 	}
 	return route.Cost
 }
@@ -107,13 +136,19 @@ type Config struct {
 	// each.
 	Loads    []float64
 	Policies []Policy
-	// FlushInterval is the relay's publish cadence, LoadInterval its load
-	// report cadence; StaleAfter the indexer's stale bound on lanes and
-	// load.
-	FlushInterval time.Duration
-	LoadInterval  time.Duration
-	StaleAfter    time.Duration
-	Seed          uint64
+	// FlushInterval is the relay's delta publish cadence; WindowInterval
+	// its load window cadence; ScrapeInterval the engine bridge's scrape
+	// cadence; LaneStaleAfter the indexer's lane stale bound. DefaultConfig
+	// takes the product's defaults.
+	FlushInterval  time.Duration
+	WindowInterval time.Duration
+	ScrapeInterval time.Duration
+	LaneStaleAfter time.Duration
+	// Signal is what the engines report (default SignalPrefill).
+	Signal Signal
+	// Seed sets the phases of every DC's scrape and window clocks and the
+	// tie-breaks inside a DC.
+	Seed uint64
 	// Requests replays only the first Requests of the trace (0: all).
 	Requests int
 	InDC     InDCPolicy
@@ -122,9 +157,10 @@ type Config struct {
 	FaultDC int
 	// CheckIndex compares every index answer with the exact state.
 	CheckIndex bool
-	// Route is the cost's configuration; RTTs, rates and the load age
-	// bound are filled from the fleet.
-	Route route.Config
+	// RouterFlags are global-indexer flags (internal/routeflags) given
+	// after the fleet's facts; RouterArgs is the whole command line of the
+	// benchmark's router.
+	RouterFlags []string
 
 	workerPrefillRate float64
 }
@@ -141,13 +177,45 @@ func DefaultConfig() Config {
 		MaxRunning:       256,
 		Loads:            []float64{0.5, 0.7, 0.9},
 		Policies:         AllPolicies,
-		FlushInterval:    10 * time.Millisecond,
-		LoadInterval:     100 * time.Millisecond,
-		StaleAfter:       time.Second,
+		FlushInterval:    relay.DefaultConfig("routesim", "routesim").PublishInterval,
+		WindowInterval:   relay.DefaultLoadInterval,
+		ScrapeInterval:   bridge.DefaultLoadInterval,
+		LaneStaleAfter:   lanerules.DefaultLaneStaleAfter,
+		Signal:           SignalPrefill,
 		Seed:             1,
 		FaultDC:          -1,
-		Route:            route.Config{MissingLoadPenalty: 100 * time.Millisecond},
 	}
+}
+
+// RouterArgs is the global-indexer command line of the benchmark's router:
+// the facts of the simulated fleet an operator configures (each DC's RTT,
+// one worker's prefill rate), then RouterFlags. A DC's capacity reaches the
+// router as the product's does: its load windows count its workers, and
+// the router drains its queue at workers × the prefill rate. Before
+// calibration (no worker rate yet) the rates are left out.
+func (c Config) RouterArgs() []string {
+	var rtt, prefill []string
+	for _, dc := range c.DCs {
+		rtt = append(rtt, dc.Name+"="+dc.RTT.String())
+		if c.workerPrefillRate > 0 {
+			prefill = append(prefill, dc.Name+"="+strconv.FormatFloat(c.workerPrefillRate, 'f', -1, 64))
+		}
+	}
+	args := []string{"--dc-rtt", strings.Join(rtt, ",")}
+	if len(prefill) > 0 {
+		args = append(args, "--dc-prefill-rate", strings.Join(prefill, ","))
+	}
+	return append(args, c.RouterFlags...)
+}
+
+// RouterSettings is the router configuration of RouterArgs, read by the
+// product's flag parser.
+func (c Config) RouterSettings() (routeflags.Settings, error) {
+	s, err := routeflags.Parse(c.RouterArgs())
+	if err != nil {
+		return routeflags.Settings{}, fmt.Errorf("routesim: router flags: %w", err)
+	}
+	return s, nil
 }
 
 // Result is one (policy, load) row; its JSON keys are the benchmark's
@@ -209,8 +277,14 @@ func NewEnv(cfg Config, reqs []replay.Request) (*Env, error) {
 		cfg.MaxBatchedTokens <= 0 || cfg.MaxRunning <= 0 {
 		return nil, errors.New("routesim: need 1..16 DCs and positive workers, block size, batch limits")
 	}
-	if cfg.FlushInterval <= 0 || cfg.LoadInterval <= 0 || cfg.StaleAfter <= 0 {
-		return nil, errors.New("routesim: flush and load intervals and the stale bound must be positive")
+	if cfg.FlushInterval <= 0 || cfg.WindowInterval <= 0 || cfg.ScrapeInterval <= 0 || cfg.LaneStaleAfter <= 0 {
+		return nil, errors.New("routesim: the publish, window and scrape intervals and the stale bound must be positive")
+	}
+	if _, err := ParseSignal(string(cfg.Signal)); err != nil {
+		return nil, err
+	}
+	if _, err := cfg.RouterSettings(); err != nil {
+		return nil, err
 	}
 	if cfg.Requests > 0 && cfg.Requests < len(reqs) {
 		reqs = reqs[:cfg.Requests]

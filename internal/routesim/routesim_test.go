@@ -57,7 +57,7 @@ func TestInvariants(t *testing.T) {
 		if run.OracleMismatch != 0 {
 			t.Errorf("%s: the oracle's exact index disagreed %d times with the workers' caches", p, run.OracleMismatch)
 		}
-		if p == Cost || p == Prefix {
+		if p.usesCKF() {
 			// The filter over-reports rarely (false positives, lag) and
 			// under-reports only by lag.
 			if run.OverReports+run.UnderReports > run.Requests*len(e.cfg.DCs)/10 {
@@ -153,6 +153,8 @@ func TestKnownBestPolicy(t *testing.T) {
 			t.Errorf("%s: reuse %.3f, want about %.3f", p, r, best)
 		}
 	}
+	// Least load with the RTT keeps this light load on the nearest DC,
+	// reusing by accident: its median is the cost's, never better.
 	for _, p := range []Policy{Random, RoundRobin, LeastLoad} {
 		// least-load adds the RTT: at load 0.1 on this short trace it sends
 		// most requests to the nearest idle DC, which keeps much of their
@@ -165,7 +167,7 @@ func TestKnownBestPolicy(t *testing.T) {
 			continue
 		}
 		if runs[p].Reuse > runs[Cost].Reuse-0.2 || runs[p].PrefillTokens <= runs[Cost].PrefillTokens ||
-			runs[p].TTFTP50Ms <= runs[Cost].TTFTP50Ms {
+			runs[p].TTFTP50Ms < runs[Cost].TTFTP50Ms || (p != LeastLoad && runs[p].TTFTP50Ms == runs[Cost].TTFTP50Ms) {
 			t.Errorf("%s (reuse %.3f, prefill %d, TTFT p50 %.1f ms) is not clearly worse than cost (%.3f, %d, %.1f ms)", p,
 				runs[p].Reuse, runs[p].PrefillTokens, runs[p].TTFTP50Ms, runs[Cost].Reuse, runs[Cost].PrefillTokens, runs[Cost].TTFTP50Ms)
 		}
@@ -180,7 +182,10 @@ func TestKnownBestPolicy(t *testing.T) {
 func TestFaultExcludesStaleLane(t *testing.T) {
 	cfg := smallConfig()
 	cfg.FaultDC = 0
-	cfg.StaleAfter = 200 * time.Millisecond
+	cfg.LaneStaleAfter = 200 * time.Millisecond
+	// Load windows (what the non-index policies hear a relay by) well
+	// within the stale bound.
+	cfg.WindowInterval = 50 * time.Millisecond
 	e, err := NewEnv(cfg, embedded(t, 300))
 	if err != nil {
 		t.Fatal(err)

@@ -65,6 +65,10 @@ type worker struct {
 
 	// maxUsed is the most blocks ever resident (allocated + cached free).
 	maxUsed int
+	// donePrompt and doneRequests are the engine's counters of finished
+	// requests (vLLM's prompt tokens and request success totals).
+	donePrompt   int64
+	doneRequests int64
 }
 
 func newWorker(f *fleet, dc, idx, capacity int) *worker {

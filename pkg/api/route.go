@@ -58,6 +58,9 @@ type RouteOptions struct {
 	RTTMs map[string]float64
 	// Stale is one of RouteStaleModes ("": the indexer's --route-stale).
 	Stale string
+	// Probe says the caller only asks and will not send the request: the
+	// router then counts nothing in flight against the chosen DC.
+	Probe bool
 }
 
 func (o *RouteOptions) validate() error {
@@ -115,12 +118,14 @@ func (d *matchDecoder) routeField(key string) error {
 		return d.scalar(key, &o.Stale)
 	case "rtt_ms":
 		return d.scalar(key, &o.RTTMs)
+	case "probe":
+		return d.scalar(key, &o.Probe)
 	}
 	return &RequestError{Field: key, Reason: "unknown field"}
 }
 
 // ParseRouteOptions reads RouteOptions from a URL query
-// (input_tokens=N&output_tokens=N&policy=P&stale=S&rtt_ms=dc-a:5,dc-b:40).
+// (input_tokens=N&output_tokens=N&policy=P&stale=S&rtt_ms=dc-a:5,dc-b:40&probe=true).
 func ParseRouteOptions(raw string) (RouteOptions, error) {
 	var o RouteOptions
 	if raw == "" {
@@ -150,6 +155,12 @@ func ParseRouteOptions(raw string) (RouteOptions, error) {
 			o.Policy = v
 		case "stale":
 			o.Stale = v
+		case "probe":
+			b, err := strconv.ParseBool(v)
+			if err != nil {
+				return o, &RequestError{Field: k, Reason: fmt.Sprintf("%q: want true or false", v)}
+			}
+			o.Probe = b
 		case "rtt_ms":
 			o.RTTMs = map[string]float64{}
 			for _, pair := range strings.Split(v, ",") {
@@ -182,6 +193,9 @@ func (o RouteOptions) EncodeQuery() string {
 	if o.Stale != "" {
 		v.Set("stale", o.Stale)
 	}
+	if o.Probe {
+		v.Set("probe", "true")
+	}
 	if len(o.RTTMs) > 0 {
 		dcs := make([]string, 0, len(o.RTTMs))
 		for dc := range o.RTTMs {
@@ -206,11 +220,12 @@ type RouteRequest struct {
 	Policy       string             `json:"policy,omitempty"`
 	RTTMs        map[string]float64 `json:"rtt_ms,omitempty"`
 	Stale        string             `json:"stale,omitempty"`
+	Probe        bool               `json:"probe,omitempty"`
 }
 
 // Options returns the request's route options.
 func (r *RouteRequest) Options() RouteOptions {
-	return RouteOptions{InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, Policy: r.Policy, RTTMs: r.RTTMs, Stale: r.Stale}
+	return RouteOptions{InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, Policy: r.Policy, RTTMs: r.RTTMs, Stale: r.Stale, Probe: r.Probe}
 }
 
 // RouteTerms are the parts of a lane's cost, in milliseconds.

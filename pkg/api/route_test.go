@@ -70,6 +70,7 @@ func TestDecodeRouteBody(t *testing.T) {
 		`{"sequence_hashes":[1],"rtt_ms":[5]}`:                      "rtt_ms",
 		`{"sequence_hashes":[1],"input_tokens":1,"input_tokens":2}`: "input_tokens",
 		`{"sequence_hashes":[1],"weights":{}}`:                      "weights",
+		`{"sequence_hashes":[1],"probe":"yes"}`:                     "probe",
 		`{"policy":"cost"}`:                                         "tokens|local_hashes|sequence_hashes",
 	} {
 		_, _, err := DecodeRouteBody([]byte(body))
@@ -78,6 +79,17 @@ func TestDecodeRouteBody(t *testing.T) {
 			t.Fatalf("%s: %v, want a RequestError on %s", body, err, field)
 		}
 	}
+	q, o, err = DecodeRouteBody([]byte(`{"sequence_hashes":[1],"probe":true}`))
+	if err != nil || !o.Probe || len(q.Seqs) != 1 {
+		t.Fatalf("probe: %+v %+v %v", q, o, err)
+	}
+	if _, o, _ = DecodeRouteBody([]byte(`{"sequence_hashes":[1],"probe":false}`)); o.Probe {
+		t.Fatal("probe false read as true")
+	}
+	rr := RouteRequest{MatchRequest: MatchRequest{SequenceHashes: []uint64{1}}, Probe: true}
+	if !rr.Options().Probe {
+		t.Fatal("RouteRequest.Options drops probe")
+	}
 	// A match request refuses the route options.
 	if _, err := DecodeMatchBody([]byte(`{"sequence_hashes":[1],"input_tokens":4}`)); err == nil {
 		t.Fatal("a match request took input_tokens")
@@ -85,7 +97,7 @@ func TestDecodeRouteBody(t *testing.T) {
 }
 
 func TestRouteOptionsQueryForm(t *testing.T) {
-	o := RouteOptions{InputTokens: 100, OutputTokens: 7, Policy: "load", Stale: "penalize", RTTMs: map[string]float64{"dc-a": 5, "dc-b": 0.25}}
+	o := RouteOptions{InputTokens: 100, OutputTokens: 7, Policy: "load", Stale: "penalize", RTTMs: map[string]float64{"dc-a": 5, "dc-b": 0.25}, Probe: true}
 	back, err := ParseRouteOptions(o.EncodeQuery())
 	if err != nil || !reflect.DeepEqual(back, o) {
 		t.Fatalf("%q → %+v %v", o.EncodeQuery(), back, err)
@@ -93,7 +105,7 @@ func TestRouteOptionsQueryForm(t *testing.T) {
 	if z, err := ParseRouteOptions(""); err != nil || !reflect.DeepEqual(z, RouteOptions{}) {
 		t.Fatalf("%+v %v", z, err)
 	}
-	for _, bad := range []string{"policy=x", "input_tokens=abc", "rtt_ms=dc-a", "what=1", "policy=cost&policy=load", "%zz"} {
+	for _, bad := range []string{"policy=x", "input_tokens=abc", "rtt_ms=dc-a", "what=1", "policy=cost&policy=load", "%zz", "probe=maybe"} {
 		if _, err := ParseRouteOptions(bad); err == nil {
 			t.Fatalf("%q accepted", bad)
 		}

@@ -65,6 +65,13 @@ type MirrorConfig struct {
 	Route            route.Config
 	RoutePrefillRate map[string]float64
 	RouteBlockSize   int
+	// RouteInflightOff turns off the in-flight account of routes: by
+	// default a route counts its request's prompt tokens against the DC it
+	// chose until that DC's load windows can show them, and shares the
+	// account with the domain's other routers (indexers and mirrors) on
+	// ckfload.<domain>.<dc>.inflight, as global-indexer does. A route with
+	// probe set counts nothing.
+	RouteInflightOff bool
 	// LoadMaxAge drops lane load older than this (--load-max-age; 0: 5 s).
 	LoadMaxAge time.Duration
 }
@@ -129,7 +136,8 @@ func NewMirror(nc *nats.Conn, cfg MirrorConfig) (*Mirror, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: mirror: %w", err)
 	}
-	icfg.Route = indexer.RouteConfig{Policy: cfg.Route, PrefillRate: cfg.RoutePrefillRate, BlockSize: cfg.RouteBlockSize}
+	icfg.Route = indexer.RouteConfig{Policy: cfg.Route, PrefillRate: cfg.RoutePrefillRate, BlockSize: cfg.RouteBlockSize,
+		Inflight: indexer.InflightConfig{Off: cfg.RouteInflightOff}}
 	icfg.LoadMaxAge = cfg.LoadMaxAge
 	if !cfg.several() {
 		svc, err := indexer.New(nc, js, icfg)

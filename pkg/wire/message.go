@@ -31,6 +31,8 @@ func (k MessageKind) String() string {
 		return "load"
 	case KindWorkerLoad:
 		return "worker_load"
+	case KindRouteAccount:
+		return "route_account"
 	}
 	return fmt.Sprintf("MessageKind(%d)", uint8(k))
 }

@@ -48,6 +48,9 @@ type KvLoad struct {
 	Complete    bool
 	UsedBlocks  uint64
 	TotalBlocks uint64
+	// Ranks is the number of ranks (workers) the occupancy covers, every
+	// one expected (kv_expected_ranks) when Complete.
+	Ranks uint64
 }
 
 // ServingLoad is a pool's scheduler load (§6.4).
@@ -181,7 +184,7 @@ func (f *Follower) kvLoadStream(ctx context.Context, rc kvrelayv1.KvEventRelayCl
 		var l KvLoad
 		outcome := "accepted"
 		if e != nil && e.GetKvExpectedRanks() > 0 && e.GetKvObservedRanks() == e.GetKvExpectedRanks() && e.GetTotalKvBlocks() > 0 {
-			l = KvLoad{Complete: true, UsedBlocks: e.GetKvUsedBlocks(), TotalBlocks: e.GetTotalKvBlocks()}
+			l = KvLoad{Complete: true, UsedBlocks: e.GetKvUsedBlocks(), TotalBlocks: e.GetTotalKvBlocks(), Ranks: uint64(e.GetKvExpectedRanks())}
 		}
 		if l.UsedBlocks > wire.MaxLoadBlocks || l.TotalBlocks > wire.MaxLoadBlocks {
 			l, outcome = KvLoad{}, outcomeOutOfRange

@@ -70,7 +70,7 @@ func TestFollowerHandsOverOnlyCompleteLoad(t *testing.T) {
 	pub.SetLoad(server.PoolLoad{UsedBlocks: 30, TotalBlocks: 100, ObservedRanks: 2, ExpectedRanks: 2},
 		&server.ServingLoad{ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now()})
 	waitLoad(t, rec, "complete load", func(kv client.KvLoad, sv client.ServingLoad) bool {
-		return kv == client.KvLoad{Complete: true, UsedBlocks: 30, TotalBlocks: 100} &&
+		return kv == client.KvLoad{Complete: true, UsedBlocks: 30, TotalBlocks: 100, Ranks: 2} &&
 			sv == client.ServingLoad{Complete: true, ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2}
 	})
 	for name, l := range map[string]server.PoolLoad{

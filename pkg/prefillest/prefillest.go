@@ -1,0 +1,106 @@
+// Package prefillest estimates the prompt tokens a DC still has to prefill
+// when its engines report request counts but not tokens, as vLLM's and
+// SGLang's Prometheus endpoints do.
+//
+// Those endpoints give a gauge of waiting requests and two counters over
+// finished requests: their prompt tokens and their number (vLLM:
+// vllm:request_prompt_tokens_sum and _count, or vllm:prompt_tokens_total
+// and vllm:request_success_total; SGLang: sglang:prompt_tokens_total and
+// sglang:num_requests_total). The estimate is
+//
+//	pending prefill = waiting × mean prompt tokens
+//
+// with the mean taken over the requests finished since the last reading
+// (the counters' deltas), else the previous mean, else the counters'
+// lifetime mean, else Fallback tokens. The router adds its own in-flight
+// account (package inflight) to it, as to any other load.
+//
+// Everything here is a pure function or a value type: the product's
+// engine bridge and the benchmark's simulator compute the same estimate.
+package prefillest
+
+import "math"
+
+// Fallback is the mean prompt assumed before any request has finished:
+// the router's default tokens per waiting request.
+const Fallback = 1024
+
+// MaxMeanPrompt bounds a mean prompt length (tokens): counters that say
+// more are taken as corrupt.
+const MaxMeanPrompt = 1 << 24
+
+// Counters are an engine's cumulative counters over finished requests.
+type Counters struct {
+	PromptTokens float64
+	Requests     float64
+}
+
+// valid reports whether c can be read: finite, non-negative.
+func (c Counters) valid() bool {
+	return c.PromptTokens >= 0 && c.Requests >= 0 && !math.IsInf(c.PromptTokens, 0) && !math.IsInf(c.Requests, 0)
+}
+
+// Mean is the mean prompt tokens of the requests finished between prev and
+// cur, when some finished; else last when positive; else cur's lifetime
+// mean when cur counts requests; else Fallback. A counter that went down
+// (the engine restarted) gives no delta, so last is kept. Counters that are
+// negative, infinite or NaN give last (or Fallback). The result is in
+// 1..MaxMeanPrompt.
+func Mean(prev, cur Counters, last float64) float64 {
+	m := 0.0
+	switch {
+	case !cur.valid():
+	case prev.valid() && cur.Requests > prev.Requests && cur.PromptTokens >= prev.PromptTokens:
+		m = (cur.PromptTokens - prev.PromptTokens) / (cur.Requests - prev.Requests)
+	case last > 0 && !math.IsInf(last, 0):
+		m = last
+	case cur.Requests > 0:
+		m = cur.PromptTokens / cur.Requests
+	}
+	if !(m >= 1) { // NaN, 0 or below one token
+		if last >= 1 && last <= MaxMeanPrompt {
+			return last
+		}
+		return Fallback
+	}
+	return min(m, MaxMeanPrompt)
+}
+
+// Pending is waiting × mean, rounded, saturating at the uint64 maximum; a
+// mean outside 1..MaxMeanPrompt reads as Fallback.
+func Pending(waiting uint64, mean float64) uint64 {
+	if !(mean >= 1 && mean <= MaxMeanPrompt) {
+		mean = Fallback
+	}
+	v := math.Round(float64(waiting) * mean)
+	if v >= math.MaxUint64 {
+		return math.MaxUint64
+	}
+	return uint64(v)
+}
+
+// Estimator follows one engine's counters from reading to reading. The
+// zero value is ready; it is not safe for concurrent use.
+type Estimator struct {
+	prev Counters
+	mean float64
+	seen bool
+}
+
+// Observe takes a reading of the counters (ok false: the engine does not
+// serve them this time) and the waiting gauge, and returns the pending
+// prefill estimate.
+func (e *Estimator) Observe(waiting uint64, c Counters, ok bool) uint64 {
+	if ok {
+		prev := c
+		if e.seen {
+			prev = e.prev
+		}
+		e.mean = Mean(prev, c, e.mean)
+		e.prev, e.seen = c, true
+	}
+	return Pending(waiting, e.mean)
+}
+
+// MeanPrompt is the mean the last Observe used (0 before any counters).
+func (e *Estimator) MeanPrompt() float64 { return e.mean }

@@ -1,0 +1,80 @@
+package prefillest
+
+import (
+	"math"
+	"testing"
+)
+
+func TestMean(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	for _, c := range []struct {
+		name      string
+		prev, cur Counters
+		last      float64
+		want      float64
+	}{
+		{"delta", Counters{1000, 10}, Counters{9000, 14}, 5, 2000},
+		{"no finish keeps last", Counters{1000, 10}, Counters{1000, 10}, 700, 700},
+		{"no finish no last: lifetime", Counters{1000, 10}, Counters{1000, 10}, 0, 100},
+		{"nothing yet", Counters{}, Counters{}, 0, Fallback},
+		{"restart keeps last", Counters{9000, 14}, Counters{300, 1}, 900, 900},
+		{"restart no last: lifetime", Counters{9000, 14}, Counters{300, 1}, 0, 300},
+		{"tokens down, requests up", Counters{9000, 14}, Counters{8000, 15}, 50, 50},
+		{"nan counters", Counters{}, Counters{nan, 3}, 40, 40},
+		{"inf counters", Counters{}, Counters{inf, 3}, 0, Fallback},
+		{"negative", Counters{}, Counters{-5, 3}, 0, Fallback},
+		{"huge mean capped", Counters{0, 0}, Counters{1e30, 1}, 0, MaxMeanPrompt},
+		{"below one token", Counters{0, 0}, Counters{0, 5}, 0, Fallback},
+		{"below one token keeps last", Counters{0, 0}, Counters{1, 5}, 64, 64},
+		{"inf last", Counters{}, Counters{}, inf, Fallback},
+	} {
+		if got := Mean(c.prev, c.cur, c.last); got != c.want {
+			t.Errorf("%s: Mean = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+func TestPending(t *testing.T) {
+	for _, c := range []struct {
+		waiting uint64
+		mean    float64
+		want    uint64
+	}{{4, 2000, 8000}, {3, 0, 3 * Fallback}, {3, math.NaN(), 3 * Fallback}, {2, MaxMeanPrompt + 1, 2 * Fallback},
+		{0, 5000, 0}, {math.MaxUint64, MaxMeanPrompt, math.MaxUint64}, {1, 1.4, 1}} {
+		if got := Pending(c.waiting, c.mean); got != c.want {
+			t.Errorf("Pending(%d, %v) = %d, want %d", c.waiting, c.mean, got, c.want)
+		}
+	}
+}
+
+func TestEstimator(t *testing.T) {
+	var e Estimator
+	if got := e.Observe(2, Counters{}, false); got != 2*Fallback || e.MeanPrompt() != 0 {
+		t.Fatalf("no counters: %d", got)
+	}
+	if got := e.Observe(2, Counters{PromptTokens: 3000, Requests: 3}, true); got != 2000 {
+		t.Fatalf("first reading (lifetime mean 1000): %d", got)
+	}
+	if got := e.Observe(5, Counters{PromptTokens: 3000 + 8*4096, Requests: 11}, true); got != 5*4096 {
+		t.Fatalf("delta mean 4096: %d", got)
+	}
+	if got := e.Observe(1, Counters{PromptTokens: 3000 + 8*4096, Requests: 11}, true); got != 4096 {
+		t.Fatalf("no finish keeps 4096: %d", got)
+	}
+	if got := e.Observe(1, Counters{}, false); got != 4096 || e.MeanPrompt() != 4096 {
+		t.Fatalf("a scrape without counters keeps the mean: %d", got)
+	}
+}
+
+func FuzzMean(f *testing.F) {
+	f.Add(1000.0, 10.0, 9000.0, 14.0, 5.0, uint64(3))
+	f.Fuzz(func(t *testing.T, pt, pr, ct, cr, last float64, waiting uint64) {
+		m := Mean(Counters{pt, pr}, Counters{ct, cr}, last)
+		if !(m >= 1 && m <= MaxMeanPrompt) {
+			t.Fatalf("Mean = %v outside 1..MaxMeanPrompt", m)
+		}
+		if p := Pending(waiting, m); waiting > 0 && p < waiting {
+			t.Fatalf("Pending(%d, %v) = %d below one token per request", waiting, m, p)
+		}
+	})
+}
