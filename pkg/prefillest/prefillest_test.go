@@ -36,6 +36,9 @@ func TestMean(t *testing.T) {
 		{"tokens unchanged, one more request", Counters{100, 1}, Counters{100, 2}, 50, 50},
 		{"prev invalid: last", Counters{-1, 1}, Counters{300, 2}, 9, 9},
 		{"prev invalid, no last: lifetime", Counters{-1, 1}, Counters{300, 2}, 0, 150},
+		{"tokens up, no request finished", Counters{1000, 10}, Counters{2000, 10}, 700, 700},
+		{"tokens unchanged, one more request, no last", Counters{100, 1}, Counters{100, 2}, 0, Fallback},
+		{"tokens without requests", Counters{}, Counters{5, 0}, 0, Fallback},
 	} {
 		if got := Mean(c.prev, c.cur, c.last); got != c.want {
 			t.Errorf("%s: Mean = %v, want %v", c.name, got, c.want)
