@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -145,6 +146,26 @@ func TestRouteAnswersAlikeOverEveryPath(t *testing.T) {
 	}
 	if len(chosen) == 0 {
 		t.Fatal("no route compared")
+	}
+
+	// The probes counted nothing. A route sent over each path counts its
+	// tokens in flight where it was decided (the indexer for HTTP and NATS,
+	// the mirror for itself), and the mirror's account reaches the
+	// indexer on ckfload.<domain>.<dc>.inflight.
+	added := indexer.MetricInflightEvents + `{outcome="added"}`
+	if n := promtest.Count(ix.Metrics(), added); n != 0 {
+		t.Fatalf("probes accounted %d routes", n)
+	}
+	for name, c := range paths {
+		if _, err := c.Route(ctx, api.RouteRequest{MatchRequest: api.MatchRequest{LocalHashes: hashes(w.steps[0].Locals)}, InputTokens: 4096}); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+	}
+	testenv.WaitFor(t, settle, "the indexer applies the mirror's account", func() bool {
+		return promtest.Count(ix.Metrics(), indexer.MetricInflightAccounts+`{direction="received",outcome="applied"}`) == 1
+	})
+	if n := promtest.Count(ix.Metrics(), added); n != 3 {
+		t.Fatalf("the indexer holds %d entries, want its 2 routes and the mirror's", n)
 	}
 
 	// Bad requests: the same refusal on every path.

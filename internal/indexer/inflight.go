@@ -74,9 +74,17 @@ func (c *inflightCollector) Collect(ch chan<- prometheus.Metric) {
 	l := c.s.ledger
 	var pending [ckf.LaneCount]uint64
 	l.PendingInto(c.s.now(), pending[:])
+	// Only the lanes that run: a lane's series go away with it (and all of
+	// them with the service).
+	var live [ckf.LaneCount]bool
+	c.s.mu.Lock()
+	for lane, r := range c.s.runners {
+		live[lane] = r != nil && !c.s.closing
+	}
+	c.s.mu.Unlock()
 	labels := c.s.labels.Load()
 	for lane, lbl := range labels {
-		if lbl.dc != "" {
+		if lbl.dc != "" && live[lane] {
 			ch <- prometheus.MustNewConstMetric(c.pending, prometheus.GaugeValue, float64(pending[lane]), strconv.Itoa(lane), lbl.dc)
 		}
 	}

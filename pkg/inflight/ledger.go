@@ -92,11 +92,11 @@ func New(c Config) (*Ledger, error) {
 	if c.MaxEntries < 1 || c.MaxEntries > MaxEntriesLimit {
 		return nil, fmt.Errorf("%w: max entries %d, want 1..%d", ErrConfig, c.MaxEntries, MaxEntriesLimit)
 	}
-	if c.MaxAge == 0 {
-		c.MaxAge = DefaultMaxAge
-	}
 	if c.MaxAge < 0 {
 		return nil, fmt.Errorf("%w: negative max age %s", ErrConfig, c.MaxAge)
+	}
+	if c.MaxAge == 0 {
+		c.MaxAge = DefaultMaxAge
 	}
 	return &Ledger{maxAge: int64(c.MaxAge), maxN: c.MaxEntries, lanes: make([]ring, c.Lanes)}, nil
 }

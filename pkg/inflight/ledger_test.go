@@ -28,7 +28,7 @@ func TestNewRefusesBadConfig(t *testing.T) {
 			t.Errorf("New(%+v) = %v, want ErrConfig", c, err)
 		}
 	}
-	for _, c := range []Config{{Lanes: 1}, {Lanes: MaxLanes, MaxEntries: MaxEntriesLimit, MaxAge: time.Nanosecond}} {
+	for _, c := range []Config{{Lanes: 1}, {Lanes: 1, MaxEntries: 1}, {Lanes: MaxLanes, MaxEntries: MaxEntriesLimit, MaxAge: time.Nanosecond}} {
 		l, err := New(c)
 		if err != nil || l.Lanes() != c.Lanes {
 			t.Errorf("New(%+v) = %v, %v", c, l, err)
@@ -140,7 +140,8 @@ func TestAddRefusesAndCaps(t *testing.T) {
 	if l.Add(-1, 1, at(0), 0) || l.Add(2, 1, at(0), 0) || l.Add(0, 0, at(0), 0) {
 		t.Fatal("Add accepted a bad lane or zero tokens")
 	}
-	if l.Cover(5, at(0)) != 0 || l.Pending(-1, at(0)) != 0 {
+	if l.Cover(5, at(0)) != 0 || l.Cover(2, at(0)) != 0 || l.Cover(-1, at(0)) != 0 ||
+		l.Pending(-1, at(0)) != 0 || l.Pending(2, at(0)) != 0 {
 		t.Fatal("bad lane")
 	}
 	l.Add(0, math.MaxUint64, at(0), -time.Second)
@@ -218,5 +219,28 @@ func BenchmarkAddPending(b *testing.B) {
 		if i%1000 == 0 {
 			l.Cover(i%16, now)
 		}
+	}
+}
+
+// Zero config values take the defaults: entries live DefaultMaxAge, and a
+// lane holds DefaultMaxEntries.
+func TestDefaults(t *testing.T) {
+	l := newLedger(t, Config{Lanes: 1})
+	for i := range DefaultMaxEntries + 1 {
+		l.Add(0, 1, at(0).Add(time.Duration(i)), time.Hour)
+	}
+	if st := l.Stats(); st.Dropped != 1 || st.Entries != DefaultMaxEntries {
+		t.Fatalf("stats %+v", st)
+	}
+	// The oldest left was added 1 ns after the first: 5 s later it is the
+	// only one gone.
+	if p := l.Pending(0, at(0).Add(5*time.Second)); p != DefaultMaxEntries {
+		t.Fatalf("pending %d at 5 s", p)
+	}
+	if p := l.Pending(0, at(0).Add(5*time.Second+1)); p != DefaultMaxEntries-1 {
+		t.Fatalf("pending %d at 5 s + 1 ns, want all but the oldest", p)
+	}
+	if p := l.Pending(0, at(0).Add(5*time.Second+DefaultMaxEntries)); p != 0 {
+		t.Fatalf("pending %dpast the default max age", p)
 	}
 }

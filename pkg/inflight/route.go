@@ -26,13 +26,12 @@ func Apply(c *route.Candidate, pending uint64, waitingTokens float64, blockSize 
 	if pending == 0 {
 		return
 	}
-	switch {
-	case l.HasPrefill:
+	if l.HasPrefill {
 		l.ActivePrefillTokens = AddSat(l.ActivePrefillTokens, pending)
-	case l.HasRequests:
+	} else if l.HasRequests {
 		l.HasPrefill = true
 		l.ActivePrefillTokens = AddSat(tokensOf(l.Waiting, waitingTokens), pending)
-	case l.HasKV && l.KVCapacityBlocks > 0:
+	} else if l.HasKV && l.KVCapacityBlocks > 0 {
 		bs := uint64(max(blockSize, 1))
 		blocks := pending/bs + min(pending%bs, 1)
 		l.KVUsedBlocks = min(AddSat(l.KVUsedBlocks, blocks), l.KVCapacityBlocks)

@@ -26,6 +26,9 @@ func TestApply(t *testing.T) {
 		{"kv capped", route.LoadReport{HasKV: true, KVUsedBlocks: 99, KVCapacityBlocks: 100}, 1 << 20,
 			route.LoadReport{HasKV: true, KVUsedBlocks: 100, KVCapacityBlocks: 100}},
 		{"missing stays missing", route.LoadReport{}, 50, route.LoadReport{}},
+		{"kv without capacity", route.LoadReport{HasKV: true, KVUsedBlocks: 5}, 50, route.LoadReport{HasKV: true, KVUsedBlocks: 5}},
+		{"kv exact blocks", route.LoadReport{HasKV: true, KVUsedBlocks: 10, KVCapacityBlocks: 100}, 32,
+			route.LoadReport{HasKV: true, KVUsedBlocks: 12, KVCapacityBlocks: 100}},
 		{"nothing pending", route.LoadReport{HasRequests: true, Waiting: 3}, 0, route.LoadReport{HasRequests: true, Waiting: 3}},
 	} {
 		cand := route.Candidate{Load: c.in}
@@ -34,7 +37,8 @@ func TestApply(t *testing.T) {
 			t.Errorf("%s: %+v, want %+v", c.name, cand.Load, c.want)
 		}
 	}
-	if tokensOf(5, 0) != 0 || tokensOf(math.MaxUint64, 1e10) != math.MaxUint64 {
+	if tokensOf(5, 0) != 0 || tokensOf(math.MaxUint64, 1e10) != math.MaxUint64 || tokensOf(1<<32, 1<<32) != math.MaxUint64 ||
+		tokensOf(3, 2.5) != 7 {
 		t.Error("tokensOf bounds")
 	}
 }
@@ -79,6 +83,12 @@ func TestRecord(t *testing.T) {
 	}
 	if l.Cover(0, at(4)) != 0 || l.Cover(0, at(5)) != 1 {
 		t.Fatal("the entry is not due at route time + the decision's RTT")
+	}
+	if _, _, _, ok := Charge(&d, 32); ok {
+		t.Fatal("a prompt the lane holds whole is charged")
+	}
+	if lane, tokens, rtt, ok := Charge(&d, 33); !ok || lane != 0 || tokens != 1 || rtt != 5*time.Millisecond {
+		t.Fatalf("Charge = %d %d %s %v", lane, tokens, rtt, ok)
 	}
 	// A prompt the lane holds whole, and no choice, account nothing.
 	if l.Record(&d, 32, at(2)) || l.Record(&route.Decision{Best: -1}, 100, at(2)) {

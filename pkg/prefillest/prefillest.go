@@ -48,14 +48,14 @@ func (c Counters) valid() bool {
 // 1..MaxMeanPrompt.
 func Mean(prev, cur Counters, last float64) float64 {
 	m := 0.0
-	switch {
-	case !cur.valid():
-	case prev.valid() && cur.Requests > prev.Requests && cur.PromptTokens >= prev.PromptTokens:
-		m = (cur.PromptTokens - prev.PromptTokens) / (cur.Requests - prev.Requests)
-	case last > 0 && !math.IsInf(last, 0):
-		m = last
-	case cur.Requests > 0:
-		m = cur.PromptTokens / cur.Requests
+	if cur.valid() {
+		if prev.valid() && cur.Requests > prev.Requests && cur.PromptTokens >= prev.PromptTokens {
+			m = (cur.PromptTokens - prev.PromptTokens) / (cur.Requests - prev.Requests)
+		} else if last > 0 && !math.IsInf(last, 0) {
+			m = last
+		} else if cur.Requests > 0 {
+			m = cur.PromptTokens / cur.Requests
+		}
 	}
 	if !(m >= 1) { // NaN, 0 or below one token
 		if last >= 1 && last <= MaxMeanPrompt {

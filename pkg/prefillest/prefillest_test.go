@@ -27,6 +27,18 @@ func TestMean(t *testing.T) {
 		{"below one token", Counters{0, 0}, Counters{0, 5}, 0, Fallback},
 		{"below one token keeps last", Counters{0, 0}, Counters{1, 5}, 64, 64},
 		{"inf last", Counters{}, Counters{}, inf, Fallback},
+		{"zero counters are valid", Counters{0, 0}, Counters{500, 5}, 7, 100},
+		{"a mean of exactly one token", Counters{0, 0}, Counters{5, 5}, 0, 1},
+		{"last of exactly one token", Counters{0, 0}, Counters{0, 5}, 1, 1},
+		{"last at the bound", Counters{0, 0}, Counters{0, 5}, MaxMeanPrompt, MaxMeanPrompt},
+		{"last past the bound", Counters{0, 0}, Counters{0, 5}, MaxMeanPrompt + 1, Fallback},
+		{"one more request", Counters{100, 1}, Counters{300, 2}, 0, 200},
+		{"tokens unchanged, one more request", Counters{100, 1}, Counters{100, 2}, 50, 50},
+		{"prev invalid: last", Counters{-1, 1}, Counters{300, 2}, 9, 9},
+		{"prev invalid, no last: lifetime", Counters{-1, 1}, Counters{300, 2}, 0, 150},
+		{"tokens up, no request finished", Counters{1000, 10}, Counters{2000, 10}, 700, 700},
+		{"tokens unchanged, one more request, no last", Counters{100, 1}, Counters{100, 2}, 0, Fallback},
+		{"tokens without requests", Counters{}, Counters{5, 0}, 0, Fallback},
 	} {
 		if got := Mean(c.prev, c.cur, c.last); got != c.want {
 			t.Errorf("%s: Mean = %v, want %v", c.name, got, c.want)
@@ -40,7 +52,8 @@ func TestPending(t *testing.T) {
 		mean    float64
 		want    uint64
 	}{{4, 2000, 8000}, {3, 0, 3 * Fallback}, {3, math.NaN(), 3 * Fallback}, {2, MaxMeanPrompt + 1, 2 * Fallback},
-		{0, 5000, 0}, {math.MaxUint64, MaxMeanPrompt, math.MaxUint64}, {1, 1.4, 1}} {
+		{0, 5000, 0}, {math.MaxUint64, MaxMeanPrompt, math.MaxUint64}, {1, 1.4, 1},
+		{3, 1, 3}, {1, MaxMeanPrompt, MaxMeanPrompt}, {1 << 40, 1 << 24, math.MaxUint64}, {2, 0.999, 2 * Fallback}} {
 		if got := Pending(c.waiting, c.mean); got != c.want {
 			t.Errorf("Pending(%d, %v) = %d, want %d", c.waiting, c.mean, got, c.want)
 		}
