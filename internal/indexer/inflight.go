@@ -60,7 +60,11 @@ const (
 
 // inflightCollector reads the ledger at scrape time.
 type inflightCollector struct {
-	s                       *Service
+	s *Service
+	// l is the service's ledger, held here because the collector is
+	// registered (and may be scraped through a shared registry) before
+	// New assigns s.ledger.
+	l                       *inflight.Ledger
 	pending, entries, total *prometheus.Desc
 }
 
@@ -71,7 +75,7 @@ func (c *inflightCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *inflightCollector) Collect(ch chan<- prometheus.Metric) {
-	l := c.s.ledger
+	l := c.l
 	var pending [ckf.LaneCount]uint64
 	l.PendingInto(c.s.now(), pending[:])
 	// Only the lanes that run: a lane's series go away with it (and all of
@@ -144,7 +148,7 @@ func newInflight(s *Service, reg prometheus.Registerer) (*inflight.Ledger, *infl
 	recv := func(o string) prometheus.Counter { return st.accounts.WithLabelValues("received", o) }
 	st.applied, st.own, st.malformed, st.subject, st.unknown = recv("applied"), recv("own"), recv("malformed"), recv("subject"), recv("unknown_dc")
 	st.publishedDropped = st.accounts.WithLabelValues("published", "dropped")
-	col := &inflightCollector{s: s,
+	col := &inflightCollector{s: s, l: l,
 		pending: prometheus.NewDesc(MetricInflightPending, "Routed prompt tokens no load window of the lane has covered yet.", []string{"lane", "dc"}, nil),
 		entries: prometheus.NewDesc(MetricInflightEntries, "In-flight entries held over every lane.", nil, nil),
 		total:   prometheus.NewDesc(MetricInflightEvents, "In-flight entries by what became of them.", []string{"outcome"}, nil),

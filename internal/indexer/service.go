@@ -215,10 +215,12 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		now:       time.Now,
 		newPool:   consumer.NewPool,
 	}
+	// The labels first: the in-flight collector reads them, and a shared
+	// registry may scrape it as soon as it is registered.
+	s.labels.Store(&[ckf.LaneCount]laneLabel{})
 	if s.ledger, s.inflight, err = newInflight(s, regr); err != nil {
 		return nil, &Error{Kind: ErrInvalidConfig, Lane: -1, Field: "metrics", Err: err}
 	}
-	s.labels.Store(&[ckf.LaneCount]laneLabel{})
 	s.scratch.New = func() any { return new(consumer.QueryScratch) }
 	return s, nil
 }
