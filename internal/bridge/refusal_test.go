@@ -1,10 +1,8 @@
 package bridge_test
 
 import (
-	"bytes"
 	"math/rand/v2"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,29 +14,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines(substr string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, ln := range strings.Split(l.b.String(), "\n") {
-		if strings.Contains(ln, substr) {
-			out = append(out, ln)
-		}
-	}
-	return out
-}
-
 // An engine whose every store has another block_size than the bridge's
 // --block-size is refused whole: the bridge logs one warning (rate-limited)
 // with the reason and a sample, and its status names the engine as
@@ -48,7 +23,7 @@ func TestAnEngineWhoseEventsAreRefusedShowsInTheStatus(t *testing.T) {
 	rng := rand.New(rand.NewPCG(21, 22))
 	bad := startEngine(t, enginetest.Config{})
 	good := startEngine(t, enginetest.Config{})
-	logs := &lockedBuffer{}
+	logs := &testenv.LogBuffer{}
 	var clock atomic.Int64
 	clock.Store(time.Unix(1_800_000_000, 0).UnixNano())
 	now := func() time.Time { return time.Unix(0, clock.Load()) }
@@ -74,7 +49,7 @@ func TestAnEngineWhoseEventsAreRefusedShowsInTheStatus(t *testing.T) {
 	if ok.Refusing != "" || ok.Refused != 0 {
 		t.Fatalf("the healthy engine is named: %+v", ok)
 	}
-	warns := logs.lines(`"message":"engine events refused`)
+	warns := logs.Lines(`"message":"engine events refused`)
 	if len(warns) != 1 {
 		t.Fatalf("%d warnings, want 1 (rate-limited):\n%s", len(warns), strings.Join(warns, "\n"))
 	}

@@ -1,11 +1,9 @@
 package relay_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -17,42 +15,18 @@ import (
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
-// lockedBuffer collects log lines from the relay goroutine.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines(substr string) []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	var out []string
-	for _, ln := range strings.Split(l.b.String(), "\n") {
-		if strings.Contains(ln, substr) {
-			out = append(out, ln)
-		}
-	}
-	return out
-}
-
 // manualClock is the relay's injected clock.
 type manualClock struct{ ns atomic.Int64 }
 
 func (c *manualClock) now() time.Time          { return time.Unix(0, c.ns.Load()) }
 func (c *manualClock) advance(d time.Duration) { c.ns.Add(int64(d)) }
 
-func refusalRelay(t *testing.T) (*relay.Relay, func(subj, body string), *prometheus.Registry, *lockedBuffer, *manualClock) {
+func refusalRelay(t *testing.T) (*relay.Relay, func(subj, body string), *prometheus.Registry, *testenv.LogBuffer, *manualClock) {
 	t.Helper()
 	srv := testenv.StartServer(t)
 	nc, js := srv.Connect(t), srv.JetStream(t)
 	reg := prometheus.NewRegistry()
-	logs := &lockedBuffer{}
+	logs := &testenv.LogBuffer{}
 	cfg := testConfig("a")
 	cfg.Metrics, cfg.Logger = reg, zerolog.New(logs)
 	clock := &manualClock{}
@@ -120,7 +94,7 @@ func TestRefusedEventsWarnAndRaiseAFault(t *testing.T) {
 	if got := r.Status().Refused; got != 10 {
 		t.Errorf("status refused_events %d, want 10", got)
 	}
-	warns := logs.lines(`"message":"events refused`)
+	warns := logs.Lines(`"message":"events refused`)
 	if len(warns) != 1 {
 		t.Fatalf("%d warnings, want 1 (rate-limited):\n%s", len(warns), strings.Join(warns, "\n"))
 	}
