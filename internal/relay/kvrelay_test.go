@@ -23,6 +23,7 @@ import (
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
 	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server/servertest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
@@ -55,31 +56,14 @@ func kvServerConfig() server.Config {
 // returns a client (8 MiB receive limit, §2.3) and the server.
 func serveKv(t *testing.T, r *relay.Relay, cfg server.Config, dial ...grpc.DialOption) (kvrelayv1.KvEventRelayClient, *grpc.ClientConn, *server.Server) {
 	t.Helper()
-	srv, err := server.New(r.Publication(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
+	srv, addr := servertest.Serve(t, r.Publication(), cfg)
 	dial = append([]grpc.DialOption{grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(8 << 20))}, dial...)
-	conn, err := grpc.NewClient("passthrough:///"+ln.Addr().String(), dial...)
+	conn, err := grpc.NewClient("passthrough:///"+addr, dial...)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		_ = conn.Close()
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		if err := <-done; err != nil {
-			t.Errorf("serve: %v", err)
-		}
-	})
+	t.Cleanup(func() { _ = conn.Close() })
 	return kvrelayv1.NewKvEventRelayClient(conn), conn, srv
 }
 
