@@ -26,7 +26,7 @@ import (
 
 // Load plane defaults.
 const (
-	DefaultLoadInterval    = time.Second
+	DefaultLoadInterval    = 200 * time.Millisecond
 	DefaultWorkerLoadFresh = 3 * time.Second
 	// workerLoadForget drops a worker that stopped reporting (and holds no
 	// block) from the serving load's expected set, as Dynamo forgets a
