@@ -124,11 +124,13 @@ func (e *Estimator) Observe(waiting uint64, c Counters, ok bool) uint64 {
 			prev = e.prev
 		}
 		m := Mean(prev, c, e.mean)
-		if n := c.Requests - prev.Requests; e.measured && c.valid() && prev.valid() && c.PromptTokens >= prev.PromptTokens {
-			m = Smooth(e.mean, m, n)
+		if e.measured {
+			// Without a valid delta Mean gives the last mean back, which
+			// Smooth leaves as it is; a count that is not a number gives m.
+			m = Smooth(e.mean, m, c.Requests-prev.Requests)
 		}
 		e.mean = m
-		e.measured = e.measured || (c.valid() && c.Requests > 0 && m >= 1)
+		e.measured = e.measured || (c.valid() && c.Requests > 0)
 		e.prev, e.seen = c, true
 	}
 	return Pending(waiting, e.mean)

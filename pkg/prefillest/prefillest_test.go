@@ -68,6 +68,8 @@ func TestSmooth(t *testing.T) {
 	}{
 		{"one request weighs 1/MeanWindow", 1000, 1000 + MeanWindow*100, 1, 1100},
 		{"two requests", 1600, 1600 - 256, 2, 1600 - 31},
+		{"last of one token", 1, 17, 1, 2},
+		{"last at the bound", MaxMeanPrompt, MaxMeanPrompt - 16, 1, MaxMeanPrompt - 1},
 		{"no last", 0, 700, 3, 700},
 		{"last past the bound", MaxMeanPrompt + 1, 700, 3, 700},
 		{"nan last", math.NaN(), 700, 3, 700},
