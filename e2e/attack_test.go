@@ -40,14 +40,14 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // attackBound is how long the index may take to answer exactly again

@@ -19,7 +19,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/bridge"
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
-	"github.com/ckfrelay/ckfrelay/internal/promx"
+	"github.com/ckfrelay/ckfrelay/pkg/promx"
 )
 
 func main() {

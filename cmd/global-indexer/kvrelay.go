@@ -10,7 +10,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/domains"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/client"
 )
 
 // kvrelayOptions are the --kvrelay-* flags: lanes followed over Dynamo's

@@ -17,10 +17,10 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 

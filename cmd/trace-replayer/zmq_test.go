@@ -17,9 +17,9 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/engine"
 	"github.com/ckfrelay/ckfrelay/internal/engine/enginetest"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/pkg/ctxwait"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 

@@ -19,13 +19,13 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/engine"
 	"github.com/ckfrelay/ckfrelay/internal/engine/enginetest"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 const (

@@ -7,8 +7,8 @@ import (
 	"maps"
 
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
-	"github.com/ckfrelay/ckfrelay/internal/unithost"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/client"
+	"github.com/ckfrelay/ckfrelay/pkg/unithost"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 

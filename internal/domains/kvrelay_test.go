@@ -12,14 +12,14 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/domains"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server/servertest"
 	"github.com/ckfrelay/ckfrelay/internal/pools"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/server/servertest"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // kvProcess is one relay process as relay-producer wires it with a pools

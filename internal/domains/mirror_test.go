@@ -12,12 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ckfrelay/ckfrelay/internal/domains"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/client"
 	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // pkg/client's Mirror following several domains is this package's

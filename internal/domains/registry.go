@@ -15,15 +15,15 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
-	"github.com/ckfrelay/ckfrelay/internal/retry"
-	"github.com/ckfrelay/ckfrelay/internal/unithost"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/ctxwait"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/promx"
+	"github.com/ckfrelay/ckfrelay/pkg/retry"
+	"github.com/ckfrelay/ckfrelay/pkg/unithost"
 )
 
 // Defaults of zero Config bounds.

@@ -21,18 +21,18 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/domains"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
-	"github.com/ckfrelay/ckfrelay/internal/unithost"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/client"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/unithost"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 const (

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // skewedClock is the wall clock moved forward by a settable offset: lane

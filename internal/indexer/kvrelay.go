@@ -10,10 +10,10 @@ import (
 	"google.golang.org/grpc"
 
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )

@@ -13,12 +13,12 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/client"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // scriptRelay is a well-behaved kvrelay relay whose catalog holds one

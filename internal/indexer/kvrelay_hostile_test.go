@@ -10,11 +10,11 @@ import (
 	"google.golang.org/grpc"
 
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // gapRelay serves a valid snapshot, then a delta off the installed

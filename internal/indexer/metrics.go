@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ckfrelay/ckfrelay/internal/promx"
+	"github.com/ckfrelay/ckfrelay/pkg/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 

@@ -11,7 +11,7 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // Every per-lane series carries lane and dc; the latency histogram carries

@@ -14,13 +14,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server/servertest"
 	"github.com/ckfrelay/ckfrelay/internal/pools"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/client"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/server/servertest"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 

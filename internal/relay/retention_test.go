@@ -10,11 +10,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // published keeps the steps publishEvents sends as messages: the i-th one

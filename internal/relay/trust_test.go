@@ -11,9 +11,9 @@ import (
 	"github.com/ckfrelay/ckfrelay/testenv"
 
 	"github.com/ckfrelay/ckfrelay/internal/relay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
