@@ -21,13 +21,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/internal/domains"
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/pools"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/domains"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -286,7 +286,7 @@ func TestDomainsBenchChild(t *testing.T) {
 	}
 	pc := consumer.DefaultPoolConfig()
 	pc.MaxDirtyToAppliedAge = time.Minute
-	reg, err := domains.New(nc, js, domains.Config{Domains: names, MaxDomains: len(names), Logger: zerolog.Nop(), Base: indexer.Config{
+	reg, err := domains.New(nc, js, domains.Config{Domains: names, MaxDomains: len(names), Logger: zerolog.Nop(), Base: follow.Config{
 		Pool: pc, Logger: zerolog.Nop(), LaneStaleAfter: time.Hour}})
 	if err != nil {
 		t.Fatal(err)

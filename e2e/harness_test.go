@@ -22,6 +22,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
@@ -107,12 +108,12 @@ type indexerProc struct {
 	*running
 }
 
-func indexerConfig(t testing.TB, tp trace.TracerProvider) indexer.Config {
+func indexerConfig(t testing.TB, tp trace.TracerProvider) follow.Config {
 	pc := consumer.DefaultPoolConfig()
 	// Far above any scheduling delay of a loaded -race run: only injected
 	// faults may retire lanes here.
 	pc.MaxDirtyToAppliedAge = time.Minute
-	return indexer.Config{
+	return follow.Config{
 		Domain:              domain,
 		Pool:                pc,
 		Logger:              logger(t).With().Str("proc", "indexer").Logger(),
@@ -129,7 +130,7 @@ func indexerConfig(t testing.TB, tp trace.TracerProvider) indexer.Config {
 // laneStaleAfter is the indexer's staleness bound in these tests.
 const laneStaleAfter = time.Second
 
-func startIndexer(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg indexer.Config) *indexerProc {
+func startIndexer(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg follow.Config) *indexerProc {
 	t.Helper()
 	s, err := indexer.New(nc, js, cfg)
 	if err != nil {

@@ -21,12 +21,12 @@ import (
 	"go.opentelemetry.io/otel/trace/noop"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
-	"github.com/ckfrelay/ckfrelay/internal/domains"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/routeflags"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/domains"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
@@ -46,11 +46,11 @@ func defaultOptions() options {
 		domain: "default", httpAddr: "127.0.0.1:8080",
 		workers: ckf.DefaultIngestionWorkers, queue: ckf.DefaultIngestionQueue,
 		maxApplyLag: 100 * time.Millisecond, controlTimeout: ckf.DefaultControlTimeout,
-		fetchTimeout: indexer.DefaultSnapshotFetchTimeout,
-		staleAfter:   indexer.DefaultLaneStaleAfter, staleLanes: indexer.StaleReport,
+		fetchTimeout: follow.DefaultSnapshotFetchTimeout,
+		staleAfter:   follow.DefaultLaneStaleAfter, staleLanes: follow.StaleReport,
 		http: httpserve.DefaultConfig(), maxMatches: queryapi.DefaultMaxConcurrentMatches,
 		maxDomains: domains.DefaultMaxDomains, maxTableBytes: domains.DefaultMaxTableBytes,
-		kv: kvrelayOptions{acceptLegacy: true, staleAfter: indexer.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
+		kv: kvrelayOptions{acceptLegacy: true, staleAfter: follow.DefaultKvRelayStaleAfter, frameTimeout: client.DefaultFrameTimeout},
 	}
 }
 
@@ -63,7 +63,7 @@ func TestParseFlagsDefaultsEnvAndPrecedence(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rs.LoadMaxAge != indexer.DefaultLoadMaxAge || rs.Route.BlockSize != indexer.DefaultRouteBlockSize ||
+	if rs.LoadMaxAge != follow.DefaultLoadMaxAge || rs.Route.BlockSize != follow.DefaultRouteBlockSize ||
 		rs.Route.Policy.AffinityMargin != route.AffinityMarginDefault || rs.Route.Policy.Policy != route.Cost {
 		t.Fatalf("route defaults %+v", rs)
 	}

@@ -27,7 +27,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -332,7 +331,7 @@ func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 			return err
 		}
 		defer nc.Close()
-		q.nc, q.subject = nc, indexer.MatchSubject(o.domain)
+		q.nc, q.subject = nc, api.MatchSubject(o.domain)
 	} else if o.indexerURL == "" {
 		q = nil
 	}
@@ -436,7 +435,7 @@ func replayShare(ctx context.Context, o *options, reqs []replay.Request, stdout,
 			return err
 		}
 		defer nc.Close()
-		q.nc, q.subject = nc, indexer.MatchSubject(o.domain)
+		q.nc, q.subject = nc, api.MatchSubject(o.domain)
 	} else if o.indexerURL == "" {
 		q = nil
 	}

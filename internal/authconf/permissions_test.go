@@ -24,6 +24,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/eventpub"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
@@ -201,7 +202,7 @@ func TestRolesDoTheirJobAndForbiddenActsAreRefused(t *testing.T) {
 	ixConn := connectAs(t, srv, users["indexer"])
 	pc := consumer.DefaultPoolConfig()
 	pc.MaxDirtyToAppliedAge = time.Minute
-	ix, err := indexer.New(ixConn.nc, ixConn.js, indexer.Config{
+	ix, err := indexer.New(ixConn.nc, ixConn.js, follow.Config{
 		Domain: testDomain, Pool: pc,
 		BootstrapBackoffMin: 10 * time.Millisecond, BootstrapBackoffMax: 200 * time.Millisecond,
 		StatePollInterval: 20 * time.Millisecond, Streams: streams.Options{Memory: true},

@@ -12,6 +12,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/eventpub"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
@@ -48,7 +49,7 @@ func TestRelayAndIndexerRecreateDeletedStreamsWithinTheirPermissions(t *testing.
 	ixConn := connectAs(t, srv, users["indexer"])
 	pc := consumer.DefaultPoolConfig()
 	pc.MaxDirtyToAppliedAge = time.Minute
-	ix, err := indexer.New(ixConn.nc, ixConn.js, indexer.Config{
+	ix, err := indexer.New(ixConn.nc, ixConn.js, follow.Config{
 		Domain: testDomain, Pool: pc,
 		BootstrapBackoffMin: 10 * time.Millisecond, BootstrapBackoffMax: 200 * time.Millisecond,
 		StatePollInterval: 20 * time.Millisecond, Streams: streams.Options{Memory: true},
@@ -99,7 +100,7 @@ func TestRelayAndIndexerRecreateDeletedStreamsWithinTheirPermissions(t *testing.
 				return fmt.Errorf("relay %+v", st)
 			}
 			for _, l := range ix.Lanes() {
-				if l.DC == dc && l.State == indexer.PhaseActive && l.Epoch == st.Epoch && l.InstalledSequence >= st.Sequence {
+				if l.DC == dc && l.State == follow.PhaseActive && l.Epoch == st.Epoch && l.InstalledSequence >= st.Sequence {
 					return nil
 				}
 			}

@@ -23,6 +23,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
 	"github.com/ckfrelay/ckfrelay/testenv/promtest"
@@ -88,7 +89,7 @@ func newStack(t *testing.T) *stack {
 	background(t, r.Run)
 	pc := consumer.DefaultPoolConfig()
 	pc.MaxDirtyToAppliedAge = time.Minute
-	ix, err := indexer.New(nc, js, indexer.Config{
+	ix, err := indexer.New(nc, js, follow.Config{
 		Domain:              domain,
 		Pool:                pc,
 		Logger:              logger(t, "indexer"),
