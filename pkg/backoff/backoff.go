@@ -1,6 +1,6 @@
 // Package backoff is the one exponential backoff of ckfrelay: the relay's
 // epoch restarts, the indexer's lane bootstraps and registry retries, and
-// the setup retries of the binaries (internal/retry) all pace themselves
+// the setup retries of the binaries (pkg/retry) all pace themselves
 // with it, so a change of policy is made in one place.
 package backoff
 

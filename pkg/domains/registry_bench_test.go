@@ -24,7 +24,7 @@ import (
 // figure at 32 domains against 1 is the registry's share of a cold
 // query's growth with the number of domains (docs/benchmarks.md):
 //
-//	go test -run '^$' -bench 'RegistryPath' -benchtime 2000000x ./internal/domains
+//	go test -run '^$' -bench 'RegistryPath' -benchtime 2000000x ./pkg/domains
 func BenchmarkRegistryPath(b *testing.B) {
 	srv := testenv.StartServer(b)
 	nc := srv.Connect(b)

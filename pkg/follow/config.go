@@ -83,13 +83,13 @@ type Config struct {
 	Metrics *prometheus.Registry
 	// Registerer, when set, receives the metrics instead of Metrics: a
 	// process serving several domains registers each domain's service on
-	// the process registry wrapped with a domain label (internal/domains).
+	// the process registry wrapped with a domain label (pkg/domains).
 	Registerer prometheus.Registerer
 	// ReserveTable, when set, is asked before the table of the first
 	// ingestion pool is allocated (its bytes: 16 lanes × buckets × 8); an
 	// error leaves the table unallocated and the lane that asked in
 	// ErrLaneConfig, retried with backoff. A bound on the table memory of
-	// a process serving several domains (internal/domains).
+	// a process serving several domains (pkg/domains).
 	ReserveTable func(format ckf.FormatIdentity, bytes uint64) error
 	// BootstrapBackoffMin and BootstrapBackoffMax bound the exponential
 	// backoff between failed bootstraps of one lane (defaults 50ms and 2s).

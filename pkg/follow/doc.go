@@ -1,9 +1,15 @@
-// Package indexer is the global-indexer service: it follows the lane map of
-// one domain, runs one lane runner per DC pool that bootstraps from the
-// lane's latest barrier snapshot and then feeds the lane's deltas and drain
-// markers into the shared consumer.Pool (docs/protocol.md, "Consumer
-// (indexer) rules"; docs/design.md, "Consumer lane life cycle"), and answers
-// prefix queries over HTTP (pkg/api) and a NATS micro endpoint.
+// Package follow is the lane engine of one domain, shared by the global
+// indexer (internal/indexer) and pkg/client's Mirror: it follows the lane
+// map of the domain, runs one lane runner per DC pool that bootstraps from
+// the lane's latest barrier snapshot and then feeds the lane's deltas and
+// drain markers into the shared consumer.Pool (docs/protocol.md, "Consumer
+// (indexer) rules"; docs/design.md, "Consumer lane life cycle"), and
+// answers prefix queries and routes (pkg/api's types) from its table. Lanes
+// followed over dynamo.kvrelay.v1 (kvrelay.go), lane load (load.go) and the
+// in-flight account of routes (inflight.go) join the same table. What a
+// service serves next to its lanes, such as global-indexer's NATS micro
+// endpoint, plugs in through Config.Attach; pkg/domains hosts one service
+// per domain.
 //
 // Files: service.go (the service, lane set, pool and queries), lane.go (one
 // lane's runner: bootstrap, consume, pool faults), bootstrap.go (latest
@@ -59,4 +65,8 @@
 //     sends every runner back to bootstrap.
 //   - Queries read only the indexer's ready mask and bucket words (the
 //     seeds' weak-read contract) plus the published lane names.
+//   - The attachment (Config.Attach) is built by New; Run calls its Start
+//     once its subscriptions are made and its Stop once every runner has
+//     returned, before the pool closes. It may call the query methods from
+//     any goroutine in between, as any caller may.
 package follow

@@ -380,6 +380,8 @@ func TestUnavailableWithoutLanes(t *testing.T) {
 	if len(s.Lanes()) != 0 {
 		t.Fatalf("lanes %+v, want none", s.Lanes())
 	}
+	// The background Run must have claimed the service first.
+	testenv.WaitFor(t, waitTotal, "Run started", s.started.Load)
 	if err := s.Run(testCtx(t)); !errors.Is(err, ErrAlreadyRunning) {
 		t.Fatalf("second Run = %v, want ErrAlreadyRunning", err)
 	}

@@ -1,5 +1,5 @@
 // Package unithost runs the per-domain units of one process: the relay's
-// pools (internal/pools) and the indexer's domains (internal/domains) are
+// pools (internal/pools) and the indexer's domains (pkg/domains) are
 // its units. A Host owns what every such process needs once: adding,
 // removing and discovering units by name, the bound on their number and the
 // admission policy, each unit's life cycle under Run, the refusals (one
