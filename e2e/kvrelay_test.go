@@ -13,7 +13,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
@@ -45,37 +44,6 @@ func newKvEnv(t testing.TB) *kvEnv {
 	t.Helper()
 	srv := testenv.StartServer(t)
 	return &kvEnv{srv: srv, nc: srv.Connect(t), js: srv.JetStream(t)}
-}
-
-// kvChain is a token-prefix chain of n local block hashes drawn from seed.
-func kvChain(seed uint64, n int) []ckf.LocalBlockHash {
-	out := make([]ckf.LocalBlockHash, n)
-	x := seed
-	for i := range out {
-		x = x*0x9E3779B97F4A7C15 + 0xD1B54A32D192ED03
-		out[i] = ckf.LocalBlockHash(x ^ (x >> 29) | 1)
-	}
-	return out
-}
-
-// laneDepthOf is lane's row of resp.
-func laneDepthOf(resp api.MatchResponse, lane int) (api.LaneDepth, bool) {
-	for _, l := range resp.Lanes {
-		if l.Lane == lane {
-			return l, true
-		}
-	}
-	return api.LaneDepth{}, false
-}
-
-// laneMetricCount sums the series of metric name on lane that carry the
-// extra label pairs kv.
-func laneMetricCount(g prometheus.Gatherer, name, lane string, kv ...string) uint64 {
-	spec := name + `{lane="` + lane + `"`
-	for i := 0; i+1 < len(kv); i += 2 {
-		spec += `,` + kv[i] + `="` + kv[i+1] + `"`
-	}
-	return promtest.Count(g, spec+"}")
 }
 
 var kvSpec = server.PoolSpec{Model: "llama", Namespace: "prod", Component: "backend", Endpoint: "generate", BlockSize: 64}
@@ -183,7 +151,7 @@ type kvWorkload struct {
 func newKvWorkload(seed uint64, n int) *kvWorkload {
 	w := &kvWorkload{}
 	for i := range n {
-		w.chains = append(w.chains, kvChain(seed*1000+uint64(i), 6))
+		w.chains = append(w.chains, testenv.Chain(seed*1000+uint64(i), 6))
 		w.depth = append(w.depth, i%7)
 	}
 	return w
@@ -218,7 +186,7 @@ func (w *kvWorkload) exact(s *indexerProc, lane int) error {
 		if err != nil {
 			return err
 		}
-		d, ok := laneDepthOf(resp, lane)
+		d, ok := testenv.LaneDepth(resp, lane)
 		if !ok || int(d.Depth) != w.depth[i] {
 			return fmt.Errorf("chain %d: lane %d depth %d (present %t), exact %d", i, lane, d.Depth, ok, w.depth[i])
 		}
@@ -345,7 +313,7 @@ func TestLoadReachesTheIndexerOverNATSAndKvRelay(t *testing.T) {
 			k.Flags&wire.LoadServing == wire.LoadPrefill|wire.LoadDecode && k.Serving == (wire.ServingLoad{ActivePrefillTokens: 700, ActiveDecodeBlocks: 40}) &&
 			n.Workers == 1 && k.Workers == 1 // the queue drains at one worker's rate on both
 	})
-	if n := laneMetricCount(s.Metrics(), follow.MetricLoadWindows, strconv.Itoa(kvLane), "source", "kvrelay_serving", "outcome", "accepted"); n == 0 {
+	if n := promtest.Count(s.Metrics(), follow.MetricLoadWindows+`{lane="`+strconv.Itoa(kvLane)+`",source="kvrelay_serving",outcome="accepted"}`); n == 0 {
 		t.Fatal("kvrelay serving windows not counted")
 	}
 
@@ -358,7 +326,7 @@ func TestLoadReachesTheIndexerOverNATSAndKvRelay(t *testing.T) {
 		n, k := s.LaneLoad(natsLane, now), s.LaneLoad(kvLane, now)
 		return n.Flags == wire.LoadKV && k.Flags == wire.LoadKV
 	})
-	if n := laneMetricCount(s.Metrics(), follow.MetricLoadWindows, strconv.Itoa(kvLane), "source", "kvrelay_serving", "outcome", "incomplete"); n == 0 {
+	if n := promtest.Count(s.Metrics(), follow.MetricLoadWindows+`{lane="`+strconv.Itoa(kvLane)+`",source="kvrelay_serving",outcome="incomplete"}`); n == 0 {
 		t.Fatal("incomplete kvrelay serving windows not counted")
 	}
 }
@@ -389,7 +357,7 @@ func BenchmarkEventToVisible(b *testing.B) {
 	var viaNATS, viaKv []time.Duration
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
-		h := kvChain(uint64(900_000+i), 1)
+		h := testenv.Chain(uint64(900_000+i), 1)
 		msg := fmt.Sprintf(`{"worker_id":1,"event":{"event_id":%d,"dp_rank":0,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":%d,"tokens_hash":%d}]}}}}`, i+1, uint64(h[0]), uint64(h[0]))
 		start := time.Now()
 		if _, err := e.js.Publish(context.Background(), subj, []byte(msg)); err != nil {
@@ -405,10 +373,10 @@ func BenchmarkEventToVisible(b *testing.B) {
 				continue
 			}
 			now := time.Since(start)
-			if d, ok := laneDepthOf(resp, natsLane); ok && d.Depth == 1 && tn == 0 {
+			if d, ok := testenv.LaneDepth(resp, natsLane); ok && d.Depth == 1 && tn == 0 {
 				tn = now
 			}
-			if d, ok := laneDepthOf(resp, kvLane); ok && d.Depth == 1 && tk == 0 {
+			if d, ok := testenv.LaneDepth(resp, kvLane); ok && d.Depth == 1 && tk == 0 {
 				tk = now
 			}
 			time.Sleep(20 * time.Microsecond)

@@ -10,11 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/client"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
-	"github.com/ckfrelay/ckfrelay/pkg/domains"
 	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/streams"
@@ -53,19 +51,8 @@ func TestMirrorKeepsAndDropsLanesLikeTheIndexer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The indexer as global-indexer runs it: its domain in the pkg/domains
-	// host, with the NATS endpoint attached; the mirror runs the same host.
-	cfg.Attach = indexer.Attach
-	reg, err := domains.New(nc, js, domains.Config{Base: cfg, Domains: []string{domain}, Logger: cfg.Logger})
-	if err != nil {
-		t.Fatal(err)
-	}
-	svc, ok := reg.Service(domain)
-	if !ok {
-		t.Fatalf("the indexer follows no domain %q", domain)
-	}
-	follow.SetPoolClockForTest(svc, clk.now)
-	ix := &indexerProc{Service: &indexer.Service{Service: svc}, running: background(t, reg.Run)}
+	// The indexer as global-indexer runs it; the mirror runs the same host.
+	ix := startIndexerHost(t, nc, js, cfg, func(svc *follow.Service) { follow.SetPoolClockForTest(svc, clk.now) })
 
 	m, err := client.NewMirror(srv.Connect(t), client.MirrorConfig{Domain: domain, Logger: logger(t).With().Str("proc", "mirror").Logger()})
 	if err != nil {
@@ -95,6 +82,7 @@ func TestMirrorKeepsAndDropsLanesLikeTheIndexer(t *testing.T) {
 	if !ok {
 		t.Fatal("no lane for dc-a")
 	}
+	svc, _ := ix.Service(domain)
 	pools := map[string]*consumer.Pool{"indexer": follow.PoolForTest(svc), "mirror": follow.PoolForTest(msvc)}
 	var resumes []func()
 	for name, p := range pools {
@@ -154,7 +142,7 @@ func TestMirrorKeepsAndDropsLanesLikeTheIndexer(t *testing.T) {
 
 // sameLanes waits until the mirror's lanes are the indexer's: same rows,
 // states, epochs and installed sequences.
-func sameLanes(t *testing.T, ix *indexerProc, m *client.Mirror) {
+func sameLanes(t *testing.T, ix *hostProc, m *client.Mirror) {
 	t.Helper()
 	testenv.Eventually(t, settle, 10*time.Millisecond, func() error {
 		want, got := ix.Lanes(), m.Lanes()
@@ -172,7 +160,7 @@ func sameLanes(t *testing.T, ix *indexerProc, m *client.Mirror) {
 
 // sameAnswers asks both for every replayed request: the same ready set
 // and depths (ages aside), or both unavailable.
-func sameAnswers(t *testing.T, w *workload, ix *indexerProc, m *client.Mirror) {
+func sameAnswers(t *testing.T, w *workload, ix *hostProc, m *client.Mirror) {
 	t.Helper()
 	ctx := context.Background()
 	for i, st := range w.steps {

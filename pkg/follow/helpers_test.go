@@ -159,12 +159,7 @@ func checkDepths(s *Service, r *fakeRelay, w *workload) error {
 }
 
 func laneDepth(resp api.MatchResponse, lane int) (api.LaneDepth, bool) {
-	for _, l := range resp.Lanes {
-		if l.Lane == lane {
-			return l, true
-		}
-	}
-	return api.LaneDepth{}, false
+	return testenv.LaneDepth(resp, lane)
 }
 
 func statusOf(s *Service, lane int) (api.LaneStatus, error) {

@@ -17,6 +17,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
+	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
 // fakeRelay publishes one DC pool's lane exactly as protocol.md says, from a
@@ -253,16 +254,8 @@ func (r *fakeRelay) exactDepth(locals []ckf.LocalBlockHash) uint32 {
 	return uint32(len(seqs))
 }
 
-// chain is a token-prefix chain of local block hashes.
-func chain(seed uint64, n int) []ckf.LocalBlockHash {
-	out := make([]ckf.LocalBlockHash, n)
-	x := seed
-	for i := range out {
-		x = x*0x9E3779B97F4A7C15 + 0xD1B54A32D192ED03
-		out[i] = ckf.LocalBlockHash(x ^ (x >> 29) | 1)
-	}
-	return out
-}
+// chain is a token-prefix chain of local block hashes (testenv.Chain).
+func chain(seed uint64, n int) []ckf.LocalBlockHash { return testenv.Chain(seed, n) }
 
 // storeChain is a stored event of locals[from:to] by worker, continuing the
 // parent block locals[from-1] (canonical lineage: block_hash is the
