@@ -1,8 +1,6 @@
 package indexer
 
 import (
-	"fmt"
-
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
@@ -30,7 +28,7 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg follow.Config) (*Service, er
 	}
 	s, err := follow.New(nc, js, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("indexer: %w", err)
+		return nil, err // a *follow.Error, which names the indexer already
 	}
 	return &Service{Service: s, ep: ep}, nil
 }
