@@ -78,7 +78,7 @@ const (
 	// search's two-level subtree prefetch, for 128 blocks): position 0,
 	// the exponential phase's 1, 2, 4, ..., 64, the binary phase's 96,
 	// 112, 120, 124, 126, 127 and the three midpoints it prefetches in
-	// vain (80, 116, 125); the window re-reads 126 and 127.
+	// vain (80, 116, 125); the window's 126 and 127 are among them.
 	dmProbedPositions = 17
 	// dmEvictMinMB is the least eviction walk (evictBytes).
 	dmEvictMinMB = 64
