@@ -42,7 +42,7 @@ import (
 // its resident set and its caches hold that indexer alone. The relays (one
 // pools.Manager per DC running a pool per domain) and the nats-server run
 // in the parent; every pool stores the same 256 chains of 128 blocks of its
-// domain, then the relays stop (the lanes stay installed). RSS is read in
+// domain (CKF_DM_CHAINS sets another number), then the relays stop (the lanes stay installed). RSS is read in
 // the child after a GC, before the registry is built and after every domain
 // answers at full depth.
 //
@@ -68,10 +68,13 @@ import (
 // Registry.Match alone.
 
 const (
-	dmDCs    = 4
-	dmChains = 256
-	dmBlocks = 128
-	dmExpect = 1 << 18 // 2^17 buckets: a 16 MiB table per domain
+	dmDCs = 4
+	// dmChainsDefault is the chains each pool stores, unless
+	// CKF_DM_CHAINS sets 1 to dmExpect/dmBlocks (the blocks the tables are
+	// sized for): more chains, a larger working set per domain.
+	dmChainsDefault = 256
+	dmBlocks        = 128
+	dmExpect        = 1 << 18 // 2^17 buckets: a 16 MiB table per domain
 	// dmProbedPositions is how many of a chain's positions a query of a
 	// chain every lane holds at full depth reads, each in its two
 	// candidate buckets (spec §11 with verification window 2 and the
@@ -100,21 +103,38 @@ const (
 	dmMixed dmTraffic = "mixed"
 )
 
-// pick draws a query's domain and chain.
-func (t dmTraffic) pick(rng *rand.Rand, n int) (domain, chain int) {
+// pick draws a query's domain of n and its chain of chains.
+func (t dmTraffic) pick(rng *rand.Rand, n, chains int) (domain, chain int) {
 	if t == dmMixed {
 		domain = rng.IntN(n)
 	}
-	return domain, rng.IntN(dmChains)
+	return domain, rng.IntN(chains)
+}
+
+// dmChainCount is the chains each pool stores (CKF_DM_CHAINS, else
+// dmChainsDefault).
+func dmChainCount() (int, error) {
+	v := os.Getenv("CKF_DM_CHAINS")
+	if v == "" {
+		return dmChainsDefault, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("CKF_DM_CHAINS: %w", err)
+	}
+	if n < 1 || n > dmExpect/dmBlocks {
+		return 0, fmt.Errorf("CKF_DM_CHAINS=%d: want 1 to %d (the blocks the tables are sized for)", n, dmExpect/dmBlocks)
+	}
+	return n, nil
 }
 
 // dmChild is one indexer process of n domains.
 type dmChild struct {
-	n     int
-	names []string
-	cmd   *exec.Cmd
-	in    *bufio.Writer
-	out   *bufio.Scanner
+	n, chains int
+	names     []string
+	cmd       *exec.Cmd
+	in        *bufio.Writer
+	out       *bufio.Scanner
 	// Reported by the child once loaded. linesPerBucket is the 64-byte
 	// lines of a bucket's row its lanes' words span.
 	rssBase, rssLoaded, tableBytes, huge, evict, idleCPU, linesPerBucket uint64
@@ -134,10 +154,14 @@ type dmRun struct {
 // The children are built by the parent benchmark (which testing runs once)
 // and measured by its one sub-benchmark, which runs with the real b.N.
 func BenchmarkDomainsColdMatch(b *testing.B) {
+	chains, err := dmChainCount()
+	if err != nil {
+		b.Fatal(err)
+	}
 	srv := testenv.StartServer(b)
 	var runs []*dmRun
 	for _, n := range []int{1, 8, 32} {
-		k := startDomainsChild(b, srv, n)
+		k := startDomainsChild(b, srv, n, chains)
 		if n == 1 {
 			// One domain's two traffics are the same queries.
 			runs = append(runs, &dmRun{kid: k, traffic: dmOne})
@@ -257,7 +281,7 @@ func dmSummary(runs []*dmRun) []dmMetric {
 		if r.traffic == dmMixed {
 			domains = uint64(k.n)
 		}
-		put("hot_MiB"+sfx, mib(domains*dmChains*dmProbedPositions*2*k.linesPerBucket*64))
+		put("hot_MiB"+sfx, mib(domains*uint64(k.chains)*dmProbedPositions*2*k.linesPerBucket*64))
 		if r.counted {
 			put("llc_miss/query"+sfx, float64(r.llcMiss)/float64(len(r.lat)))
 			put("dtlb_miss/query"+sfx, float64(r.dtlbMiss)/float64(len(r.lat)))
@@ -280,13 +304,14 @@ func dmSummary(runs []*dmRun) []dmMetric {
 // startDomainsChild starts the indexer process of n domains, loads its
 // domains from relays run here, waits until it answers them all and stops
 // the relays.
-func startDomainsChild(b *testing.B, srv *testenv.Server, n int) *dmChild {
-	k := &dmChild{n: n, names: make([]string, n)}
+func startDomainsChild(b *testing.B, srv *testenv.Server, n, chains int) *dmChild {
+	k := &dmChild{n: n, chains: chains, names: make([]string, n)}
 	for d := range n {
 		k.names[d] = fmt.Sprintf("n%d-model-%02d", n, d)
 	}
 	k.cmd = exec.Command(os.Args[0], "-test.run", "^TestDomainsBenchChild$", "-test.v")
-	k.cmd.Env = append(os.Environ(), dmChildEnv+"=1", "CKF_DM_URL="+srv.URL(), "CKF_DM_DOMAINS="+strings.Join(k.names, ","))
+	k.cmd.Env = append(os.Environ(), dmChildEnv+"=1", "CKF_DM_URL="+srv.URL(), "CKF_DM_DOMAINS="+strings.Join(k.names, ","),
+		"CKF_DM_CHAINS="+strconv.Itoa(chains))
 	k.cmd.Stderr = os.Stderr
 	stdin, err := k.cmd.StdinPipe()
 	if err != nil {
@@ -356,7 +381,7 @@ func startDomainsChild(b *testing.B, srv *testenv.Server, n int) *dmChild {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for i := range dmChains {
+			for i := range k.chains {
 				if _, err := js.PublishAsync(subj, dmStoredEvent(i+1, dmChain(d, i))); err != nil {
 					b.Fatal(err)
 				}
@@ -407,6 +432,10 @@ func TestDomainsBenchChild(t *testing.T) {
 		t.Skip("the indexer process of BenchmarkDomainsColdMatch; runs only under it")
 	}
 	names := strings.Split(os.Getenv("CKF_DM_DOMAINS"), ",")
+	chains, err := dmChainCount()
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := rss()
 	nc, err := nats.Connect(os.Getenv("CKF_DM_URL"))
 	if err != nil {
@@ -440,7 +469,7 @@ func TestDomainsBenchChild(t *testing.T) {
 	var lanes []api.LaneDepth
 	for d, name := range names {
 		for {
-			resp, err := reg.Match(api.Query{Locals: dmChain(d, dmChains-1), Model: name})
+			resp, err := reg.Match(api.Query{Locals: dmChain(d, chains-1), Model: name})
 			if err == nil && len(resp.Lanes) == dmDCs && !slices.ContainsFunc(resp.Lanes, func(l api.LaneDepth) bool { return l.Depth != dmBlocks }) {
 				lanes = resp.Lanes
 				break
@@ -491,7 +520,7 @@ func TestDomainsBenchChild(t *testing.T) {
 		rng := rand.New(rand.NewPCG(seed, uint64(len(names))))
 		lat := make([]time.Duration, 0, n)
 		for range n {
-			d, c := traffic.pick(rng, len(names))
+			d, c := traffic.pick(rng, len(names), chains)
 			q := api.Query{Locals: dmChain(d, c), Model: names[d]}
 			for j := 0; j < len(evict); j += 64 {
 				evict[j]++

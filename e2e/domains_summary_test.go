@@ -15,8 +15,8 @@ func TestDomainsBenchTraffic(t *testing.T) {
 	seen := map[dmTraffic]map[int]bool{dmOne: {}, dmMixed: {}}
 	for range 2000 {
 		for tr, s := range seen {
-			d, c := tr.pick(rng, 32)
-			if c < 0 || c >= dmChains {
+			d, c := tr.pick(rng, 32, dmChainsDefault)
+			if c < 0 || c >= dmChainsDefault {
 				t.Fatalf("%s: chain %d", tr, c)
 			}
 			s[d] = true
@@ -33,7 +33,7 @@ func TestDomainsBenchTraffic(t *testing.T) {
 // A child's answer is parsed whole, its counters kept only when it has
 // them, and the shares are the ratios the docs define.
 func TestDomainsBenchSummary(t *testing.T) {
-	k1, k32 := &dmChild{n: 1, linesPerBucket: 1}, &dmChild{n: 32, linesPerBucket: 1}
+	k1, k32 := &dmChild{n: 1, chains: 256, linesPerBucket: 1}, &dmChild{n: 32, chains: 256, linesPerBucket: 1}
 	base, one, mixed := &dmRun{kid: k1, traffic: dmOne}, &dmRun{kid: k32, traffic: dmOne}, &dmRun{kid: k32, traffic: dmMixed}
 	for _, c := range []struct {
 		r    *dmRun
@@ -127,5 +127,21 @@ func TestMissCounters(t *testing.T) {
 	}
 	if llc == 0 || dtlb == 0 {
 		t.Errorf("a 64 MiB walk counted %d LLC and %d dTLB misses", llc, dtlb)
+	}
+}
+
+// CKF_DM_CHAINS is bounded by the blocks the tables are sized for.
+func TestDomainsBenchChainCount(t *testing.T) {
+	for v, want := range map[string]int{"": dmChainsDefault, "1": 1, "1024": 1024, "2048": 2048} {
+		t.Setenv("CKF_DM_CHAINS", v)
+		if got, err := dmChainCount(); err != nil || got != want {
+			t.Errorf("CKF_DM_CHAINS=%q: %d, %v; want %d", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"0", "-3", "2049", "many"} {
+		t.Setenv("CKF_DM_CHAINS", v)
+		if got, err := dmChainCount(); err == nil {
+			t.Errorf("CKF_DM_CHAINS=%q accepted as %d", v, got)
+		}
 	}
 }
