@@ -42,9 +42,9 @@ import (
 // its resident set and its caches hold that indexer alone. The relays (one
 // pools.Manager per DC running a pool per domain) and the nats-server run
 // in the parent; every pool stores the same 256 chains of 128 blocks of its
-// domain (CKF_DM_CHAINS sets another number), then the relays stop (the lanes stay installed). RSS is read in
-// the child after a GC, before the registry is built and after every domain
-// answers at full depth.
+// domain (CKF_DM_CHAINS sets another number), then the relays stop (the
+// lanes stay installed). RSS is read in the child after a GC, before the
+// registry is built and after every domain answers at full depth.
 //
 // A query is one stored chain (distinct inputs from a seeded generator),
 // named by its model, after the child walked an eviction buffer of twice
