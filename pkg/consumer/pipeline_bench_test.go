@@ -1,21 +1,20 @@
-package adapter_test
+package consumer_test
 
 import (
 	"math/rand/v2"
 	"testing"
 
-	"github.com/ckfrelay/ckfrelay/internal/adapter"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
-// BenchmarkAdapterApplyEvent measures 16-block stored events end to end:
+// BenchmarkPipelineApplyEvent measures 16-block stored events end to end:
 // producer state, publisher, image copy, pool admission and the worker's
 // application, including an exact drain every benchDrainEvery iterations so
 // the bounded lane FIFO never saturates. To hold occupancy steady each
 // iteration also removes the chain stored benchWindow iterations earlier;
 // blocks/s counts stored blocks only.
-func BenchmarkAdapterApplyEvent(b *testing.B) {
+func BenchmarkPipelineApplyEvent(b *testing.B) {
 	for _, mode := range []ckf.HashMode{ckf.HashModeVerbatim, ckf.HashModeCanonical} {
 		b.Run(mode.String(), func(b *testing.B) { benchApply(b, mode) })
 	}
@@ -32,10 +31,7 @@ func benchApply(b *testing.B, mode ckf.HashMode) {
 	cfg := ckf.NewConfig(benchWindow * benchBlocks * 2)
 	cfg.Mode = mode
 	pool := newSharedPool(b, cfg, poolOptions{workers: 1, queue: 1024, imagesPerLane: 64}, laneSpec{lane: seedLane, dc: seedDc})
-	a, err := adapter.New(cfg, fixtureIdentity(b, cfg, seedDc), fixtureLease(seedLane, 1), pool, adapter.DefaultRecoveryPolicy())
-	if err != nil {
-		b.Fatalf("adapter.New: %v", err)
-	}
+	p := newPipeline(b, cfg, fixtureIdentity(b, cfg, seedDc), fixtureLease(seedLane, 1), pool)
 
 	rng := rand.New(rand.NewPCG(7, 13))
 	stores := make([]*routerevent.RouterEvent, benchChains)
@@ -65,25 +61,25 @@ func benchApply(b *testing.B, mode ckf.HashMode) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := range b.N {
-		res, err := a.ApplyEvent(stores[i%benchChains])
+		res, err := p.apply(stores[i%benchChains])
 		if err != nil || res.FirstError != nil {
 			b.Fatalf("store %d: %+v, %v", i, res, err)
 		}
 		if i >= benchWindow {
-			if _, err := a.ApplyEvent(removes[(i-benchWindow)%benchChains]); err != nil {
+			if _, err := p.apply(removes[(i-benchWindow)%benchChains]); err != nil {
 				b.Fatalf("remove %d: %v", i, err)
 			}
 		}
 		if i%benchDrainEvery == benchDrainEvery-1 {
-			if _, err := a.ExactConsumerDrain(); err != nil {
+			if _, _, err := p.drain(); err != nil {
 				b.Fatalf("drain at %d: %v", i, err)
 			}
 		}
 	}
-	if _, err := a.ExactConsumerDrain(); err != nil {
+	if _, _, err := p.drain(); err != nil {
 		b.Fatalf("final drain: %v", err)
 	}
 	b.StopTimer()
 	b.ReportMetric(float64(b.N*benchBlocks)/b.Elapsed().Seconds(), "blocks/s")
-	assertLaneConverged(b, a)
+	assertLaneConverged(b, p)
 }
