@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -76,6 +77,67 @@ func checkpointedFirstHalf(t *testing.T, srv *testenv.Server, cfg relay.Config, 
 	return oi
 }
 
+// startActive starts a relay on cfg with a registry of its own and waits
+// until it is active.
+func startActive(t *testing.T, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config) (*relay.Relay, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
+	return r, reg
+}
+
+// checkpointKept fails unless the stored checkpoint is still oi: the same
+// body and input sequence.
+func checkpointKept(t *testing.T, js jetstream.JetStream, oi *jetstream.ObjectInfo) {
+	t.Helper()
+	ctx := context.Background()
+	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	now, err := obj.GetInfo(ctx, oi.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Digest != oi.Digest || now.Metadata[relay.MetaInputSequence] != oi.Metadata[relay.MetaInputSequence] {
+		t.Fatalf("checkpoint replaced: input sequence %s → %s", oi.Metadata[relay.MetaInputSequence], now.Metadata[relay.MetaInputSequence])
+	}
+}
+
+// rewriteCheckpoint stores the checkpoint oi again, under its name and
+// metadata, with the body edit changed in place.
+func rewriteCheckpoint(t *testing.T, js jetstream.JetStream, oi *jetstream.ObjectInfo, edit func(body []byte)) {
+	t.Helper()
+	ctx := context.Background()
+	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := obj.GetBytes(ctx, oi.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(body)
+	if _, err := obj.Put(ctx, jetstream.ObjectMeta{Name: oi.Name, Metadata: oi.Metadata}, bytes.NewReader(body)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// nextEpochRestores starts the next relay on cfg and checks that it
+// restores the kept checkpoint and converges on want.
+func nextEpochRestores(t *testing.T, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config, want []uint64) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	laneConverges(t, js, r, want)
+	if !hasMetric(reg, checkpointCount("restored", 1)) {
+		t.Fatal("the next epoch did not restore the kept checkpoint")
+	}
+}
+
 // laneConverges waits until the lane, published by r under its current
 // epoch, equals want.
 func laneConverges(t *testing.T, js jetstream.JetStream, r *relay.Relay, want []uint64) {
@@ -107,10 +169,7 @@ func TestRelayRestoresItsCheckpointAndReplaysOnlyWhatFollows(t *testing.T) {
 	}
 	publishEvents(t, js, "a", steps[150:])
 
-	reg := prometheus.NewRegistry()
-	cfg.Metrics = reg
-	r, _ := startRelay(t, nc, js, cfg)
-	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
+	r, reg := startActive(t, nc, js, cfg)
 	if !hasMetric(reg, checkpointCount("restored", 1)) {
 		t.Fatal("checkpoint not restored")
 	}
@@ -127,10 +186,7 @@ func TestACheckpointOfAnotherFormatIsIgnored(t *testing.T) {
 	publishEvents(t, js, "a", steps[150:])
 
 	cfg := testConfig("a")
-	reg := prometheus.NewRegistry()
-	cfg.Metrics = reg
-	r, _ := startRelay(t, nc, js, cfg)
-	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
+	r, reg := startActive(t, nc, js, cfg)
 	if !hasMetric(reg, checkpointCount("rejected_format", 1)) || hasMetric(reg, `outcome="restored"`) {
 		t.Fatal("a checkpoint of another format was not rejected")
 	}
@@ -145,25 +201,10 @@ func TestACorruptCheckpointIsIgnoredAndCounted(t *testing.T) {
 	oi := checkpointedFirstHalf(t, srv, cfg, steps[:150])
 
 	// Same name and metadata, one byte of the body changed.
-	ctx := context.Background()
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := obj.GetBytes(ctx, oi.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body[len(body)/2] ^= 0x5A
-	if _, err := obj.Put(ctx, jetstream.ObjectMeta{Name: oi.Name, Metadata: oi.Metadata}, bytes.NewReader(body)); err != nil {
-		t.Fatal(err)
-	}
+	rewriteCheckpoint(t, js, oi, func(body []byte) { body[len(body)/2] ^= 0x5A })
 	publishEvents(t, js, "a", steps[150:])
 
-	reg := prometheus.NewRegistry()
-	cfg.Metrics = reg
-	r, _ := startRelay(t, nc, js, cfg)
-	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
+	r, reg := startActive(t, nc, js, cfg)
 	if !hasMetric(reg, checkpointCount("rejected_corrupt", 1)) || hasMetric(reg, `outcome="restored"`) {
 		t.Fatal("a corrupt checkpoint was not rejected")
 	}
@@ -234,25 +275,7 @@ func TestAnUnreadableCheckpointIsNeverOverwritten(t *testing.T) {
 	if !hasMetric(reg, checkpointCount("load_error", 1)) || hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) {
 		t.Fatal("the epoch that could not read the checkpoint wrote one")
 	}
-	ctx := context.Background()
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now, err := obj.GetInfo(ctx, oi.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if now.Digest != oi.Digest || now.Metadata[relay.MetaInputSequence] != oi.Metadata[relay.MetaInputSequence] {
-		t.Fatalf("checkpoint replaced: input sequence %s → %s", oi.Metadata[relay.MetaInputSequence], now.Metadata[relay.MetaInputSequence])
-	}
-
+	checkpointKept(t, js, oi)
 	// The next epoch reads it and replays only what follows.
-	reg2 := prometheus.NewRegistry()
-	cfg.Metrics = reg2
-	r2, _ := startRelay(t, nc, js, cfg)
-	laneConverges(t, js, r2, reference(t, cfg.CKF, steps).Words())
-	if !hasMetric(reg2, checkpointCount("restored", 1)) {
-		t.Fatal("the next epoch did not restore the kept checkpoint")
-	}
+	nextEpochRestores(t, nc, js, cfg, reference(t, cfg.CKF, steps).Words())
 }
