@@ -1,7 +1,6 @@
 package relay_test
 
 import (
-	"context"
 	"encoding/binary"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -66,16 +64,7 @@ func TestARestartRestoresASharedPrefixPoolWhoseInputAgedOut(t *testing.T) {
 	cfg := testConfig("a")
 	checkpointedFirstHalf(t, srv, cfg, steps)
 
-	ctx := context.Background()
-	events, err := js.Stream(ctx, streams.EventStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := events.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	purgeBefore(t, js, info.State.LastSeq+1) // as --input-max-age would
+	purgeBefore(t, js, eventStreamState(t, js).LastSeq+1) // as --input-max-age would
 
 	r, reg := startActive(t, nc, js, cfg)
 	if !hasMetric(reg, checkpointCount("restored", 1)) || hasMetric(reg, `ckf_relay_checkpoints_total{outcome="rejected_corrupt"}`) ||

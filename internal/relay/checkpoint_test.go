@@ -18,7 +18,6 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
@@ -47,21 +46,13 @@ func checkpointedFirstHalf(t *testing.T, srv *testenv.Server, cfg relay.Config, 
 	r, stop := startRelay(t, nc, js, cfg)
 	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	publishEvents(t, js, "a", steps)
-	ctx := context.Background()
-	events, err := js.Stream(ctx, streams.EventStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := events.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := info.State.LastSeq
+	last := eventStreamState(t, js).LastSeq
 	testenv.WaitFor(t, 0, "first half applied", func() bool { return r.Status().InputSeq == last })
 	// The counter appears with its first increment; an unchanged state is
 	// never checkpointed, so this one covers applied input.
 	testenv.WaitFor(t, 0, "checkpoint written", func() bool { return hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) })
 	stop()
+	ctx := context.Background()
 	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
 	if err != nil {
 		t.Fatal(err)
@@ -125,6 +116,18 @@ func rewriteCheckpoint(t *testing.T, js jetstream.JetStream, oi *jetstream.Objec
 	}
 }
 
+// restartRejects starts a relay on cfg and checks that it counted the
+// stored checkpoint as outcome, restored nothing, and converges on steps
+// by replaying its input.
+func restartRejects(t *testing.T, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config, outcome string, steps []replay.Step) {
+	t.Helper()
+	r, reg := startActive(t, nc, js, cfg)
+	if !hasMetric(reg, checkpointCount(outcome, 1)) || hasMetric(reg, `outcome="restored"`) {
+		t.Fatalf("the stored checkpoint was not counted %s", outcome)
+	}
+	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+}
+
 // nextEpochRestores starts the next relay on cfg and checks that it
 // restores the kept checkpoint and converges on want.
 func nextEpochRestores(t *testing.T, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config, want []uint64) {
@@ -158,14 +161,9 @@ func TestRelayRestoresItsCheckpointAndReplaysOnlyWhatFollows(t *testing.T) {
 
 	// Delete every input message the checkpoint covers: only a restore
 	// can still know their effect.
-	ctx := context.Background()
 	purgeBefore(t, js, cpSeq+1)
-	events, err := js.Stream(ctx, streams.EventStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info, err := events.Info(ctx); err != nil || info.State.Msgs != 0 || info.State.FirstSeq != cpSeq+1 {
-		t.Fatalf("after purge: %+v %v", info.State, err)
+	if st := eventStreamState(t, js); st.Msgs != 0 || st.FirstSeq != cpSeq+1 {
+		t.Fatalf("after purge: %+v", st)
 	}
 	publishEvents(t, js, "a", steps[150:])
 
@@ -185,12 +183,7 @@ func TestACheckpointOfAnotherFormatIsIgnored(t *testing.T) {
 	checkpointedFirstHalf(t, srv, small, steps[:150])
 	publishEvents(t, js, "a", steps[150:])
 
-	cfg := testConfig("a")
-	r, reg := startActive(t, nc, js, cfg)
-	if !hasMetric(reg, checkpointCount("rejected_format", 1)) || hasMetric(reg, `outcome="restored"`) {
-		t.Fatal("a checkpoint of another format was not rejected")
-	}
-	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+	restartRejects(t, nc, js, testConfig("a"), "rejected_format", steps)
 }
 
 func TestACorruptCheckpointIsIgnoredAndCounted(t *testing.T) {
@@ -204,11 +197,7 @@ func TestACorruptCheckpointIsIgnoredAndCounted(t *testing.T) {
 	rewriteCheckpoint(t, js, oi, func(body []byte) { body[len(body)/2] ^= 0x5A })
 	publishEvents(t, js, "a", steps[150:])
 
-	r, reg := startActive(t, nc, js, cfg)
-	if !hasMetric(reg, checkpointCount("rejected_corrupt", 1)) || hasMetric(reg, `outcome="restored"`) {
-		t.Fatal("a corrupt checkpoint was not rejected")
-	}
-	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+	restartRejects(t, nc, js, cfg, "rejected_corrupt", steps)
 }
 
 // TestAnUnansweredCheckpointLookupIsAskedAgain: a metadata request that
