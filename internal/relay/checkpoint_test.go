@@ -53,10 +53,7 @@ func checkpointedFirstHalf(t *testing.T, srv *testenv.Server, cfg relay.Config, 
 	testenv.WaitFor(t, 0, "checkpoint written", func() bool { return hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) })
 	stop()
 	ctx := context.Background()
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := snapshotObjects(t, js)
 	name, _ := relay.CheckpointObjectName(domain, "a")
 	oi, err := obj.GetInfo(ctx, name)
 	if err != nil {
@@ -79,16 +76,21 @@ func startActive(t *testing.T, nc *nats.Conn, js jetstream.JetStream, cfg relay.
 	return r, reg
 }
 
+// snapshotObjects is the object store of snapshot bodies and checkpoints.
+func snapshotObjects(t testing.TB, js jetstream.JetStream) jetstream.ObjectStore {
+	t.Helper()
+	obj, err := js.ObjectStore(context.Background(), wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
 // checkpointKept fails unless the stored checkpoint is still oi: the same
 // body and input sequence.
 func checkpointKept(t *testing.T, js jetstream.JetStream, oi *jetstream.ObjectInfo) {
 	t.Helper()
-	ctx := context.Background()
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now, err := obj.GetInfo(ctx, oi.Name)
+	now, err := snapshotObjects(t, js).GetInfo(context.Background(), oi.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,11 +103,7 @@ func checkpointKept(t *testing.T, js jetstream.JetStream, oi *jetstream.ObjectIn
 // metadata, with the body edit changed in place.
 func rewriteCheckpoint(t *testing.T, js jetstream.JetStream, oi *jetstream.ObjectInfo, edit func(body []byte)) {
 	t.Helper()
-	ctx := context.Background()
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, obj := context.Background(), snapshotObjects(t, js)
 	body, err := obj.GetBytes(ctx, oi.Name)
 	if err != nil {
 		t.Fatal(err)

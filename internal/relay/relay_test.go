@@ -137,10 +137,7 @@ func laneImage(t *testing.T, js jetstream.JetStream, dc string) ([]uint64, wire.
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := snapshotObjects(t, js)
 	body, err := obj.GetBytes(ctx, marker.ObjectName)
 	if err != nil {
 		t.Fatal(err)
