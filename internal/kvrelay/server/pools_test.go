@@ -66,6 +66,34 @@ func serveMulti(t *testing.T, srv *server.Server) kvrelayv1.KvEventRelayClient {
 }
 
 // nextCatalog reads catalog updates until one's revision passes after.
+// watchCatalog opens a catalog watch.
+func watchCatalog(t *testing.T, ctx context.Context, c kvrelayv1.KvEventRelayClient) kvrelayv1.KvEventRelay_WatchKvPoolCatalogClient {
+	t.Helper()
+	cs, err := c.WatchKvPoolCatalog(ctx, &kvrelayv1.WatchKvPoolCatalogRequest{SubscriberId: "cat", ContractMarker: kvrelayv1.ContractMarker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// firstReadiness subscribes to serving readiness and returns its first
+// update, which must be valid.
+func firstReadiness(t *testing.T, ctx context.Context, c kvrelayv1.KvEventRelayClient) *kvrelayv1.ServingReadinessUpdate {
+	t.Helper()
+	rs, err := c.SubscribeServingReadiness(ctx, &kvrelayv1.SubscribeServingReadinessRequest{SubscriberId: "ready", ContractMarker: kvrelayv1.ContractMarker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ru, err := rs.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if errs, err := kvrelay.ValidateReadinessUpdate(ru); err != nil || errors.Join(errs...) != nil {
+		t.Fatalf("readiness update invalid: %v %v", err, errs)
+	}
+	return ru
+}
+
 func nextCatalog(t *testing.T, cs kvrelayv1.KvEventRelay_WatchKvPoolCatalogClient, after uint64) *kvrelayv1.KvPoolCatalogUpdate {
 	t.Helper()
 	for {
@@ -147,25 +175,14 @@ func TestServerServesSeveralPoolsInOneCatalog(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	cs, err := c.WatchKvPoolCatalog(ctx, &kvrelayv1.WatchKvPoolCatalogRequest{SubscriberId: "cat", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := watchCatalog(t, ctx, c)
 	first := nextCatalog(t, cs, 0)
 	if got := catalogModels(first); !slices.Equal(got, []string{"llama", "qwen"}) {
 		t.Fatalf("catalog %v, want both pools", got)
 	}
 
-	rs, err := c.SubscribeServingReadiness(ctx, &kvrelayv1.SubscribeServingReadinessRequest{SubscriberId: "ready", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ru, err := rs.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if errs, err := kvrelay.ValidateReadinessUpdate(ru); err != nil || errors.Join(errs...) != nil || len(ru.Entries) != 2 {
-		t.Fatalf("readiness %v %v: %d entries, want 2", err, errs, len(ru.Entries))
+	if ru := firstReadiness(t, ctx, c); len(ru.Entries) != 2 {
+		t.Fatalf("readiness: %d entries, want 2", len(ru.Entries))
 	}
 	ls, err := c.SubscribeKvPoolLoad(ctx, &kvrelayv1.SubscribeKvPoolLoadRequest{SubscriberId: "load", ContractMarker: kvrelayv1.ContractMarker})
 	if err != nil {
@@ -287,24 +304,13 @@ func TestServerListsAPoolIDOnce(t *testing.T) {
 	c := serveMulti(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cs, err := c.WatchKvPoolCatalog(ctx, &kvrelayv1.WatchKvPoolCatalogRequest{SubscriberId: "cat", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := watchCatalog(t, ctx, c)
 	u := nextCatalog(t, cs, 0)
 	if len(u.Snapshot.Pools) != 2 || u.Snapshot.Pools[0].Producer.ProducerIncarnation != 1 {
 		t.Fatalf("catalog %v, want a (incarnation 1) and c", u.Snapshot.Pools)
 	}
-	rs, err := c.SubscribeServingReadiness(ctx, &kvrelayv1.SubscribeServingReadinessRequest{SubscriberId: "ready", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ru, err := rs.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// One model on two endpoints: one entry, two members.
-	if errs, err := kvrelay.ValidateReadinessUpdate(ru); err != nil || errors.Join(errs...) != nil || len(ru.Entries) != 1 || len(ru.Entries[0].Members) != 2 {
-		t.Fatalf("readiness %v %v %+v", err, errs, ru.Entries)
+	if ru := firstReadiness(t, ctx, c); len(ru.Entries) != 1 || len(ru.Entries[0].Members) != 2 {
+		t.Fatalf("readiness %+v", ru.Entries)
 	}
 }
