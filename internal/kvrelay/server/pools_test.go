@@ -76,18 +76,26 @@ func watchCatalog(t *testing.T, ctx context.Context, c kvrelayv1.KvEventRelayCli
 	return cs
 }
 
+// firstRecv returns the first message of stream s, whose opening returned
+// err.
+func firstRecv[M any](t *testing.T, s interface{ Recv() (M, error) }, err error) M {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
 // firstReadiness subscribes to serving readiness and returns its first
 // update, which must be valid.
 func firstReadiness(t *testing.T, ctx context.Context, c kvrelayv1.KvEventRelayClient) *kvrelayv1.ServingReadinessUpdate {
 	t.Helper()
 	rs, err := c.SubscribeServingReadiness(ctx, &kvrelayv1.SubscribeServingReadinessRequest{SubscriberId: "ready", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ru, err := rs.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	ru := firstRecv(t, rs, err)
 	if errs, err := kvrelay.ValidateReadinessUpdate(ru); err != nil || errors.Join(errs...) != nil {
 		t.Fatalf("readiness update invalid: %v %v", err, errs)
 	}
@@ -185,24 +193,12 @@ func TestServerServesSeveralPoolsInOneCatalog(t *testing.T) {
 		t.Fatalf("readiness: %d entries, want 2", len(ru.Entries))
 	}
 	ls, err := c.SubscribeKvPoolLoad(ctx, &kvrelayv1.SubscribeKvPoolLoadRequest{SubscriberId: "load", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lu, err := ls.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	lu := firstRecv(t, ls, err)
 	if len(lu.Pools) != 2 || lu.Pools[1].KvUsedBlocks != 10 || lu.Pools[0].KvUsedBlocks != 0 {
 		t.Fatalf("load window %+v, want llama unknown and qwen 10 used", lu.Pools)
 	}
 	ss, err := c.SubscribeServingLoad(ctx, &kvrelayv1.SubscribeServingLoadRequest{SubscriberId: "serving", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	su, err := ss.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	su := firstRecv(t, ss, err)
 	if len(su.Pools) != 2 || len(su.Models) != 2 {
 		t.Fatalf("serving load: %d pools, %d models, want 2 and 2", len(su.Pools), len(su.Models))
 	}
