@@ -10,6 +10,7 @@ package consumer_test
 import (
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -150,6 +151,9 @@ func (p *pipeline) drain() (terminal uint64, out consumer.IngestOutcome, err err
 func (p *pipeline) recoverSnapshot(attempts int) (attempt int, sequence uint64, err error) {
 	p.closed = true
 	for attempt = 1; attempt <= attempts; attempt++ {
+		if p.lease.AssignmentEpoch == math.MaxUint64 {
+			return attempt, 0, errors.New("pipeline: assignment epoch exhausted")
+		}
 		p.lease.AssignmentEpoch++
 		p.pub.RetireLease()
 		if err = p.install(p.lease); err == nil {
