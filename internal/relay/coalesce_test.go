@@ -183,10 +183,7 @@ func TestACoalescedLaneDiffersFromOneDeltaPerEventOnlyByItsCount(t *testing.T) {
 			if words != nil {
 				t.Fatalf("a second snapshot at sequence %d", m.Sequence)
 			}
-			obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-			if err != nil {
-				t.Fatal(err)
-			}
+			obj := snapshotObjects(t, js)
 			body, err := obj.GetBytes(ctx, m.ObjectName)
 			if err != nil {
 				t.Fatal(err)

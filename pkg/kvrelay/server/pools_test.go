@@ -66,6 +66,42 @@ func serveMulti(t *testing.T, srv *server.Server) kvrelayv1.KvEventRelayClient {
 }
 
 // nextCatalog reads catalog updates until one's revision passes after.
+// watchCatalog opens a catalog watch.
+func watchCatalog(t *testing.T, ctx context.Context, c kvrelayv1.KvEventRelayClient) kvrelayv1.KvEventRelay_WatchKvPoolCatalogClient {
+	t.Helper()
+	cs, err := c.WatchKvPoolCatalog(ctx, &kvrelayv1.WatchKvPoolCatalogRequest{SubscriberId: "cat", ContractMarker: kvrelayv1.ContractMarker})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// firstRecv returns the first message of stream s, whose opening returned
+// err.
+func firstRecv[M any](t *testing.T, s interface{ Recv() (M, error) }, err error) M {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := s.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// firstReadiness subscribes to serving readiness and returns its first
+// update, which must be valid.
+func firstReadiness(t *testing.T, ctx context.Context, c kvrelayv1.KvEventRelayClient) *kvrelayv1.ServingReadinessUpdate {
+	t.Helper()
+	rs, err := c.SubscribeServingReadiness(ctx, &kvrelayv1.SubscribeServingReadinessRequest{SubscriberId: "ready", ContractMarker: kvrelayv1.ContractMarker})
+	ru := firstRecv(t, rs, err)
+	if errs, err := kvrelay.ValidateReadinessUpdate(ru); err != nil || errors.Join(errs...) != nil {
+		t.Fatalf("readiness update invalid: %v %v", err, errs)
+	}
+	return ru
+}
+
 func nextCatalog(t *testing.T, cs kvrelayv1.KvEventRelay_WatchKvPoolCatalogClient, after uint64) *kvrelayv1.KvPoolCatalogUpdate {
 	t.Helper()
 	for {
@@ -147,45 +183,22 @@ func TestServerServesSeveralPoolsInOneCatalog(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	cs, err := c.WatchKvPoolCatalog(ctx, &kvrelayv1.WatchKvPoolCatalogRequest{SubscriberId: "cat", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := watchCatalog(t, ctx, c)
 	first := nextCatalog(t, cs, 0)
 	if got := catalogModels(first); !slices.Equal(got, []string{"llama", "qwen"}) {
 		t.Fatalf("catalog %v, want both pools", got)
 	}
 
-	rs, err := c.SubscribeServingReadiness(ctx, &kvrelayv1.SubscribeServingReadinessRequest{SubscriberId: "ready", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ru, err := rs.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if errs, err := kvrelay.ValidateReadinessUpdate(ru); err != nil || errors.Join(errs...) != nil || len(ru.Entries) != 2 {
-		t.Fatalf("readiness %v %v: %d entries, want 2", err, errs, len(ru.Entries))
+	if ru := firstReadiness(t, ctx, c); len(ru.Entries) != 2 {
+		t.Fatalf("readiness: %d entries, want 2", len(ru.Entries))
 	}
 	ls, err := c.SubscribeKvPoolLoad(ctx, &kvrelayv1.SubscribeKvPoolLoadRequest{SubscriberId: "load", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	lu, err := ls.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	lu := firstRecv(t, ls, err)
 	if len(lu.Pools) != 2 || lu.Pools[1].KvUsedBlocks != 10 || lu.Pools[0].KvUsedBlocks != 0 {
 		t.Fatalf("load window %+v, want llama unknown and qwen 10 used", lu.Pools)
 	}
 	ss, err := c.SubscribeServingLoad(ctx, &kvrelayv1.SubscribeServingLoadRequest{SubscriberId: "serving", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	su, err := ss.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
+	su := firstRecv(t, ss, err)
 	if len(su.Pools) != 2 || len(su.Models) != 2 {
 		t.Fatalf("serving load: %d pools, %d models, want 2 and 2", len(su.Pools), len(su.Models))
 	}
@@ -287,24 +300,13 @@ func TestServerListsAPoolIDOnce(t *testing.T) {
 	c := serveMulti(t, srv)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cs, err := c.WatchKvPoolCatalog(ctx, &kvrelayv1.WatchKvPoolCatalogRequest{SubscriberId: "cat", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs := watchCatalog(t, ctx, c)
 	u := nextCatalog(t, cs, 0)
 	if len(u.Snapshot.Pools) != 2 || u.Snapshot.Pools[0].Producer.ProducerIncarnation != 1 {
 		t.Fatalf("catalog %v, want a (incarnation 1) and c", u.Snapshot.Pools)
 	}
-	rs, err := c.SubscribeServingReadiness(ctx, &kvrelayv1.SubscribeServingReadinessRequest{SubscriberId: "ready", ContractMarker: kvrelayv1.ContractMarker})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ru, err := rs.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
 	// One model on two endpoints: one entry, two members.
-	if errs, err := kvrelay.ValidateReadinessUpdate(ru); err != nil || errors.Join(errs...) != nil || len(ru.Entries) != 1 || len(ru.Entries[0].Members) != 2 {
-		t.Fatalf("readiness %v %v %+v", err, errs, ru.Entries)
+	if ru := firstReadiness(t, ctx, c); len(ru.Entries) != 1 || len(ru.Entries[0].Members) != 2 {
+		t.Fatalf("readiness %+v", ru.Entries)
 	}
 }

@@ -1,4 +1,4 @@
-package adapter_test
+package consumer_test
 
 import (
 	"errors"
@@ -7,9 +7,9 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/ckfrelay/ckfrelay/internal/adapter"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/producer"
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
 )
 
@@ -142,10 +142,10 @@ func (m *memberModel) leaves() []ckf.SequenceHash {
 	return out
 }
 
-// dcDriver owns one adapter (its single owner) and the model of its members.
+// dcDriver owns one pipeline (its single owner) and the model of its members.
 type dcDriver struct {
 	name    string
-	a       *adapter.LocalAdapter
+	p       *pipeline
 	lane    uint8
 	mode    ckf.HashMode
 	rng     *rand.Rand
@@ -201,10 +201,10 @@ func (d *dcDriver) storeEvent(m *memberModel, p int, dup bool) (*routerevent.Rou
 	return d.event(m, data), refs
 }
 
-// step applies one random event to the adapter and the model.
+// step applies one random event to the pipeline and the model.
 func (d *dcDriver) step(i int) error {
 	if d.dropAt != 0 && i == d.dropAt {
-		d.a.DropNextDeltaDelivery()
+		d.p.sink.dropNext = true
 		d.dropArmed = true
 	}
 	m := d.members[d.rng.IntN(len(d.members))]
@@ -259,17 +259,17 @@ func (d *dcDriver) step(i int) error {
 		ignored = true
 	}
 
-	result, err := d.a.ApplyEvent(ev)
+	result, err := d.p.apply(ev)
 	if err != nil {
 		// After the dropped delta the pool retires the lane on the gap, so
 		// deliveries fail and the publisher fences; the state still applied
 		// the event and the recovery snapshot covers it.
-		if d.dropArmed && (errors.Is(err, adapter.ErrDeltaDelivery) || errors.Is(err, adapter.ErrPublisherFenced)) {
+		if d.dropArmed && (errors.Is(err, producer.ErrEnqueue) || errors.Is(err, producer.ErrFenced)) {
 			d.deliveryLost++
 			apply()
 			return nil
 		}
-		return fmt.Errorf("event %d: ApplyEvent: %w", i, err)
+		return fmt.Errorf("event %d: apply: %w", i, err)
 	}
 	apply()
 	if result.FirstError != nil {
@@ -287,37 +287,35 @@ func (d *dcDriver) step(i int) error {
 // checkpoint drains exactly and verifies convergence. A drop armed since the
 // last checkpoint must make the drain fail; recovery then restores it.
 func (d *dcDriver) checkpoint(full bool) error {
-	_, err := d.a.ExactConsumerDrain()
+	_, _, err := d.p.drain()
 	if d.dropArmed {
-		if d.a.DeliveryFaultPending() {
+		if d.p.sink.dropNext {
 			return errors.New("the armed drop was never consumed")
 		}
-		var ae *adapter.Error
-		if !errors.As(err, &ae) {
-			return fmt.Errorf("drain after a dropped delta = %v, want an adapter error", err)
-		}
-		switch ae.Kind {
-		case adapter.ErrConsumerDrainOutcome, adapter.ErrConsumerDrain, adapter.ErrPublisherFenced, adapter.ErrDeltaDelivery:
-		default:
+		// The gap shows as an unacknowledged drain, a pool refusal of the
+		// drain, or a publish the retired lane refused.
+		var pe *producer.PublishError
+		var ie *consumer.IngestionError
+		if !errors.Is(err, errDrainOutcome) && !errors.As(err, &pe) && !errors.As(err, &ie) {
 			return fmt.Errorf("drain after a dropped delta = %v", err)
 		}
-		if d.a.Indexer().ReadyLanes()&(1<<d.lane) != 0 {
+		if d.p.indexer().ReadyLanes()&(1<<d.lane) != 0 {
 			return fmt.Errorf("lane %d still ready after a detected gap", d.lane)
 		}
-		rep, rerr := d.a.RecoverSnapshot()
+		attempts, sequence, rerr := d.p.recoverSnapshot(3)
 		if rerr != nil {
-			return fmt.Errorf("RecoverSnapshot: %w", rerr)
+			return fmt.Errorf("recoverSnapshot: %w", rerr)
 		}
-		if rep.Attempts != 1 || rep.Sequence != d.a.ProducerSequence() {
-			return fmt.Errorf("recovery = %+v, producer sequence %d", rep, d.a.ProducerSequence())
+		if attempts != 1 || sequence != d.p.pub.LastSequence() {
+			return fmt.Errorf("recovery = %d attempts at %d, producer sequence %d", attempts, sequence, d.p.pub.LastSequence())
 		}
 		d.dropArmed = false
 		d.recoveries++
 		full = true
-		_, err = d.a.ExactConsumerDrain()
+		_, _, err = d.p.drain()
 	}
 	if err != nil {
-		return fmt.Errorf("ExactConsumerDrain: %w", err)
+		return fmt.Errorf("drain: %w", err)
 	}
 	if err := d.checkWords(); err != nil {
 		return err
@@ -332,8 +330,8 @@ func (d *dcDriver) checkpoint(full bool) error {
 }
 
 func (d *dcDriver) checkWords() error {
-	got := d.a.Indexer().LaneWords(int(d.lane), nil)
-	want := d.a.State().Words()
+	got := d.p.indexer().LaneWords(int(d.lane), nil)
+	want := d.p.state.Words()
 	if len(got) != len(want) {
 		return fmt.Errorf("lane %d: %d consumer words, %d producer words", d.lane, len(got), len(want))
 	}
@@ -355,7 +353,7 @@ func (d *dcDriver) checkExactState() error {
 		}
 	}
 	n := 0
-	for h, own := range d.a.State().ExactBlocks() {
+	for h, own := range d.p.state.ExactBlocks() {
 		n++
 		if want[h] != own.Refcount || !own.Resident {
 			return fmt.Errorf("block %#x: producer %+v, model refcount %d", h, own, want[h])
@@ -383,7 +381,7 @@ func (d *dcDriver) checkQueries() error {
 			seen[h] = true
 			r := m.ref[h]
 			chain := d.prompts[r.prompt].locals[:r.pos+1]
-			if err := d.a.Indexer().FindPrefixMatches(chain, &s, &out); err != nil {
+			if err := d.p.indexer().FindPrefixMatches(chain, &s, &out); err != nil {
 				return fmt.Errorf("query of %d blocks: %w", len(chain), err)
 			}
 			d.queries++
@@ -429,11 +427,8 @@ func runConvergence(t *testing.T, mode ckf.HashMode, cadence, seed uint64) {
 
 	drivers := make([]*dcDriver, len(lanes))
 	for i, l := range lanes {
-		a, err := adapter.New(cfg, fixtureIdentity(t, cfg, l.dc), fixtureLease(l.lane, 1), pool, adapter.RecoveryPolicy{MaxAttempts: 3})
-		if err != nil {
-			t.Fatalf("adapter.New(lane %d): %v", l.lane, err)
-		}
-		d := &dcDriver{name: fmt.Sprintf("dc%d", l.dc), a: a, lane: l.lane, mode: mode,
+		p := newPipeline(t, cfg, fixtureIdentity(t, cfg, l.dc), fixtureLease(l.lane, 1), pool)
+		d := &dcDriver{name: fmt.Sprintf("dc%d", l.dc), p: p, lane: l.lane, mode: mode,
 			rng: rand.New(rand.NewPCG(seed, uint64(l.dc))), prompts: prompts}
 		for w := range convMembers {
 			for r := range convRanks {
@@ -444,7 +439,7 @@ func runConvergence(t *testing.T, mode ckf.HashMode, cadence, seed uint64) {
 	}
 	drivers[0].dropAt = convDropAtEvent
 
-	// One goroutine per DC: each adapter keeps its single owner while both
+	// One goroutine per DC: each pipeline keeps its single owner while both
 	// share the pool and the indexer.
 	errs := make([]error, len(drivers))
 	var wg sync.WaitGroup
@@ -473,8 +468,84 @@ func runConvergence(t *testing.T, mode ckf.HashMode, cadence, seed uint64) {
 		if d.queries == 0 {
 			t.Errorf("%s checked no query", d.name)
 		}
-		st := d.a.State().Stats()
+		st := d.p.state.Stats()
 		t.Logf("%s: seq %d, %d unique blocks, %d members, %d queries, %d deliveries lost after the drop",
-			d.name, d.a.ProducerSequence(), st.UniqueBlocks, st.Members, d.queries, d.deliveryLost)
+			d.name, d.p.pub.LastSequence(), st.UniqueBlocks, st.Members, d.queries, d.deliveryLost)
 	}
+}
+
+// BenchmarkPipelineApplyEvent measures 16-block stored events end to end:
+// producer state, publisher, image copy, pool admission and the worker's
+// application, including an exact drain every benchDrainEvery iterations so
+// the bounded lane FIFO never saturates. To hold occupancy steady each
+// iteration also removes the chain stored benchWindow iterations earlier;
+// blocks/s counts stored blocks only.
+func BenchmarkPipelineApplyEvent(b *testing.B) {
+	for _, mode := range []ckf.HashMode{ckf.HashModeVerbatim, ckf.HashModeCanonical} {
+		b.Run(mode.String(), func(b *testing.B) { benchApply(b, mode) })
+	}
+}
+
+const (
+	benchBlocks     = 16
+	benchChains     = 1024
+	benchWindow     = benchChains / 2
+	benchDrainEvery = 128
+)
+
+func benchApply(b *testing.B, mode ckf.HashMode) {
+	cfg := ckf.NewConfig(benchWindow * benchBlocks * 2)
+	cfg.Mode = mode
+	pool := newSharedPool(b, cfg, poolOptions{workers: 1, queue: 1024, imagesPerLane: 64}, laneSpec{lane: seedLane, dc: seedDc})
+	p := newPipeline(b, cfg, fixtureIdentity(b, cfg, seedDc), fixtureLease(seedLane, 1), pool)
+
+	rng := rand.New(rand.NewPCG(7, 13))
+	stores := make([]*routerevent.RouterEvent, benchChains)
+	removes := make([]*routerevent.RouterEvent, benchChains)
+	for j := range benchChains {
+		locals := make([]ckf.LocalBlockHash, benchBlocks)
+		for i := range locals {
+			locals[i] = ckf.LocalBlockHash(rng.Uint64())
+		}
+		seqs := ckf.SequenceHashes(nil, locals)
+		blocks := make([]routerevent.StoredBlock, benchBlocks)
+		hashes := make([]uint64, benchBlocks)
+		for i, s := range seqs {
+			ext := uint64(s)
+			if mode == ckf.HashModeCanonical {
+				ext = engineHash(s)
+			}
+			blocks[i] = routerevent.StoredBlock{BlockHash: ext, TokensHash: uint64(locals[i])}
+			hashes[i] = ext
+		}
+		stores[j] = &routerevent.RouterEvent{WorkerID: 1, Event: routerevent.KvCacheEvent{
+			Data: routerevent.EventData{Kind: routerevent.EventStored, Stored: routerevent.StoreData{Blocks: blocks}}}}
+		removes[j] = &routerevent.RouterEvent{WorkerID: 1, Event: routerevent.KvCacheEvent{
+			Data: routerevent.EventData{Kind: routerevent.EventRemoved, Removed: routerevent.RemoveData{BlockHashes: hashes}}}}
+	}
+
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		res, err := p.apply(stores[i%benchChains])
+		if err != nil || res.FirstError != nil {
+			b.Fatalf("store %d: %+v, %v", i, res, err)
+		}
+		if i >= benchWindow {
+			if _, err := p.apply(removes[(i-benchWindow)%benchChains]); err != nil {
+				b.Fatalf("remove %d: %v", i, err)
+			}
+		}
+		if i%benchDrainEvery == benchDrainEvery-1 {
+			if _, _, err := p.drain(); err != nil {
+				b.Fatalf("drain at %d: %v", i, err)
+			}
+		}
+	}
+	if _, _, err := p.drain(); err != nil {
+		b.Fatalf("final drain: %v", err)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*benchBlocks)/b.Elapsed().Seconds(), "blocks/s")
+	assertLaneConverged(b, p)
 }
