@@ -32,11 +32,12 @@ func kvFaults(s *indexerProc, reason client.Reason) uint64 {
 // the standby takes over, and the kvrelay lane follows the new producer
 // generation and settles exact again.
 func TestKvRelayLaneRoundTripAndTakeover(t *testing.T) {
-	e := newKvEnv(t)
-	ra := startKvRelay(t, e, kvRelayConfig("a", "relay-a", 1<<12), "127.0.0.1:0")
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	ra := startKvRelay(t, srv, kvRelayConfig("a", "relay-a", 1<<12), "127.0.0.1:0")
 	testenv.WaitFor(t, kvWait, "relay active", func() bool { return ra.r.Status().State == relay.StateActive })
 	standbyCfg := kvRelayConfig("a", "relay-a-standby", 1<<12)
-	rb, err := relay.New(e.nc, e.js, standbyCfg)
+	rb, err := relay.New(nc, js, standbyCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,9 +46,9 @@ func TestKvRelayLaneRoundTripAndTakeover(t *testing.T) {
 	go func() { bdone <- rb.Run(bctx) }()
 	t.Cleanup(func() { bcancel(); <-bdone })
 
-	s := startIndexer(t, e.nc, e.js, kvIndexerConfig(t, ra.addr))
+	s := startIndexer(t, nc, js, kvIndexerConfig(t, ra.addr))
 	w := newKvWorkload(1, 40)
-	w.publish(t, e.js, "a")
+	w.publish(t, js, "a")
 	kvLaneIdx := ckf.LaneCount - 1
 	var natsLane int
 	testenv.WaitFor(t, kvWait, "both lanes exact", func() bool {
@@ -81,7 +82,7 @@ func TestKvRelayLaneRoundTripAndTakeover(t *testing.T) {
 	rrb.serve(t, addr)
 	t.Cleanup(func() { rrb.kill(t) })
 	w2 := newKvWorkload(2, 40)
-	w2.publish(t, e.js, "a")
+	w2.publish(t, js, "a")
 	testenv.WaitFor(t, kvWait, "exact again under the new generation", func() bool {
 		l, ok := laneOf(s, "a-kv")
 		return ok && l.State == follow.PhaseActive && l.Producer != before &&
@@ -110,8 +111,9 @@ func sameKvLanes(t *testing.T, s *indexerProc, a, b int) {
 // A pool of another CKF format than the table's is refused, counted, and
 // /v1/lanes says why; the lane never becomes ready.
 func TestKvRelayFormatMismatchIsRefusedVisibly(t *testing.T) {
-	e := newKvEnv(t)
-	ra := startKvRelay(t, e, kvRelayConfig("a", "relay-a", 1<<12), "127.0.0.1:0")
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	ra := startKvRelay(t, srv, kvRelayConfig("a", "relay-a", 1<<12), "127.0.0.1:0")
 	testenv.WaitFor(t, kvWait, "relay active", func() bool { return ra.r.Status().State == relay.StateActive })
 	cfg := kvIndexerConfig(t, ra.addr)
 	f, err := ckf.NewConfig(1 << 16).Format() // not the relay's bucket count
@@ -119,7 +121,7 @@ func TestKvRelayFormatMismatchIsRefusedVisibly(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Format = &f
-	s := startIndexer(t, e.nc, e.js, cfg)
+	s := startIndexer(t, nc, js, cfg)
 	h := queryapi.Handler(s, s.APIMetrics(), s.Metrics())
 	var row api.LaneStatus
 	testenv.WaitFor(t, kvWait, "refused in /v1/lanes", func() bool {

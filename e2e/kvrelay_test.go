@@ -33,19 +33,6 @@ const (
 	kvPoll = 10 * time.Millisecond
 )
 
-// kvEnv is one JetStream server and a connection to it.
-type kvEnv struct {
-	srv *testenv.Server
-	nc  *nats.Conn
-	js  jetstream.JetStream
-}
-
-func newKvEnv(t testing.TB) *kvEnv {
-	t.Helper()
-	srv := testenv.StartServer(t)
-	return &kvEnv{srv: srv, nc: srv.Connect(t), js: srv.JetStream(t)}
-}
-
 var kvSpec = server.PoolSpec{Model: "llama", Namespace: "prod", Component: "backend", Endpoint: "generate", BlockSize: 64}
 
 // kvRelayConfig is a fast relay of dc that also publishes over kvrelay.
@@ -76,9 +63,9 @@ type runningRelay struct {
 
 // startKvRelay runs a relay; its kvrelay server listens on addr
 // ("127.0.0.1:0": any port).
-func startKvRelay(t testing.TB, e *kvEnv, cfg relay.Config, addr string) *runningRelay {
+func startKvRelay(t testing.TB, srv *testenv.Server, cfg relay.Config, addr string) *runningRelay {
 	t.Helper()
-	nc := e.srv.Connect(t)
+	nc := srv.Connect(t)
 	js, err := jetstream.New(nc)
 	if err != nil {
 		t.Fatal(err)
@@ -208,26 +195,27 @@ func kvIndexerConfig(t testing.TB, addr string) follow.Config {
 // and takes an epoch of the restarted counter; the indexer follows it and
 // answers the DC exactly, old and new blocks, without any restart.
 func TestADCStaysAnsweredAfterItsLeaseBucketIsRecreatedWithoutTTLs(t *testing.T) {
-	e := newKvEnv(t)
-	ra := startKvRelay(t, e, kvRelayConfig("a", "relay-a", 1<<12), "127.0.0.1:0")
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	ra := startKvRelay(t, srv, kvRelayConfig("a", "relay-a", 1<<12), "127.0.0.1:0")
 	testenv.WaitFor(t, kvWait, "relay active", func() bool { return ra.r.Status().State == relay.StateActive })
-	s := startIndexer(t, e.nc, e.js, kvIndexerConfig(t, "127.0.0.1:1"))
+	s := startIndexer(t, nc, js, kvIndexerConfig(t, "127.0.0.1:1"))
 	w := newKvWorkload(71, 24)
-	w.publish(t, e.js, "a")
+	w.publish(t, js, "a")
 	testenv.Eventually(t, kvWait, kvPoll, func() error { return w.exact(s, 0) })
 
 	ctx := context.Background()
 	testenv.Eventually(t, kvWait, time.Millisecond, func() error {
-		if err := e.js.DeleteKeyValue(ctx, wire.LeaseBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
+		if err := js.DeleteKeyValue(ctx, wire.LeaseBucket); err != nil && !errors.Is(err, jetstream.ErrBucketNotFound) {
 			return err
 		}
-		_, err := e.js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.LeaseBucket, History: 5, Storage: jetstream.MemoryStorage})
+		_, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: wire.LeaseBucket, History: 5, Storage: jetstream.MemoryStorage})
 		return err
 	})
 	more := newKvWorkload(72, 24)
-	more.publish(t, e.js, "a")
+	more.publish(t, js, "a")
 	testenv.Eventually(t, 2*kvWait, kvPoll, func() error {
-		st, err := e.js.Stream(ctx, "KV_"+wire.LeaseBucket)
+		st, err := js.Stream(ctx, "KV_"+wire.LeaseBucket)
 		if err != nil {
 			return err
 		}
@@ -249,16 +237,17 @@ func TestADCStaysAnsweredAfterItsLeaseBucketIsRecreatedWithoutTTLs(t *testing.T)
 // Before that, and after the reports go stale, the serving load is
 // missing on both, never zero.
 func TestLoadReachesTheIndexerOverNATSAndKvRelay(t *testing.T) {
-	e := newKvEnv(t)
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
 	cfg := kvRelayConfig("a", "relay-a", 1<<12)
 	cfg.KVCapacityBlocks = 1000
 	cfg.LoadInterval = 50 * time.Millisecond
 	cfg.WorkerLoadFresh = 2 * time.Second
-	ra := startKvRelay(t, e, cfg, "127.0.0.1:0")
+	ra := startKvRelay(t, srv, cfg, "127.0.0.1:0")
 	testenv.WaitFor(t, kvWait, "relay active", func() bool { return ra.r.Status().State == relay.StateActive })
-	s := startIndexer(t, e.nc, e.js, kvIndexerConfig(t, ra.addr))
+	s := startIndexer(t, nc, js, kvIndexerConfig(t, ra.addr))
 	w := newKvWorkload(3, 12)
-	w.publish(t, e.js, "a")
+	w.publish(t, js, "a")
 	resident := uint64(0)
 	for _, d := range w.depth {
 		resident += uint64(d)
@@ -298,7 +287,7 @@ func TestLoadReachesTheIndexerOverNATSAndKvRelay(t *testing.T) {
 			rep := wire.WorkerLoad{WorkerID: 1, Sequence: seq, Time: time.Now(), Flags: wire.LoadRequests | wire.LoadPrefill | wire.LoadDecode,
 				Serving: wire.ServingLoad{Running: 2, Waiting: 3, ActivePrefillTokens: 700, ActiveDecodeBlocks: 40}}
 			b, _ := wire.AppendWorkerLoad(nil, &rep)
-			_ = e.nc.Publish(subj, b)
+			_ = nc.Publish(subj, b)
 			select {
 			case <-stop:
 				return
@@ -338,10 +327,11 @@ func TestLoadReachesTheIndexerOverNATSAndKvRelay(t *testing.T) {
 //
 //	go test -run '^$' -bench EventToVisible -benchtime 300x ./e2e
 func BenchmarkEventToVisible(b *testing.B) {
-	e := newKvEnv(b)
-	rr := startKvRelay(b, e, kvRelayConfig("a", "relay-a", 1<<14), "127.0.0.1:0")
+	srv := testenv.StartServer(b)
+	nc, js := srv.Connect(b), srv.JetStream(b)
+	rr := startKvRelay(b, srv, kvRelayConfig("a", "relay-a", 1<<14), "127.0.0.1:0")
 	testenv.WaitFor(b, kvWait, "relay active", func() bool { return rr.r.Status().State == relay.StateActive })
-	s := startIndexer(b, e.nc, e.js, kvIndexerConfig(b, rr.addr))
+	s := startIndexer(b, nc, js, kvIndexerConfig(b, rr.addr))
 	kvLane := ckf.LaneCount - 1
 	natsLane := -1
 	testenv.WaitFor(b, kvWait, "both lanes active", func() bool {
@@ -360,7 +350,7 @@ func BenchmarkEventToVisible(b *testing.B) {
 		h := testenv.Chain(uint64(900_000+i), 1)
 		msg := fmt.Sprintf(`{"worker_id":1,"event":{"event_id":%d,"dp_rank":0,"data":{"stored":{"parent_hash":null,"blocks":[{"block_hash":%d,"tokens_hash":%d}]}}}}`, i+1, uint64(h[0]), uint64(h[0]))
 		start := time.Now()
-		if _, err := e.js.Publish(context.Background(), subj, []byte(msg)); err != nil {
+		if _, err := js.Publish(context.Background(), subj, []byte(msg)); err != nil {
 			b.Fatal(err)
 		}
 		var tn, tk time.Duration
