@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 

@@ -172,14 +172,7 @@ func TestConfigureLaneRecomputesJoinsOnDefaults(t *testing.T) {
 	domain := ixDomain(1, 2, ckf.SourceExplicit, ckf.SourceDefaultDerived)
 	var pools [ckf.LaneCount]*ckf.PoolID
 	pools[0] = &ckf.PoolID{Domain: domain, Dc: 1}
-	m, err := NewManifest(1, domain, format, pools)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := NewIndexer(m, ckf.DefaultPrefixSearchConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix := defaultIndexer(t, 1, domain, format, pools)
 	if ix.Manifest().JoinsOnDefaults() {
 		t.Fatal("one DC joins on defaults")
 	}
