@@ -252,6 +252,31 @@ func (ix *Indexer) FindPrefixMatches(hashes []ckf.LocalBlockHash, s *QueryScratc
 	return err
 }
 
+// FindPrefixMatchesChain is FindPrefixMatches that also returns the whole
+// sequence-hash chain of hashes: the positions the search hashed are kept
+// and the rest computed, so a caller that needs the chain (a router's key)
+// does not hash the prompt twice. The chain is a view of s's buffer, valid
+// until s's next query; nil with an error.
+func (ix *Indexer) FindPrefixMatchesChain(hashes []ckf.LocalBlockHash, s *QueryScratch, out *QueryResult) ([]ckf.SequenceHash, error) {
+	captured := ix.ReadyLanes()
+	n := len(hashes)
+	if cap(s.seq) < n {
+		s.seq = make([]ckf.SequenceHash, n)
+	}
+	q := &s.prober
+	q.locals, q.seq, q.hashed = hashes, s.seq[:n], 0
+	err := ix.findWithCapturedReady(n, captured, s, out)
+	var chain []ckf.SequenceHash
+	if err == nil {
+		if n > q.hashed {
+			q.extend(n - 1)
+		}
+		chain = q.seq
+	}
+	q.locals, q.seq = nil, nil // do not retain the caller's slice
+	return chain, err
+}
+
 // FindPrefixMatchesSequence is FindPrefixMatches for callers that already
 // hold the sequence hashes.
 func (ix *Indexer) FindPrefixMatchesSequence(seqHashes []ckf.SequenceHash, s *QueryScratch, out *QueryResult) error {

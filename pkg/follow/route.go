@@ -177,7 +177,8 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 			Reason: fmt.Sprintf("%d is fewer than the %d blocks × %d tokens sent", o.InputTokens, q.Blocks(), bs)}
 	}
 	var res consumer.QueryResult
-	if err := s.find(q, &res, "route"); err != nil {
+	var key uint64
+	if err := s.find(q, &res, "route", &key); err != nil {
 		return api.RouteResponse{}, err
 	}
 	var depth [ckf.LaneCount]uint32
@@ -214,7 +215,7 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		cands = append(cands, c)
 	}
 	req := route.Request{Blocks: q.Blocks(), BlockSize: bs, InputTokens: o.InputTokens, OutputTokens: o.OutputTokens,
-		Policy: pol, Key: requestKey(&q)}
+		Policy: pol, Key: key}
 	dec := rt.decisions.Get().(*route.Decision)
 	defer rt.decisions.Put(dec)
 	rt.routers[mode].Route(req, cands, dec)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
@@ -156,6 +157,30 @@ func TestRequestKeyAlikeForLocalsAndSeqs(t *testing.T) {
 	}
 	if c := requestKey(&api.Query{Locals: locals[:3]}); c == a {
 		t.Fatal("a shorter prompt has the same key")
+	}
+}
+
+// The key a route's search derives from the chain it hashed is
+// requestKey's, for a prompt as local hashes and as sequence hashes, at
+// every depth the search can stop at.
+func TestRouteSearchKeyIsRequestKey(t *testing.T) {
+	e := newEnv(t)
+	a := e.relay(t, "dc-a")
+	w := newWorkload(41, 16, 12)
+	feed(a, w, func(i int) int { return i % 13 })
+	s := startService(t, e.nc, e.js, testConfig(t))
+	waitInstalled(t, s.Service, a.lane, a.epoch(), a.pub.LastSequence())
+	for i, c := range w.chains {
+		for _, q := range []api.Query{{Locals: c}, {Seqs: ckf.SequenceHashes(nil, c)}} {
+			var res consumer.QueryResult
+			var key uint64
+			if err := s.find(q, &res, "route", &key); err != nil {
+				t.Fatal(err)
+			}
+			if want := requestKey(&q); key != want {
+				t.Fatalf("chain %d (seqs %v): key %x, requestKey %x", i, q.Seqs != nil, key, want)
+			}
+		}
 	}
 }
 

@@ -28,6 +28,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/client"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/retry"
+	"github.com/ckfrelay/ckfrelay/pkg/route"
 	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
@@ -715,7 +716,8 @@ func (s *Service) checkDomain(q api.Query) error {
 // find runs q's prefix search over the current pool into res (a value, so
 // nothing in it aliases the pooled scratch). It returns api.ErrUnavailable
 // when no pool or no lane is ready; op names the caller in other errors.
-func (s *Service) find(q api.Query, res *consumer.QueryResult, op string) error {
+// A non-nil key receives the request's tie-break key (requestKey's value).
+func (s *Service) find(q api.Query, res *consumer.QueryResult, op string, key *uint64) error {
 	p := s.currentPool()
 	if p == nil {
 		return api.ErrUnavailable
@@ -723,9 +725,20 @@ func (s *Service) find(q api.Query, res *consumer.QueryResult, op string) error 
 	sc := s.scratch.Get().(*consumer.QueryScratch)
 	defer s.scratch.Put(sc)
 	var err error
-	if q.Seqs != nil {
+	switch {
+	case q.Seqs != nil:
 		err = p.Indexer().FindPrefixMatchesSequence(q.Seqs, sc, res)
-	} else {
+		if key != nil {
+			*key = route.KeyOf(q.Seqs)
+		}
+	case key != nil:
+		// The search has hashed part of the chain already: the key
+		// (requestKey) takes it from there rather than hashing the prompt
+		// again.
+		var chain []ckf.SequenceHash
+		chain, err = p.Indexer().FindPrefixMatchesChain(q.Locals, sc, res)
+		*key = route.KeyOf(chain)
+	default:
 		err = p.Indexer().FindPrefixMatches(q.Locals, sc, res)
 	}
 	if errors.Is(err, consumer.ErrUnavailable) {
@@ -745,7 +758,7 @@ func (s *Service) Match(q api.Query) (api.MatchResponse, error) {
 		return api.MatchResponse{}, err
 	}
 	var res consumer.QueryResult
-	if err := s.find(q, &res, "match"); err != nil {
+	if err := s.find(q, &res, "match", nil); err != nil {
 		return api.MatchResponse{}, err
 	}
 	labels := s.labels.Load()
