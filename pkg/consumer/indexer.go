@@ -239,16 +239,7 @@ func (q *queryProber) prefetch(pos int, need uint16) {
 // lane is ready. out is overwritten; s is reused. It does not allocate once
 // s has grown to the query length.
 func (ix *Indexer) FindPrefixMatches(hashes []ckf.LocalBlockHash, s *QueryScratch, out *QueryResult) error {
-	// The query's only readiness load.
-	captured := ix.ReadyLanes()
-	n := len(hashes)
-	if cap(s.seq) < n {
-		s.seq = make([]ckf.SequenceHash, n)
-	}
-	q := &s.prober
-	q.locals, q.seq, q.hashed = hashes, s.seq[:n], 0
-	err := ix.findWithCapturedReady(n, captured, s, out)
-	q.locals, q.seq = nil, nil // do not retain the caller's slice
+	_, err := ix.findLocals(hashes, s, out, false)
 	return err
 }
 
@@ -258,6 +249,13 @@ func (ix *Indexer) FindPrefixMatches(hashes []ckf.LocalBlockHash, s *QueryScratc
 // does not hash the prompt twice. The chain is a view of s's buffer, valid
 // until s's next query; nil with an error.
 func (ix *Indexer) FindPrefixMatchesChain(hashes []ckf.LocalBlockHash, s *QueryScratch, out *QueryResult) ([]ckf.SequenceHash, error) {
+	return ix.findLocals(hashes, s, out, true)
+}
+
+// findLocals is FindPrefixMatches, completing and returning the chain when
+// chain is set.
+func (ix *Indexer) findLocals(hashes []ckf.LocalBlockHash, s *QueryScratch, out *QueryResult, chain bool) ([]ckf.SequenceHash, error) {
+	// The query's only readiness load.
 	captured := ix.ReadyLanes()
 	n := len(hashes)
 	if cap(s.seq) < n {
@@ -266,15 +264,15 @@ func (ix *Indexer) FindPrefixMatchesChain(hashes []ckf.LocalBlockHash, s *QueryS
 	q := &s.prober
 	q.locals, q.seq, q.hashed = hashes, s.seq[:n], 0
 	err := ix.findWithCapturedReady(n, captured, s, out)
-	var chain []ckf.SequenceHash
-	if err == nil {
+	var seq []ckf.SequenceHash
+	if chain && err == nil {
 		if n > q.hashed {
 			q.extend(n - 1)
 		}
-		chain = q.seq
+		seq = q.seq
 	}
 	q.locals, q.seq = nil, nil // do not retain the caller's slice
-	return chain, err
+	return seq, err
 }
 
 // FindPrefixMatchesSequence is FindPrefixMatches for callers that already
