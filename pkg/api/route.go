@@ -88,12 +88,12 @@ func (o *RouteOptions) validate() error {
 // plus input_tokens, output_tokens, policy, rtt_ms and stale. The common
 // shapes take the match fast path.
 func DecodeRouteBody(body []byte) (Query, RouteOptions, error) {
-	var o RouteOptions
-	if q, ok := decodeFastRoute(body, &o); ok {
-		return q, o, nil
+	var fast RouteOptions // apart from o, which the streaming decoder's pointer moves to the heap
+	if q, ok := decodeFastRoute(body, &fast); ok {
+		return q, fast, nil
 	}
-	o = RouteOptions{}
-	d := &matchDecoder{dec: json.NewDecoder(bytes.NewReader(body)), seen: map[string]bool{}, route: &o}
+	o := new(RouteOptions)
+	d := &matchDecoder{dec: json.NewDecoder(bytes.NewReader(body)), seen: map[string]bool{}, route: o}
 	q, err := d.decode()
 	if err != nil {
 		return Query{}, RouteOptions{}, err
@@ -101,7 +101,7 @@ func DecodeRouteBody(body []byte) (Query, RouteOptions, error) {
 	if err := o.validate(); err != nil {
 		return Query{}, RouteOptions{}, err
 	}
-	return q, o, nil
+	return q, *o, nil
 }
 
 // routeField decodes one route option of a JSON body.
@@ -460,6 +460,9 @@ func (l *RouteLane) appendJSON(dst []byte) []byte {
 // 10^-6 apart never round to one float64 below 2^31, where the spacing is
 // at most 2^-21).
 func appendMs(dst []byte, v float64) []byte {
+	if v == 0 && !math.Signbit(v) { // the usual penalty term
+		return append(dst, '0')
+	}
 	if abs := math.Abs(v); abs >= 1e-6 && abs < 1<<31 {
 		if n := math.Round(v * 1e6); n/1e6 == v {
 			return appendMicros(dst, int64(n))
