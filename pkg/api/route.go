@@ -312,7 +312,7 @@ func (l *RouteLoad) appendJSON(dst []byte) []byte {
 		dst = append(dst, '"')
 		dst = append(dst, name...)
 		dst = append(dst, `":`...)
-		dst = strconv.AppendUint(dst, v, 10)
+		dst = appendUint(dst, v, false)
 		dst = append(dst, ',')
 	}
 	if l.HasKV {
@@ -330,7 +330,7 @@ func (l *RouteLoad) appendJSON(dst []byte) []byte {
 		field("active_decode_blocks", l.ActiveDecodeBlocks)
 	}
 	dst = append(dst, `"age_ms":`...)
-	dst = strconv.AppendInt(dst, l.AgeMs, 10)
+	dst = appendUint(dst, uint64(l.AgeMs), l.AgeMs < 0)
 	return append(dst, '}')
 }
 
@@ -411,22 +411,23 @@ func (r *RouteResponse) AppendJSON(dst []byte) []byte {
 }
 
 func (l *RouteLane) appendJSON(dst []byte) []byte {
+	// Each key goes out with its neighbours' punctuation in one append, and
+	// a bool with its key (the answer's hot path: a route writes a lane per
+	// configured lane).
 	dst = append(dst, `{"lane":`...)
-	dst = strconv.AppendInt(dst, int64(l.Lane), 10)
+	dst = appendUint(dst, uint64(l.Lane), l.Lane < 0)
 	dst = append(dst, `,"dc":`...)
 	dst = appendJSONString(dst, l.DC)
 	dst = append(dst, `,"pool":`...)
 	dst = appendJSONString(dst, l.Pool)
 	dst = append(dst, `,"depth":`...)
-	dst = strconv.AppendUint(dst, uint64(l.Depth), 10)
-	dst = append(dst, `,"ready":`...)
-	dst = strconv.AppendBool(dst, l.Ready)
+	dst = appendUint(dst, uint64(l.Depth), false)
+	dst = appendBoolField(dst, `,"ready":`, l.Ready)
 	dst = append(dst, `,"age_ms":`...)
-	dst = strconv.AppendInt(dst, l.AgeMs, 10)
-	dst = append(dst, `,"stale":`...)
-	dst = strconv.AppendBool(dst, l.Stale)
+	dst = appendUint(dst, uint64(l.AgeMs), l.AgeMs < 0)
+	dst = appendBoolField(dst, `,"stale":`, l.Stale)
 	dst = append(dst, `,"cached_tokens":`...)
-	dst = strconv.AppendInt(dst, int64(l.CachedTokens), 10)
+	dst = appendUint(dst, uint64(l.CachedTokens), l.CachedTokens < 0)
 	dst = append(dst, `,"cost_ms":`...)
 	dst = appendMs(dst, l.CostMs)
 	dst = append(dst, `,"terms":{"rtt_ms":`...)
@@ -437,19 +438,49 @@ func (l *RouteLane) appendJSON(dst []byte) []byte {
 	dst = appendMs(dst, l.Terms.PrefillMs)
 	dst = append(dst, `,"penalty_ms":`...)
 	dst = appendMs(dst, l.Terms.PenaltyMs)
-	dst = append(dst, `},"load_missing":`...)
-	dst = strconv.AppendBool(dst, l.LoadMissing)
-	dst = append(dst, `,"rtt_unknown":`...)
-	dst = strconv.AppendBool(dst, l.RTTUnknown)
+	dst = appendBoolField(dst, `},"load_missing":`, l.LoadMissing)
+	dst = appendBoolField(dst, `,"rtt_unknown":`, l.RTTUnknown)
 	dst = append(dst, `,"load":`...)
 	dst = l.Load.appendJSON(dst)
-	dst = append(dst, `,"excluded":`...)
-	dst = strconv.AppendBool(dst, l.Excluded)
+	dst = appendBoolField(dst, `,"excluded":`, l.Excluded)
 	if l.Reason != "" {
 		dst = append(dst, `,"reason":`...)
 		dst = appendJSONString(dst, l.Reason)
 	}
 	return append(dst, '}')
+}
+
+// appendBoolField writes key (its punctuation included) and b.
+func appendBoolField(dst []byte, key string, b bool) []byte {
+	dst = append(dst, key...)
+	if b {
+		return append(dst, "true"...)
+	}
+	return append(dst, "false"...)
+}
+
+// appendUint writes v in decimal, as strconv does, preceded by '-' and
+// read as the magnitude of a two's complement value when neg (the int64
+// the caller converted). One digit, the usual lane, depth or flag, is one
+// byte appended.
+func appendUint(dst []byte, v uint64, neg bool) []byte {
+	if neg {
+		dst = append(dst, '-')
+		v = -v
+	}
+	if v < 10 {
+		return append(dst, byte('0'+v))
+	}
+	var b [20]byte
+	i := len(b)
+	for v >= 10 {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+	}
+	i--
+	b[i] = byte('0' + v)
+	return append(dst, b[i:]...)
 }
 
 // appendMs writes a millisecond value as encoding/json writes a float64.
@@ -471,27 +502,46 @@ func appendMs(dst []byte, v float64) []byte {
 	return appendMsFloat(dst, v)
 }
 
-// appendMicros writes n millionths as a decimal without trailing zeros.
+// appendMicros writes n millionths as a decimal without trailing zeros,
+// built in one buffer and appended once.
 func appendMicros(dst []byte, n int64) []byte {
-	if n < 0 {
-		dst = append(dst, '-')
-		n = -n
+	neg := n < 0
+	u := uint64(n)
+	if neg {
+		u = -u
 	}
-	dst = strconv.AppendInt(dst, n/1e6, 10)
-	frac := n % 1e6
-	if frac == 0 {
-		return dst
+	var b [28]byte
+	i := len(b)
+	frac := u % 1e6
+	if frac != 0 {
+		// Six digits, less the trailing zeros.
+		digits := 6
+		for frac%10 == 0 {
+			frac /= 10
+			digits--
+		}
+		for range digits {
+			i--
+			b[i] = byte('0' + frac%10)
+			frac /= 10
+		}
+		i--
+		b[i] = '.'
 	}
-	var b [6]byte
-	for i := 5; i >= 0; i-- {
-		b[i] = byte('0' + frac%10)
-		frac /= 10
+	whole := u / 1e6
+	for {
+		i--
+		b[i] = byte('0' + whole%10)
+		whole /= 10
+		if whole == 0 {
+			break
+		}
 	}
-	end := 6
-	for b[end-1] == '0' {
-		end--
+	if neg {
+		i--
+		b[i] = '-'
 	}
-	return append(append(dst, '.'), b[:end]...)
+	return append(dst, b[i:]...)
 }
 
 // appendMsFloat is appendMs through strconv.
