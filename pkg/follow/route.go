@@ -99,6 +99,37 @@ type routing struct {
 	// defaultPrefill their DefaultPrefillTokensPerSec.
 	waitingTokens, defaultPrefill float64
 	scratch                       sync.Pool // *routeScratch
+	lanes                         laneChunks
+}
+
+// laneChunkLanes is the size of a laneChunks chunk: 64 answer lanes
+// (about 15 KB), a few routes' worth at 16 lanes each.
+const laneChunkLanes = 64
+
+// laneChunks hands out the answers' lane slices from shared chunks, one
+// allocation per chunk rather than one per route. Each slice is cut to its
+// length and capacity, so an append to it cannot reach a neighbour's; a
+// chunk lives as long as any answer cut from it.
+type laneChunks struct{ pool sync.Pool } // *laneChunk
+
+type laneChunk struct{ free []api.RouteLane }
+
+// take returns n zeroed lanes.
+func (p *laneChunks) take(n int) []api.RouteLane {
+	if n > laneChunkLanes/4 {
+		return make([]api.RouteLane, n)
+	}
+	c, _ := p.pool.Get().(*laneChunk)
+	if c == nil {
+		c = &laneChunk{}
+	}
+	if len(c.free) < n {
+		c.free = make([]api.RouteLane, laneChunkLanes)
+	}
+	out := c.free[:n:n]
+	c.free = c.free[n:]
+	p.pool.Put(c)
+	return out
 }
 
 // routeScratch is one route's working set, pooled so that a route neither
@@ -242,7 +273,7 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		}
 	}
 	resp := api.RouteResponse{Policy: string(dec.Policy), ReadyLanes: res.CapturedReadyLanes, Blocks: req.Blocks, BlockSize: bs,
-		InputTokens: input, Best: dec.Best, Ranked: make([]api.RouteLane, len(dec.Ranked))}
+		InputTokens: input, Best: dec.Best, Ranked: rt.lanes.take(len(dec.Ranked))}
 	for i := range dec.Ranked {
 		sd := &dec.Ranked[i]
 		rl := &resp.Ranked[i]
