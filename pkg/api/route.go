@@ -471,16 +471,10 @@ func appendUint(dst []byte, v uint64, neg bool) []byte {
 	if v < 10 {
 		return append(dst, byte('0'+v))
 	}
-	var b [20]byte
-	i := len(b)
-	for v >= 10 {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
+	if v < 100 {
+		return append(dst, digitPairs[2*v], digitPairs[2*v+1])
 	}
-	i--
-	b[i] = byte('0' + v)
-	return append(dst, b[i:]...)
+	return strconv.AppendUint(dst, v, 10)
 }
 
 // appendMs writes a millisecond value as encoding/json writes a float64.
@@ -502,47 +496,32 @@ func appendMs(dst []byte, v float64) []byte {
 	return appendMsFloat(dst, v)
 }
 
-// appendMicros writes n millionths as a decimal without trailing zeros,
-// built in one buffer and appended once.
+// appendMicros writes n millionths as a decimal without trailing zeros.
 func appendMicros(dst []byte, n int64) []byte {
-	neg := n < 0
 	u := uint64(n)
-	if neg {
+	if n < 0 {
+		dst = append(dst, '-')
 		u = -u
 	}
-	var b [28]byte
-	i := len(b)
+	dst = appendUint(dst, u/1e6, false)
 	frac := u % 1e6
-	if frac != 0 {
-		// Six digits, less the trailing zeros.
-		digits := 6
-		for frac%10 == 0 {
-			frac /= 10
-			digits--
-		}
-		for range digits {
-			i--
-			b[i] = byte('0' + frac%10)
-			frac /= 10
-		}
-		i--
-		b[i] = '.'
+	if frac == 0 {
+		return dst
 	}
-	whole := u / 1e6
-	for {
-		i--
-		b[i] = byte('0' + whole%10)
-		whole /= 10
-		if whole == 0 {
-			break
-		}
+	// Six digits, two at a time, then the trailing zeros cut.
+	hi, mid, lo := frac/1e4, frac/100%100, frac%100
+	b := [7]byte{'.', digitPairs[2*hi], digitPairs[2*hi+1], digitPairs[2*mid], digitPairs[2*mid+1], digitPairs[2*lo], digitPairs[2*lo+1]}
+	end := len(b)
+	for b[end-1] == '0' {
+		end--
 	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return append(dst, b[i:]...)
+	return append(dst, b[:end]...)
 }
+
+// digitPairs holds "00" to "99": two decimal digits per lookup.
+const digitPairs = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" + "30313233343536373839" +
+	"40414243444546474849" + "50515253545556575859" + "60616263646566676869" + "70717273747576777879" +
+	"80818283848586878889" + "90919293949596979899"
 
 // appendMsFloat is appendMs through strconv.
 func appendMsFloat(dst []byte, v float64) []byte {
