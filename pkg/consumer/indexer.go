@@ -176,9 +176,10 @@ type queryProber struct {
 	// seq[:hashed] holds the sequence hashes computed so far.
 	seq    []ckf.SequenceHash
 	hashed int
-	// key, when set, folds seq[:hashed] in order as extend computes it:
+	// key, when keyed, folds seq[:hashed] in order as extend computes it:
 	// its multiply chain runs beside the hash chain instead of after it.
-	key *route.KeyHash
+	key   route.KeyHash
+	keyed bool
 	// probes[i].Fingerprint == 0 marks position i as not yet prepared;
 	// prepared fingerprints are never 0.
 	probes []probeMemo
@@ -207,7 +208,7 @@ func (q *queryProber) prepared(pos int) *probeMemo {
 
 // extend computes the chain through pos (spec §2.2).
 func (q *queryProber) extend(pos int) {
-	if q.key != nil {
+	if q.keyed {
 		q.extendKeyed(pos)
 		return
 	}
@@ -224,7 +225,7 @@ func (q *queryProber) extend(pos int) {
 
 // extendKeyed is extend folding each new sequence hash into q.key.
 func (q *queryProber) extendKeyed(pos int) {
-	k := *q.key
+	k := q.key
 	i := q.hashed
 	if i == 0 {
 		q.seq[0] = ckf.SequenceHash(q.locals[0])
@@ -237,7 +238,7 @@ func (q *queryProber) extendKeyed(pos int) {
 		q.seq[i] = prev
 		k.Add(uint64(prev))
 	}
-	*q.key = k
+	q.key = k
 	q.hashed = pos + 1
 }
 
@@ -278,9 +279,15 @@ func (ix *Indexer) FindPrefixMatches(hashes []ckf.LocalBlockHash, s *QueryScratc
 // hashing rather than in a pass after it. The chain is a view of s's
 // buffer, valid until s's next query; nil with an error.
 func (ix *Indexer) FindPrefixMatchesChain(hashes []ckf.LocalBlockHash, s *QueryScratch, out *QueryResult, key *route.KeyHash) ([]ckf.SequenceHash, error) {
-	s.prober.key = key
+	// The fold runs on a copy in s, so key itself does not escape.
+	q := &s.prober
+	if key != nil {
+		q.key, q.keyed = *key, true
+	}
 	seq, err := ix.findLocals(hashes, s, out, true)
-	s.prober.key = nil
+	if key != nil {
+		*key, q.keyed = q.key, false
+	}
 	return seq, err
 }
 
