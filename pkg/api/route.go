@@ -88,12 +88,12 @@ func (o *RouteOptions) validate() error {
 // plus input_tokens, output_tokens, policy, rtt_ms and stale. The common
 // shapes take the match fast path.
 func DecodeRouteBody(body []byte) (Query, RouteOptions, error) {
-	var o RouteOptions
-	if q, ok := decodeFastRoute(body, &o); ok {
-		return q, o, nil
+	var fast RouteOptions // apart from o, which the streaming decoder's pointer moves to the heap
+	if q, ok := decodeFastRoute(body, &fast); ok {
+		return q, fast, nil
 	}
-	o = RouteOptions{}
-	d := &matchDecoder{dec: json.NewDecoder(bytes.NewReader(body)), seen: map[string]bool{}, route: &o}
+	o := new(RouteOptions)
+	d := &matchDecoder{dec: json.NewDecoder(bytes.NewReader(body)), seen: map[string]bool{}, route: o}
 	q, err := d.decode()
 	if err != nil {
 		return Query{}, RouteOptions{}, err
@@ -101,7 +101,7 @@ func DecodeRouteBody(body []byte) (Query, RouteOptions, error) {
 	if err := o.validate(); err != nil {
 		return Query{}, RouteOptions{}, err
 	}
-	return q, o, nil
+	return q, *o, nil
 }
 
 // routeField decodes one route option of a JSON body.
@@ -312,7 +312,7 @@ func (l *RouteLoad) appendJSON(dst []byte) []byte {
 		dst = append(dst, '"')
 		dst = append(dst, name...)
 		dst = append(dst, `":`...)
-		dst = strconv.AppendUint(dst, v, 10)
+		dst = appendUint(dst, v, false)
 		dst = append(dst, ',')
 	}
 	if l.HasKV {
@@ -330,7 +330,7 @@ func (l *RouteLoad) appendJSON(dst []byte) []byte {
 		field("active_decode_blocks", l.ActiveDecodeBlocks)
 	}
 	dst = append(dst, `"age_ms":`...)
-	dst = strconv.AppendInt(dst, l.AgeMs, 10)
+	dst = appendUint(dst, uint64(l.AgeMs), l.AgeMs < 0)
 	return append(dst, '}')
 }
 
@@ -411,22 +411,23 @@ func (r *RouteResponse) AppendJSON(dst []byte) []byte {
 }
 
 func (l *RouteLane) appendJSON(dst []byte) []byte {
+	// Each key goes out with its neighbours' punctuation in one append, and
+	// a bool with its key (the answer's hot path: a route writes a lane per
+	// configured lane).
 	dst = append(dst, `{"lane":`...)
-	dst = strconv.AppendInt(dst, int64(l.Lane), 10)
+	dst = appendUint(dst, uint64(l.Lane), l.Lane < 0)
 	dst = append(dst, `,"dc":`...)
 	dst = appendJSONString(dst, l.DC)
 	dst = append(dst, `,"pool":`...)
 	dst = appendJSONString(dst, l.Pool)
 	dst = append(dst, `,"depth":`...)
-	dst = strconv.AppendUint(dst, uint64(l.Depth), 10)
-	dst = append(dst, `,"ready":`...)
-	dst = strconv.AppendBool(dst, l.Ready)
+	dst = appendUint(dst, uint64(l.Depth), false)
+	dst = appendBoolField(dst, `,"ready":`, l.Ready)
 	dst = append(dst, `,"age_ms":`...)
-	dst = strconv.AppendInt(dst, l.AgeMs, 10)
-	dst = append(dst, `,"stale":`...)
-	dst = strconv.AppendBool(dst, l.Stale)
+	dst = appendUint(dst, uint64(l.AgeMs), l.AgeMs < 0)
+	dst = appendBoolField(dst, `,"stale":`, l.Stale)
 	dst = append(dst, `,"cached_tokens":`...)
-	dst = strconv.AppendInt(dst, int64(l.CachedTokens), 10)
+	dst = appendUint(dst, uint64(l.CachedTokens), l.CachedTokens < 0)
 	dst = append(dst, `,"cost_ms":`...)
 	dst = appendMs(dst, l.CostMs)
 	dst = append(dst, `,"terms":{"rtt_ms":`...)
@@ -437,19 +438,43 @@ func (l *RouteLane) appendJSON(dst []byte) []byte {
 	dst = appendMs(dst, l.Terms.PrefillMs)
 	dst = append(dst, `,"penalty_ms":`...)
 	dst = appendMs(dst, l.Terms.PenaltyMs)
-	dst = append(dst, `},"load_missing":`...)
-	dst = strconv.AppendBool(dst, l.LoadMissing)
-	dst = append(dst, `,"rtt_unknown":`...)
-	dst = strconv.AppendBool(dst, l.RTTUnknown)
+	dst = appendBoolField(dst, `},"load_missing":`, l.LoadMissing)
+	dst = appendBoolField(dst, `,"rtt_unknown":`, l.RTTUnknown)
 	dst = append(dst, `,"load":`...)
 	dst = l.Load.appendJSON(dst)
-	dst = append(dst, `,"excluded":`...)
-	dst = strconv.AppendBool(dst, l.Excluded)
+	dst = appendBoolField(dst, `,"excluded":`, l.Excluded)
 	if l.Reason != "" {
 		dst = append(dst, `,"reason":`...)
 		dst = appendJSONString(dst, l.Reason)
 	}
 	return append(dst, '}')
+}
+
+// appendBoolField writes key (its punctuation included) and b.
+func appendBoolField(dst []byte, key string, b bool) []byte {
+	dst = append(dst, key...)
+	if b {
+		return append(dst, "true"...)
+	}
+	return append(dst, "false"...)
+}
+
+// appendUint writes v in decimal, as strconv does, preceded by '-' and
+// read as the magnitude of a two's complement value when neg (the int64
+// the caller converted). One digit, the usual lane, depth or flag, is one
+// byte appended.
+func appendUint(dst []byte, v uint64, neg bool) []byte {
+	if neg {
+		dst = append(dst, '-')
+		v = -v
+	}
+	if v < 10 {
+		return append(dst, byte('0'+v))
+	}
+	if v < 100 {
+		return append(dst, digitPairs[2*v], digitPairs[2*v+1])
+	}
+	return strconv.AppendUint(dst, v, 10)
 }
 
 // appendMs writes a millisecond value as encoding/json writes a float64.
@@ -460,6 +485,9 @@ func (l *RouteLane) appendJSON(dst []byte) []byte {
 // 10^-6 apart never round to one float64 below 2^31, where the spacing is
 // at most 2^-21).
 func appendMs(dst []byte, v float64) []byte {
+	if v == 0 && !math.Signbit(v) { // the usual penalty term
+		return append(dst, '0')
+	}
 	if abs := math.Abs(v); abs >= 1e-6 && abs < 1<<31 {
 		if n := math.Round(v * 1e6); n/1e6 == v {
 			return appendMicros(dst, int64(n))
@@ -470,26 +498,30 @@ func appendMs(dst []byte, v float64) []byte {
 
 // appendMicros writes n millionths as a decimal without trailing zeros.
 func appendMicros(dst []byte, n int64) []byte {
+	u := uint64(n)
 	if n < 0 {
 		dst = append(dst, '-')
-		n = -n
+		u = -u
 	}
-	dst = strconv.AppendInt(dst, n/1e6, 10)
-	frac := n % 1e6
+	dst = appendUint(dst, u/1e6, false)
+	frac := u % 1e6
 	if frac == 0 {
 		return dst
 	}
-	var b [6]byte
-	for i := 5; i >= 0; i-- {
-		b[i] = byte('0' + frac%10)
-		frac /= 10
-	}
-	end := 6
+	// Six digits, two at a time, then the trailing zeros cut.
+	hi, mid, lo := frac/1e4, frac/100%100, frac%100
+	b := [7]byte{'.', digitPairs[2*hi], digitPairs[2*hi+1], digitPairs[2*mid], digitPairs[2*mid+1], digitPairs[2*lo], digitPairs[2*lo+1]}
+	end := len(b)
 	for b[end-1] == '0' {
 		end--
 	}
-	return append(append(dst, '.'), b[:end]...)
+	return append(dst, b[:end]...)
 }
+
+// digitPairs holds "00" to "99": two decimal digits per lookup.
+const digitPairs = "00010203040506070809" + "10111213141516171819" + "20212223242526272829" + "30313233343536373839" +
+	"40414243444546474849" + "50515253545556575859" + "60616263646566676869" + "70717273747576777879" +
+	"80818283848586878889" + "90919293949596979899"
 
 // appendMsFloat is appendMs through strconv.
 func appendMsFloat(dst []byte, v float64) []byte {

@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
+	"math/rand/v2"
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
@@ -49,6 +52,61 @@ func TestRouteResponseJSON(t *testing.T) {
 		if err := json.Unmarshal([]byte(bad), &l); err == nil {
 			t.Fatalf("load %s accepted", bad)
 		}
+	}
+}
+
+// AppendJSON writes what encoding/json writes for answers of every shape:
+// integers of one, two and many digits, negative ages, costs of whole and
+// fractional milliseconds (and zero), any mix of flags and known load.
+func TestRouteResponseJSONRandom(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	num := func() int64 {
+		v := rng.Int64N(int64(1) << uint(rng.IntN(62)+1))
+		if rng.IntN(6) == 0 {
+			v = -v
+		}
+		return v
+	}
+	msOf := func() float64 {
+		switch rng.IntN(4) {
+		case 0:
+			return 0
+		case 1:
+			return rng.Float64() * 1e4
+		}
+		return float64(time.Duration(rng.Int64N(1<<uint(rng.IntN(60)+1)))) / float64(time.Millisecond)
+	}
+	flag := func() bool { return rng.IntN(2) == 0 }
+	var buf []byte
+	for range 2000 {
+		r := RouteResponse{Policy: "cost", ReadyLanes: uint16(rng.Uint32()), Blocks: int(num()), BlockSize: int(num()),
+			InputTokens: int(num()), Best: int(num()), Ranked: []RouteLane{}}
+		for range rng.IntN(17) {
+			r.Ranked = append(r.Ranked, RouteLane{Lane: int(num()), DC: "dc-" + string(rune('a'+rng.IntN(26))), Pool: "p0",
+				Depth: rng.Uint32(), Ready: flag(), AgeMs: num(), Stale: flag(), CachedTokens: int(num()), CostMs: msOf(),
+				Terms:       RouteTerms{RTTMs: msOf(), QueueMs: msOf(), PrefillMs: msOf(), PenaltyMs: msOf()},
+				LoadMissing: flag(), RTTUnknown: flag(), Excluded: flag(),
+				Load: RouteLoad{HasKV: flag(), KVUsedBlocks: rng.Uint64(), KVCapacityBlocks: uint64(rng.IntN(100)),
+					HasRequests: flag(), Running: uint64(rng.IntN(10)), Waiting: rng.Uint64() >> uint(rng.IntN(64)),
+					HasPrefill: flag(), ActivePrefillTokens: uint64(rng.IntN(1000)), HasDecode: flag(), ActiveDecodeBlocks: 99, AgeMs: num()}})
+			if l := &r.Ranked[len(r.Ranked)-1]; l.Excluded {
+				l.Reason = route.ReasonStale
+			}
+			if !r.Ranked[len(r.Ranked)-1].Load.Known() {
+				r.Ranked[len(r.Ranked)-1].Load = RouteLoad{}
+			}
+		}
+		want, err := json.Marshal(&r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if buf = r.AppendJSON(buf[:0]); !bytes.Equal(buf, want) {
+			t.Fatalf("AppendJSON\n%s\nencoding/json\n%s", buf, want)
+		}
+	}
+	minInt := int64(math.MinInt64)
+	if got := string(appendUint(nil, uint64(minInt), true)); got != "-9223372036854775808" {
+		t.Fatalf("MinInt64: %s", got)
 	}
 }
 

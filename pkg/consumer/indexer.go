@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
 // Indexer is GlobalCkfIndexer (spec §8.3): one indexer domain's transposed
@@ -175,6 +176,10 @@ type queryProber struct {
 	// seq[:hashed] holds the sequence hashes computed so far.
 	seq    []ckf.SequenceHash
 	hashed int
+	// key, when keyed, folds seq[:hashed] in order as extend computes it:
+	// its multiply chain runs beside the hash chain instead of after it.
+	key   route.KeyHash
+	keyed bool
 	// probes[i].Fingerprint == 0 marks position i as not yet prepared;
 	// prepared fingerprints are never 0.
 	probes []probeMemo
@@ -203,6 +208,10 @@ func (q *queryProber) prepared(pos int) *probeMemo {
 
 // extend computes the chain through pos (spec §2.2).
 func (q *queryProber) extend(pos int) {
+	if q.keyed {
+		q.extendKeyed(pos)
+		return
+	}
 	i := q.hashed
 	if i == 0 {
 		q.seq[0] = ckf.SequenceHash(q.locals[0])
@@ -211,6 +220,25 @@ func (q *queryProber) extend(pos int) {
 	for ; i <= pos; i++ {
 		q.seq[i] = nextSequenceHash(q.seq[i-1], q.locals[i])
 	}
+	q.hashed = pos + 1
+}
+
+// extendKeyed is extend folding each new sequence hash into q.key.
+func (q *queryProber) extendKeyed(pos int) {
+	k := q.key
+	i := q.hashed
+	if i == 0 {
+		q.seq[0] = ckf.SequenceHash(q.locals[0])
+		k.Add(uint64(q.seq[0]))
+		i = 1
+	}
+	prev := q.seq[i-1]
+	for ; i <= pos; i++ {
+		prev = nextSequenceHash(prev, q.locals[i])
+		q.seq[i] = prev
+		k.Add(uint64(prev))
+	}
+	q.key = k
 	q.hashed = pos + 1
 }
 
@@ -246,10 +274,21 @@ func (ix *Indexer) FindPrefixMatches(hashes []ckf.LocalBlockHash, s *QueryScratc
 // FindPrefixMatchesChain is FindPrefixMatches that also returns the whole
 // sequence-hash chain of hashes: the positions the search hashed are kept
 // and the rest computed, so a caller that needs the chain (a router's key)
-// does not hash the prompt twice. The chain is a view of s's buffer, valid
-// until s's next query; nil with an error.
-func (ix *Indexer) FindPrefixMatchesChain(hashes []ckf.LocalBlockHash, s *QueryScratch, out *QueryResult) ([]ckf.SequenceHash, error) {
-	return ix.findLocals(hashes, s, out, true)
+// does not hash the prompt twice. A non-nil key folds the chain in order
+// (route.KeyOf's fold, started by the caller) as it is hashed, beside the
+// hashing rather than in a pass after it. The chain is a view of s's
+// buffer, valid until s's next query; nil with an error.
+func (ix *Indexer) FindPrefixMatchesChain(hashes []ckf.LocalBlockHash, s *QueryScratch, out *QueryResult, key *route.KeyHash) ([]ckf.SequenceHash, error) {
+	// The fold runs on a copy in s, so key itself does not escape.
+	q := &s.prober
+	if key != nil {
+		q.key, q.keyed = *key, true
+	}
+	seq, err := ix.findLocals(hashes, s, out, true)
+	if key != nil {
+		*key, q.keyed = q.key, false
+	}
+	return seq, err
 }
 
 // findLocals is FindPrefixMatches, completing and returning the chain when

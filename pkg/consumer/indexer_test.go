@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
 // newTestIndexer configures the given lanes (DC id = lane+100) under one
@@ -259,9 +260,17 @@ func TestFindPrefixMatchesOnARealTable(t *testing.T) {
 		// The chained variant answers the same and hands back the whole
 		// chain, whatever depth the search stopped hashing at.
 		var outChain QueryResult
-		chain, err := ix.FindPrefixMatchesChain(locals, &s, &outChain)
+		chain, err := ix.FindPrefixMatchesChain(locals, &s, &outChain, nil)
 		if err != nil || outChain != out || !slices.Equal(chain, seq) {
 			t.Fatalf("chain %d: FindPrefixMatchesChain %v, result equal %v, chain equal %v", c, err, outChain == out, slices.Equal(chain, seq))
+		}
+		// With a key it also folds the chain as route.KeyOf does, in one
+		// pass with the hashing.
+		key := route.NewKeyHash(len(locals))
+		chain, err = ix.FindPrefixMatchesChain(locals, &s, &outChain, &key)
+		if err != nil || outChain != out || !slices.Equal(chain, seq) || key.Sum() != route.KeyOf(seq) {
+			t.Fatalf("chain %d: keyed FindPrefixMatchesChain %v, result equal %v, chain equal %v, key %#x want %#x",
+				c, err, outChain == out, slices.Equal(chain, seq), key.Sum(), route.KeyOf(seq))
 		}
 		var lin [ckf.LaneCount]uint32
 		linearPrefixDepths(len(seq), ckf.LaneMask, func(pos int) uint16 {

@@ -98,7 +98,48 @@ type routing struct {
 	// waitingTokens is the routers' WaitingRequestTokens (inflight.Apply),
 	// defaultPrefill their DefaultPrefillTokensPerSec.
 	waitingTokens, defaultPrefill float64
-	decisions                     sync.Pool // *route.Decision
+	scratch                       sync.Pool // *routeScratch
+	lanes                         laneChunks
+}
+
+// laneChunkLanes is the size of a laneChunks chunk: 64 answer lanes
+// (about 15 KB), a few routes' worth at 16 lanes each.
+const laneChunkLanes = 64
+
+// laneChunks hands out the answers' lane slices from shared chunks, one
+// allocation per chunk rather than one per route. Each slice is cut to its
+// length and capacity, so an append to it cannot reach a neighbour's; a
+// chunk lives as long as any answer cut from it.
+type laneChunks struct{ pool sync.Pool } // *laneChunk
+
+type laneChunk struct{ free []api.RouteLane }
+
+// take returns n zeroed lanes.
+func (p *laneChunks) take(n int) []api.RouteLane {
+	if n > laneChunkLanes/4 {
+		return make([]api.RouteLane, n)
+	}
+	c, _ := p.pool.Get().(*laneChunk)
+	if c == nil {
+		c = &laneChunk{}
+	}
+	if len(c.free) < n {
+		c.free = make([]api.RouteLane, laneChunkLanes)
+	}
+	out := c.free[:n:n]
+	c.free = c.free[n:]
+	p.pool.Put(c)
+	return out
+}
+
+// routeScratch is one route's working set, pooled so that a route neither
+// allocates nor clears it: every entry a route reads it wrote first.
+type routeScratch struct {
+	dec            route.Decision
+	cands          [ckf.LaneCount]route.Candidate
+	pending        [ckf.LaneCount]uint64
+	depth          [ckf.LaneCount]uint32
+	ages, loadAges [ckf.LaneCount]int64
 }
 
 func newRouting(c RouteConfig, domain string) *routing {
@@ -110,7 +151,7 @@ func newRouting(c RouteConfig, domain string) *routing {
 	}
 	rc := r.routers[route.StaleExclude].Config()
 	r.waitingTokens, r.defaultPrefill = rc.WaitingRequestTokens, rc.DefaultPrefillTokensPerSec
-	r.decisions.New = func() any { return &route.Decision{Ranked: make([]route.Scored, 0, ckf.LaneCount)} }
+	r.scratch.New = func() any { return &routeScratch{dec: route.Decision{Ranked: make([]route.Scored, 0, ckf.LaneCount)}} }
 	return r
 }
 
@@ -181,21 +222,16 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 	if err := s.find(q, &res, "route", &key); err != nil {
 		return api.RouteResponse{}, err
 	}
-	var depth [ckf.LaneCount]uint32
-	for _, l := range res.Lanes {
-		if l.Present {
-			depth[l.Lane] = l.Depth
-		}
-	}
 	now := s.now()
-	var pending [ckf.LaneCount]uint64
+	sc := rt.scratch.Get().(*routeScratch)
+	defer rt.scratch.Put(sc)
 	if s.ledger != nil {
-		s.ledger.PendingInto(now, pending[:])
+		s.ledger.PendingInto(now, sc.pending[:])
 	}
-	var buf [ckf.LaneCount]route.Candidate
-	var ages [ckf.LaneCount]int64
-	var loadAges [ckf.LaneCount]int64
-	cands := buf[:0]
+	// One pass over the configured lanes reads each lane's freshness and
+	// load once; the candidates overwrite the pooled buffer whole, so it
+	// needs no clearing.
+	cands := sc.cands[:0]
 	for lane := range ckf.LaneCount {
 		lbl := labels[lane]
 		if lbl.dc == "" {
@@ -203,21 +239,26 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		}
 		age, stale := s.laneAge(lane, now)
 		ready := res.CapturedReadyLanes&(1<<lane) != 0
-		c := route.Candidate{Lane: lane, DC: lbl.dc, Pool: lbl.pool, Depth: int(depth[lane]), Ready: ready, Stale: stale}
+		var depth uint32
+		if m := &res.Lanes[lane]; m.Present {
+			depth = m.Depth
+		}
+		sc.depth[lane] = depth
 		l := s.laneLoad(lane, now)
-		c.Load = loadReport(&l)
-		inflight.Apply(&c, pending[lane], rt.waitingTokens, bs)
-		ages[lane], loadAges[lane] = age, max(l.KVAge, l.ServingAge).Milliseconds()
+		cands = append(cands, route.Candidate{Lane: lane, DC: lbl.dc, Pool: lbl.pool, Depth: int(depth), Ready: ready, Stale: stale,
+			Load: loadReport(&l), PrefillTokensPerSec: rt.prefill[lbl.dc]})
+		c := &cands[len(cands)-1]
+		if s.ledger != nil {
+			inflight.Apply(c, sc.pending[lane], rt.waitingTokens, bs)
+		}
+		sc.ages[lane], sc.loadAges[lane] = age, max(l.KVAge, l.ServingAge).Milliseconds()
 		if ms, ok := o.RTTMs[lbl.dc]; ok {
 			c.RTT, c.RTTKnown = time.Duration(ms*float64(time.Millisecond)), true
 		}
-		c.PrefillTokensPerSec = rt.prefill[lbl.dc]
-		cands = append(cands, c)
 	}
 	req := route.Request{Blocks: q.Blocks(), BlockSize: bs, InputTokens: o.InputTokens, OutputTokens: o.OutputTokens,
 		Policy: pol, Key: key}
-	dec := rt.decisions.Get().(*route.Decision)
-	defer rt.decisions.Put(dec)
+	dec := &sc.dec
 	rt.routers[mode].Route(req, cands, dec)
 	if dec.Best < 0 {
 		return api.RouteResponse{}, api.ErrUnavailable
@@ -232,24 +273,25 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		}
 	}
 	resp := api.RouteResponse{Policy: string(dec.Policy), ReadyLanes: res.CapturedReadyLanes, Blocks: req.Blocks, BlockSize: bs,
-		InputTokens: input, Best: dec.Best, Ranked: make([]api.RouteLane, len(dec.Ranked))}
+		InputTokens: input, Best: dec.Best, Ranked: rt.lanes.take(len(dec.Ranked))}
 	for i := range dec.Ranked {
 		sd := &dec.Ranked[i]
 		rl := &resp.Ranked[i]
-		*rl = api.RouteLane{Lane: sd.Lane, DC: sd.DC, Pool: sd.Pool, Depth: depth[sd.Lane], Ready: sd.Ready,
-			AgeMs: ages[sd.Lane], Stale: sd.Stale, CachedTokens: sd.CachedTokens, CostMs: ms(sd.Cost),
-			Terms:       api.RouteTerms{RTTMs: ms(sd.Terms.RTT), QueueMs: ms(sd.Terms.Queue), PrefillMs: ms(sd.Terms.Prefill), PenaltyMs: ms(sd.Terms.Penalty)},
-			LoadMissing: sd.LoadMissing, RTTUnknown: sd.RTTUnknown, Excluded: sd.Excluded, Reason: sd.Reason}
-		if !sd.Ready {
-			rl.Depth = 0
+		// Field by field into the fresh (zeroed) slice: no temporary lane.
+		rl.Lane, rl.DC, rl.Pool, rl.Ready = sd.Lane, sd.DC, sd.Pool, sd.Ready
+		if sd.Ready {
+			rl.Depth = sc.depth[sd.Lane]
 		}
-		l := &sd.Load
-		rl.Load = api.RouteLoad{HasKV: l.HasKV, KVUsedBlocks: l.KVUsedBlocks, KVCapacityBlocks: l.KVCapacityBlocks,
-			HasRequests: l.HasRequests, Running: l.Running, Waiting: l.Waiting,
-			HasPrefill: l.HasPrefill, ActivePrefillTokens: l.ActivePrefillTokens,
-			HasDecode: l.HasDecode, ActiveDecodeBlocks: l.ActiveDecodeBlocks}
-		if rl.Load.Known() {
-			rl.Load.AgeMs = loadAges[sd.Lane]
+		rl.AgeMs, rl.Stale, rl.CachedTokens, rl.CostMs = sc.ages[sd.Lane], sd.Stale, sd.CachedTokens, ms(sd.Cost)
+		rl.Terms = api.RouteTerms{RTTMs: ms(sd.Terms.RTT), QueueMs: ms(sd.Terms.Queue), PrefillMs: ms(sd.Terms.Prefill), PenaltyMs: ms(sd.Terms.Penalty)}
+		rl.LoadMissing, rl.RTTUnknown, rl.Excluded, rl.Reason = sd.LoadMissing, sd.RTTUnknown, sd.Excluded, sd.Reason
+		l, rload := &sd.Load, &rl.Load
+		rload.HasKV, rload.KVUsedBlocks, rload.KVCapacityBlocks = l.HasKV, l.KVUsedBlocks, l.KVCapacityBlocks
+		rload.HasRequests, rload.Running, rload.Waiting = l.HasRequests, l.Running, l.Waiting
+		rload.HasPrefill, rload.ActivePrefillTokens = l.HasPrefill, l.ActivePrefillTokens
+		rload.HasDecode, rload.ActiveDecodeBlocks = l.HasDecode, l.ActiveDecodeBlocks
+		if rload.Known() {
+			rload.AgeMs = sc.loadAges[sd.Lane]
 		}
 	}
 	return resp, nil

@@ -198,3 +198,68 @@ func TestRouteConfigRefusesABadQueueRate(t *testing.T) {
 		t.Errorf("a positive queue rate: %v", err)
 	}
 }
+
+// A route's answer owns its lanes: later routes (which reuse the pooled
+// scratch and cut their lanes from the same chunks) leave it as it was,
+// and an append to one answer's lanes cannot write into another's.
+func TestRouteAnswersDoNotShareLanes(t *testing.T) {
+	e := newEnv(t)
+	a, b := e.relay(t, "dc-a"), e.relay(t, "dc-b")
+	w := newWorkload(43, 64, 8)
+	feed(a, w, func(i int) int { return i % 9 })
+	feed(b, w, func(i int) int { return (i * 5) % 9 })
+	s := startService(t, e.nc, e.js, testConfig(t))
+	waitInstalled(t, s.Service, a.lane, a.epoch(), a.pub.LastSequence())
+	waitInstalled(t, s.Service, b.lane, b.epoch(), b.pub.LastSequence())
+	first, err := s.Route(api.Query{Locals: w.chains[0]}, api.RouteOptions{InputTokens: 500})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := first.AppendJSON(nil)
+	if len(first.Ranked) != 2 || cap(first.Ranked) != len(first.Ranked) {
+		t.Fatalf("lanes len %d cap %d, want 2 and 2", len(first.Ranked), cap(first.Ranked))
+	}
+	var later []api.RouteResponse
+	for i := 1; i < len(w.chains); i++ {
+		r, err := s.Route(api.Query{Locals: w.chains[i]}, api.RouteOptions{Policy: "prefix", Stale: "penalize"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		later = append(later, r)
+	}
+	_ = append(later[0].Ranked, api.RouteLane{DC: "appended"})
+	if got := first.AppendJSON(nil); string(got) != string(want) {
+		t.Fatalf("the first answer changed under later routes:\n%s\nwas\n%s", got, want)
+	}
+	for i, r := range later {
+		for _, l := range r.Ranked {
+			if l.DC != "dc-a" && l.DC != "dc-b" {
+				t.Fatalf("answer %d holds a lane of another answer: %+v", i+1, l)
+			}
+		}
+	}
+}
+
+// laneChunks cuts zeroed slices of the asked length whose capacity ends
+// there, and hands a large request its own allocation.
+func TestLaneChunksTake(t *testing.T) {
+	var p laneChunks
+	x := p.take(3)
+	x[0].DC = "x"
+	y := p.take(3)
+	if len(x) != 3 || cap(x) != 3 || len(y) != 3 || cap(y) != 3 || y[0].DC != "" {
+		t.Fatalf("x %d/%d y %d/%d %q", len(x), cap(x), len(y), cap(y), y[0].DC)
+	}
+	x = append(x, api.RouteLane{DC: "next"})
+	if y[0].DC != "" || x[3].DC != "next" {
+		t.Fatal("an append to one slice reached another")
+	}
+	if big := p.take(laneChunkLanes/4 + 1); len(big) != laneChunkLanes/4+1 {
+		t.Fatalf("large take: %d", len(big))
+	}
+	for range 4 * laneChunkLanes {
+		if z := p.take(2); len(z) != 2 || z[0].DC != "" || z[1].DC != "" {
+			t.Fatalf("take across chunks: %+v", z)
+		}
+	}
+}

@@ -732,12 +732,11 @@ func (s *Service) find(q api.Query, res *consumer.QueryResult, op string, key *u
 			*key = route.KeyOf(q.Seqs)
 		}
 	case key != nil:
-		// The search has hashed part of the chain already: the key
-		// (requestKey) takes it from there rather than hashing the prompt
-		// again.
-		var chain []ckf.SequenceHash
-		chain, err = p.Indexer().FindPrefixMatchesChain(q.Locals, sc, res)
-		*key = route.KeyOf(chain)
+		// The search folds the key (requestKey) as it hashes the chain,
+		// rather than hashing the prompt again or folding it after.
+		k := route.NewKeyHash(len(q.Locals))
+		_, err = p.Indexer().FindPrefixMatchesChain(q.Locals, sc, res, &k)
+		*key = k.Sum()
 	default:
 		err = p.Indexer().FindPrefixMatches(q.Locals, sc, res)
 	}
