@@ -403,7 +403,14 @@ func (d *fastDecoder) block(sb *StoredBlock) bool {
 	)
 	var seen uint8
 	for {
-		k, ok := d.key()
+		// Canonical encoders write block_hash, tokens_hash, mm_extra_info.
+		next := `"block_hash":`
+		if seen&seenTokens != 0 {
+			next = `"mm_extra_info":`
+		} else if seen&seenBlock != 0 {
+			next = `"tokens_hash":`
+		}
+		k, ok := d.keyOr(next)
 		if !ok {
 			return false
 		}
