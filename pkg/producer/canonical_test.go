@@ -231,6 +231,33 @@ func TestCanonicalLongEventUsesScratchMapsConsistently(t *testing.T) {
 	}
 }
 
+// TestCanonicalLongEventsDoNotSeeEachOthersScratch: the long-event scratch
+// tables start empty for every event, after a huge event too. Members 2
+// and 3 store the external hashes member 1 stored, under other tokens:
+// their events must be validated on their own blocks only.
+func TestCanonicalLongEventsDoNotSeeEachOthersScratch(t *testing.T) {
+	s := mustState(t, ckf.NewConfig(1<<14))
+	chain := func(n int, tokens uint64) []routerevent.StoredBlock {
+		b := make([]routerevent.StoredBlock, n)
+		for i := range b {
+			b[i] = routerevent.StoredBlock{BlockHash: uint64(9000 + i), TokensHash: tokens + uint64(i)}
+		}
+		return b
+	}
+	for i, n := range []int{2000, 40, 40} {
+		w := uint64(i + 1)
+		if out := s.ApplyEvent(chainEv(w, 0, nil, chain(n, 100*w)...)); out.FirstError != nil {
+			t.Fatalf("member %d: %v", w, out.FirstError)
+		}
+		if got := s.MemberBlockCount(Member{w, 0}); got != n {
+			t.Fatalf("member %d owns %d blocks, want %d", w, got, n)
+		}
+	}
+	if err := checkInvariants(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCanonicalReofferOfResidentBlocksChangesNothing: re-storing a chain
 // whose blocks are all resident writes no bucket, keeps every refcount and
 // adds no fingerprint copy.

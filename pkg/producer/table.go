@@ -23,11 +23,17 @@ const tableMinSlots = 8
 
 // newU64Table sizes the table for hint entries without growing.
 func newU64Table(hint int) u64Table {
+	return makeU64Table(newU64TableSize(hint))
+}
+
+// newU64TableSize is the slot count that holds hint entries within the
+// load bound.
+func newU64TableSize(hint int) uint64 {
 	size := uint64(tableMinSlots)
 	for size*3/4 < uint64(hint) {
 		size <<= 1
 	}
-	return makeU64Table(size)
+	return size
 }
 
 func makeU64Table(size uint64) u64Table {
@@ -115,22 +121,41 @@ func (t *u64Table) grow() {
 
 // del removes k and reports whether it was present.
 func (t *u64Table) del(k uint64) bool {
+	slot, _, ok := t.find(k)
+	if ok {
+		t.delAt(slot)
+	}
+	return ok
+}
+
+// find returns k's slot (zeroSlot for key 0) and value, so that a caller
+// that reads an entry and then deletes it walks the probe run once.
+func (t *u64Table) find(k uint64) (slot int, v uint64, ok bool) {
 	if k == 0 {
-		had := t.hasZero
+		return zeroSlot, t.zeroVal, t.hasZero
+	}
+	for i := t.home(k); ; i = (i + 1) & t.mask {
+		e := &t.slots[i]
+		if e.key == k {
+			return int(i), e.val, true
+		}
+		if e.key == 0 {
+			return 0, 0, false
+		}
+	}
+}
+
+// zeroSlot is find's slot for key 0, which lives outside the slots.
+const zeroSlot = -1
+
+// delAt removes the entry find returned; the table must not have changed
+// since.
+func (t *u64Table) delAt(slot int) {
+	if slot == zeroSlot {
 		t.hasZero, t.zeroVal = false, 0
-		return had
+		return
 	}
-	i := t.home(k)
-	for {
-		key := t.slots[i].key
-		if key == 0 {
-			return false
-		}
-		if key == k {
-			break
-		}
-		i = (i + 1) & t.mask
-	}
+	i := uint64(slot)
 	// Backward shift: pull later entries of the probe run into the hole
 	// unless their home lies cyclically in (hole, j].
 	for j := (i + 1) & t.mask; t.slots[j].key != 0; j = (j + 1) & t.mask {
@@ -148,7 +173,6 @@ func (t *u64Table) del(k uint64) bool {
 	}
 	t.slots[i] = tableEntry{}
 	t.n--
-	return true
 }
 
 // all iterates every entry; the table must not change meanwhile.
@@ -169,6 +193,19 @@ func (t *u64Table) clone() u64Table {
 	c := *t
 	c.slots = append([]tableEntry(nil), t.slots...)
 	return c
+}
+
+// resetFor empties the table and sizes it for hint entries without
+// growing, keeping its slots unless they are too few or more than four
+// times what hint needs (so one huge event does not make every later
+// reset clear a huge table).
+func (t *u64Table) resetFor(hint int) {
+	want := newU64TableSize(hint)
+	if n := uint64(len(t.slots)); n < want || n > 4*want {
+		*t = makeU64Table(want)
+		return
+	}
+	t.reset()
 }
 
 // reset empties the table, keeping its capacity.
