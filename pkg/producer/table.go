@@ -21,6 +21,10 @@ type tableEntry struct{ key, val uint64 }
 
 const tableMinSlots = 8
 
+// scratchKeepSlots is the size up to which resetFor always keeps a table
+// (16 KiB of slots, cleared in well under a microsecond).
+const scratchKeepSlots = 1 << 10
+
 // newU64Table sizes the table for hint entries without growing.
 func newU64Table(hint int) u64Table {
 	return makeU64Table(newU64TableSize(hint))
@@ -196,12 +200,13 @@ func (t *u64Table) clone() u64Table {
 }
 
 // resetFor empties the table and sizes it for hint entries without
-// growing, keeping its slots unless they are too few or more than four
-// times what hint needs (so one huge event does not make every later
-// reset clear a huge table).
+// growing. It keeps its slots unless they are too few, or both large and
+// more than four times what hint needs (so one huge event does not make
+// every later reset clear a huge table, and events of varying length do
+// not reallocate).
 func (t *u64Table) resetFor(hint int) {
 	want := newU64TableSize(hint)
-	if n := uint64(len(t.slots)); n < want || n > 4*want {
+	if n := uint64(len(t.slots)); n < want || n > max(4*want, scratchKeepSlots) {
 		*t = makeU64Table(want)
 		return
 	}
