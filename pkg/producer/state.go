@@ -586,6 +586,7 @@ func (s *State) newMember(m Member) *memberState {
 	} else {
 		ms = &memberState{lineage: newU64Table(0)}
 	}
+	ms.lineage.sparse = true
 	s.members[m] = ms
 	return ms
 }
