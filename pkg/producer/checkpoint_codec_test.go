@@ -123,7 +123,7 @@ func TestCheckpointsOfMinimalSections(t *testing.T) {
 	t.Run("the zero member with a full small table", func(t *testing.T) {
 		for _, cfg := range []ckf.Config{verbatimConfig(64), ckf.NewConfig(64)} {
 			s := mustState(t, cfg)
-			// Lineage tables grow at half load now; one filled to 3/4, as
+			// Lineage tables grow at 5/8 load now; one filled to 3/4, as
 			// earlier versions left them, must still round-trip.
 			s.ApplyEvent(storedEv(0, 0, 1))
 			s.members[Member{}].lineage.sparse = false

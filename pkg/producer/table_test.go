@@ -53,25 +53,25 @@ func TestU64TableMatchesBuiltinMap(t *testing.T) {
 	}
 }
 
-// TestLineageTablesGrowAtHalfLoad: a member's lineage grows once it would
-// pass half its slots (the owner table at 3/4), before and after a
+// TestLineageTablesGrowAtFiveEighthsLoad: a member's lineage grows once it
+// would pass 5/8 of its slots (the owner table at 3/4), before and after a
 // checkpoint round trip.
-func TestLineageTablesGrowAtHalfLoad(t *testing.T) {
+func TestLineageTablesGrowAtFiveEighthsLoad(t *testing.T) {
 	cfg := ckf.NewConfig(1 << 10)
 	s := mustState(t, cfg)
-	s.ApplyEvent(storedEv(1, 0, 1, 2, 3, 4))
+	s.ApplyEvent(storedEv(1, 0, 1, 2, 3, 4, 5))
 	if c := s.members[Member{WorkerID: 1}].lineage.capacity(); c != tableMinSlots {
-		t.Fatalf("4 blocks in %d slots, want %d", c, tableMinSlots)
+		t.Fatalf("5 blocks in %d slots, want %d", c, tableMinSlots)
 	}
-	s.ApplyEvent(storedEv(2, 0, 1, 2, 3, 4, 5))
+	s.ApplyEvent(storedEv(2, 0, 1, 2, 3, 4, 5, 6))
 	if c := s.members[Member{WorkerID: 2}].lineage.capacity(); c != 2*tableMinSlots {
-		t.Fatalf("5 blocks in %d slots, want %d", c, 2*tableMinSlots)
+		t.Fatalf("6 blocks in %d slots, want %d", c, 2*tableMinSlots)
 	}
 	s.Flush()
 	got := roundTrip(t, s, cfg)
-	got.ApplyEvent(storedEv(1, 0, 5))
+	got.ApplyEvent(storedEv(1, 0, 6))
 	if c := got.members[Member{WorkerID: 1}].lineage.capacity(); c != 2*tableMinSlots {
-		t.Fatalf("restored: 5 blocks in %d slots, want %d", c, 2*tableMinSlots)
+		t.Fatalf("restored: 6 blocks in %d slots, want %d", c, 2*tableMinSlots)
 	}
 	if err := checkInvariants(got); err != nil {
 		t.Fatal(err)
