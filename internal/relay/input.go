@@ -206,18 +206,46 @@ func (e *epochRun) startApplySpan(msg jetstream.Msg, meta *jetstream.MsgMetadata
 }
 
 // subjectWorker parses an input subject's worker id, remembering the last
-// subject parsed: a pool's input comes from a few workers, message after
-// message.
+// subjects parsed: a pool's input comes from a few workers, their messages
+// interleaved.
 func (e *epochRun) subjectWorker(subject string) (uint64, error) {
-	if subject == e.lastSubject && subject != "" {
-		return e.lastWorker, nil
+	if w, ok := e.subjects.get(subject); ok {
+		return w, nil
 	}
 	_, _, worker, err := wire.ParseWorkerEventsSubject(subject)
 	if err != nil {
 		return 0, err
 	}
-	e.lastSubject, e.lastWorker = subject, worker
+	e.subjects.put(subject, worker)
 	return worker, nil
+}
+
+// subjectCacheSize is how many workers' subjects subjectCache keeps.
+const subjectCacheSize = 8
+
+// subjectCache maps the last subjectCacheSize distinct valid subjects to
+// their worker ids, replacing round-robin; a lookup compares strings only.
+type subjectCache struct {
+	subjects [subjectCacheSize]string
+	workers  [subjectCacheSize]uint64
+	next     int
+}
+
+func (c *subjectCache) get(subject string) (uint64, bool) {
+	if subject == "" {
+		return 0, false
+	}
+	for i := range c.subjects {
+		if c.subjects[i] == subject {
+			return c.workers[i], true
+		}
+	}
+	return 0, false
+}
+
+func (c *subjectCache) put(subject string, worker uint64) {
+	c.subjects[c.next], c.workers[c.next] = subject, worker
+	c.next = (c.next + 1) % subjectCacheSize
 }
 
 // trackLimit reports the tracked_blocks fault while stored events are being
