@@ -39,15 +39,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // attackBound is how long the index may take to answer exactly again
@@ -282,7 +282,7 @@ func TestAttackForgedEpochMarkerWithAnEmptyBody(t *testing.T) {
 			t.Fatalf("lane took epoch %d", l.Epoch)
 		}
 		lane, _ := laneOf(c.ix, "dc-a")
-		if delivered && !hasSeries(c.ix.Metrics(), fmt.Sprintf(`%s{lane="%d",kind="snap"} 1`, indexer.MetricUngrantedEpoch, lane.Lane)) {
+		if delivered && !hasSeries(c.ix.Metrics(), fmt.Sprintf(`%s{lane="%d",kind="snap"} 1`, follow.MetricUngrantedEpoch, lane.Lane)) {
 			t.Fatal("forged marker not counted")
 		}
 
@@ -482,7 +482,7 @@ func TestAttackDeletedInputStream(t *testing.T) {
 			testenv.Eventually(t, attackBound, 20*time.Millisecond, func() error {
 				st := r.Status()
 				moved := st.Epoch != epochs[dc] || st.Sequence > seqs[dc]
-				if l, _ := laneOf(c.ix, dc); l.State != indexer.PhaseActive || l.Epoch != st.Epoch || st.InputSeq < last || !moved || l.InstalledSequence < st.Sequence {
+				if l, _ := laneOf(c.ix, dc); l.State != follow.PhaseActive || l.Epoch != st.Epoch || st.InputSeq < last || !moved || l.InstalledSequence < st.Sequence {
 					return fmt.Errorf("lane %+v, relay %+v, last input sequence %d", l, st, last)
 				}
 				return nil
@@ -549,7 +549,7 @@ func TestAttackLaneMapWithFakeDCs(t *testing.T) {
 		if len(m) > 256<<10 || strings.Contains(m, "ffffffff") {
 			t.Fatalf("/metrics is %d bytes (fake names exported: %t)", len(m), strings.Contains(m, "ffffffff"))
 		}
-		if delivered && !hasSeries(c.ix.Metrics(), indexer.MetricLaneMapRejected+`{entry="lane"}`) {
+		if delivered && !hasSeries(c.ix.Metrics(), follow.MetricLaneMapRejected+`{entry="lane"}`) {
 			t.Fatal("refused lane map entries not counted")
 		}
 	})
@@ -617,7 +617,7 @@ func TestAttackMarkerNamingAHugeObject(t *testing.T) {
 			// relay's answer; no query runs meanwhile, so the allocations
 			// are the bootstrap's.
 			testenv.Eventually(t, attackBound, 5*time.Millisecond, func() error {
-				if l, ok := laneOf(c.ix, "dc-a"); !ok || l.State != indexer.PhaseActive || l.InstalledSequence >= m.Sequence {
+				if l, ok := laneOf(c.ix, "dc-a"); !ok || l.State != follow.PhaseActive || l.InstalledSequence >= m.Sequence {
 					return fmt.Errorf("lane %+v", l)
 				}
 				return nil

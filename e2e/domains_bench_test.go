@@ -21,13 +21,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/internal/domains"
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/pools"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/domains"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -42,22 +42,47 @@ import (
 // its resident set and its caches hold that indexer alone. The relays (one
 // pools.Manager per DC running a pool per domain) and the nats-server run
 // in the parent; every pool stores the same 256 chains of 128 blocks of its
-// domain, then the relays stop (the lanes stay installed). RSS is read in
-// the child after a GC, before the registry is built and after every domain
-// answers at full depth. A query is one chain of a random domain, named by
-// its model (distinct inputs), after the child walked an eviction buffer
-// of twice the last-level cache (evictBytes: measured from sysfs, or
-// declared with CKF_DM_LLC_MB; at least 64 MiB), so the cold state does
-// not depend on the machine's cache size; the parent asks the children in turn for dmBatch queries each, so
-// a load that comes and goes on the machine falls on all of them alike.
-// p50/p99 are of Registry.Match alone; the ratios are to the one-domain
-// process.
+// domain (CKF_DM_CHAINS sets another number), then the relays stop (the
+// lanes stay installed). RSS is read in the child after a GC, before the
+// registry is built and after every domain answers at full depth.
+//
+// A query is one stored chain (distinct inputs from a seeded generator),
+// named by its model, after the child walked an eviction buffer of twice
+// the last-level cache (evictBytes). A cache that keeps reused lines
+// against a scan keeps part of a small working set through any walk, so
+// how cold a query is depends on the machine's cache; the benchmark takes
+// that out of the comparison with a traffic dimension instead. Every
+// n-domain process answers two traffics:
+//   - one-domain traffic: every query names the same domain of the n, so
+//     the tables' working set is the one-domain process's and only the
+//     registry differs (n domains to look up among, their idle work);
+//   - mixed traffic: queries spread evenly over the n domains, so the
+//     working set is n times larger.
+//
+// p50(n, one-domain)/p50(1) is the registry's own share, on any machine;
+// p50(n, mixed)/p50(n, one-domain) the memory system's, which the table
+// lines a query reads (hot_MiB) against the cache explain, and the child's
+// LLC and dTLB miss counters when the machine has them. The parent asks
+// the (process, traffic) pairs in turn for dmBatch queries each, so a load
+// that comes and goes falls on all of them alike. p50/p99 are of
+// Registry.Match alone.
 
 const (
-	dmDCs    = 4
-	dmChains = 256
-	dmBlocks = 128
-	dmExpect = 1 << 18 // 2^17 buckets: a 16 MiB table per domain
+	dmDCs = 4
+	// dmChainsDefault is the chains each pool stores, unless
+	// CKF_DM_CHAINS sets 1 to dmExpect/dmBlocks (the blocks the tables are
+	// sized for): more chains, a larger working set per domain.
+	dmChainsDefault = 256
+	dmBlocks        = 128
+	dmExpect        = 1 << 18 // 2^17 buckets: a 16 MiB table per domain
+	// dmProbedPositions is how many of a chain's positions a query of a
+	// chain every lane holds at full depth reads, each in its two
+	// candidate buckets (spec §11 with verification window 2 and the
+	// search's two-level subtree prefetch, for 128 blocks): position 0,
+	// the exponential phase's 1, 2, 4, ..., 64, the binary phase's 96,
+	// 112, 120, 124, 126, 127 and the three midpoints it prefetches in
+	// vain (80, 116, 125); the window's 126 and 127 are among them.
+	dmProbedPositions = 17
 	// dmEvictMinMB is the least eviction walk (evictBytes).
 	dmEvictMinMB = 64
 	// dmLLCDeclaredMB is the last-level cache assumed when the machine
@@ -68,94 +93,225 @@ const (
 	dmChildEnv = "CKF_DOMAINS_BENCH_CHILD"
 )
 
+// dmTraffic is the domains a child's queries name.
+type dmTraffic string
+
+const (
+	// dmOne names domain 0 of the child's n in every query.
+	dmOne dmTraffic = "one"
+	// dmMixed names a uniformly random domain of the n.
+	dmMixed dmTraffic = "mixed"
+)
+
+// pick draws a query's domain of n and its chain of chains.
+func (t dmTraffic) pick(rng *rand.Rand, n, chains int) (domain, chain int) {
+	if t == dmMixed {
+		domain = rng.IntN(n)
+	}
+	return domain, rng.IntN(chains)
+}
+
+// dmChainCount is the chains each pool stores (CKF_DM_CHAINS, else
+// dmChainsDefault).
+func dmChainCount() (int, error) {
+	v := os.Getenv("CKF_DM_CHAINS")
+	if v == "" {
+		return dmChainsDefault, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("CKF_DM_CHAINS: %w", err)
+	}
+	if n < 1 || n > dmExpect/dmBlocks {
+		return 0, fmt.Errorf("CKF_DM_CHAINS=%d: want 1 to %d (the blocks the tables are sized for)", n, dmExpect/dmBlocks)
+	}
+	return n, nil
+}
+
 // dmChild is one indexer process of n domains.
 type dmChild struct {
-	n     int
-	names []string
-	cmd   *exec.Cmd
-	in    *bufio.Writer
-	out   *bufio.Scanner
-	// Reported by the child once loaded.
-	rssBase, rssLoaded, tableBytes, huge, evict, idleCPU uint64
-	lat                                                  []time.Duration
+	n, chains int
+	names     []string
+	cmd       *exec.Cmd
+	in        *bufio.Writer
+	out       *bufio.Scanner
+	// Reported by the child once loaded. linesPerBucket is the 64-byte
+	// lines of a bucket's row its lanes' words span.
+	rssBase, rssLoaded, tableBytes, huge, evict, idleCPU, linesPerBucket uint64
+}
+
+// dmRun is one (process, traffic) pair and what its queries measured.
+type dmRun struct {
+	kid     *dmChild
+	traffic dmTraffic
+	lat     []time.Duration
+	// llcMiss and dtlbMiss are the child's counts over Match alone; counted
+	// is false when the machine gives no counters.
+	llcMiss, dtlbMiss uint64
+	counted           bool
 }
 
 // The children are built by the parent benchmark (which testing runs once)
 // and measured by its one sub-benchmark, which runs with the real b.N.
 func BenchmarkDomainsColdMatch(b *testing.B) {
-	srv := testenv.StartServer(b)
-	var kids []*dmChild
-	for _, n := range []int{1, 8, 32} {
-		kids = append(kids, startDomainsChild(b, srv, n))
+	chains, err := dmChainCount()
+	if err != nil {
+		b.Fatal(err)
 	}
-	b.Run("interleaved", func(b *testing.B) { domainsColdMatch(b, kids) })
+	srv := testenv.StartServer(b)
+	var runs []*dmRun
+	for _, n := range []int{1, 8, 32} {
+		k := startDomainsChild(b, srv, n, chains)
+		if n == 1 {
+			// One domain's two traffics are the same queries.
+			runs = append(runs, &dmRun{kid: k, traffic: dmOne})
+			continue
+		}
+		runs = append(runs, &dmRun{kid: k, traffic: dmOne}, &dmRun{kid: k, traffic: dmMixed})
+	}
+	b.Run("interleaved", func(b *testing.B) { domainsColdMatch(b, runs) })
 }
 
-func domainsColdMatch(b *testing.B, kids []*dmChild) {
-	for _, k := range kids {
-		k.lat = k.lat[:0]
+func domainsColdMatch(b *testing.B, runs []*dmRun) {
+	for _, r := range runs {
+		r.lat, r.llcMiss, r.dtlbMiss = r.lat[:0], 0, 0
 	}
 	b.ResetTimer()
 	for done, round := 0, 0; done < b.N; round++ {
-		k := kids[round%len(kids)]
+		r := runs[round%len(runs)]
 		n := min(dmBatch, b.N-done)
-		fmt.Fprintf(k.in, "q %d %d\n", n, round)
-		if err := k.in.Flush(); err != nil {
+		fmt.Fprintf(r.kid.in, "q %d %d %s\n", n, round, r.traffic)
+		if err := r.kid.in.Flush(); err != nil {
 			b.Fatal(err)
 		}
-		if !k.out.Scan() {
-			b.Fatalf("child %d: %v", k.n, k.out.Err())
+		if !r.kid.out.Scan() {
+			b.Fatalf("child %d: %v", r.kid.n, r.kid.out.Err())
 		}
-		f := strings.Fields(k.out.Text())
-		if len(f) != n+1 || f[0] != "lat" {
-			b.Fatalf("child %d answered %q", k.n, k.out.Text())
-		}
-		for _, v := range f[1:] {
-			ns, err := strconv.ParseInt(v, 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			k.lat = append(k.lat, time.Duration(ns))
+		if err := r.add(r.kid.out.Text(), n); err != nil {
+			b.Fatalf("child %d: %v", r.kid.n, err)
 		}
 		done += n
 	}
 	b.StopTimer()
-	if slices.ContainsFunc(kids, func(k *dmChild) bool { return len(k.lat) == 0 }) {
+	if slices.ContainsFunc(runs, func(r *dmRun) bool { return len(r.lat) == 0 }) {
 		return
 	}
-	var p50one, p99one time.Duration
-	for _, k := range kids {
-		slices.Sort(k.lat)
-		p50, p99 := k.lat[len(k.lat)/2], k.lat[len(k.lat)*99/100]
-		if k.n == 1 {
-			p50one, p99one = p50, p99
-		}
-		sfx := "_" + strconv.Itoa(k.n) + "dom"
-		b.ReportMetric(float64(p50.Nanoseconds())/1e3, "p50_us"+sfx)
-		b.ReportMetric(float64(p99.Nanoseconds())/1e3, "p99_us"+sfx)
-		b.ReportMetric(float64(p50)/float64(p50one), "p50_ratio"+sfx)
-		b.ReportMetric(float64(p99)/float64(p99one), "p99_ratio"+sfx)
-		b.ReportMetric(float64(k.rssLoaded-k.rssBase)/(1<<20), "rss_MiB"+sfx)
-		b.ReportMetric(float64(k.tableBytes)/(1<<20), "table_MiB"+sfx)
-		// What the process holds beside its tables: constant in n when
-		// the resident set is the tables plus a fixed overhead.
-		b.ReportMetric((float64(k.rssLoaded-k.rssBase)-float64(k.tableBytes))/(1<<20), "other_MiB"+sfx)
-		b.ReportMetric(float64(k.huge)/(1<<20), "hugepage_MiB"+sfx)
-		b.ReportMetric(float64(k.evict)/(1<<20), "evict_MiB"+sfx)
-		b.ReportMetric(float64(k.idleCPU)/1e3, "idle_cpu_ms/s"+sfx)
+	if !runs[0].counted {
+		b.Log("no LLC or dTLB miss counters on this machine (see the children's stderr): hot_MiB is the arithmetic")
 	}
+	for _, m := range dmSummary(runs) {
+		b.ReportMetric(m.v, m.unit)
+	}
+}
+
+// add records a child's answer to a batch of n: "lat LLC DTLB NS...", the
+// counts -1 when the child has no counters.
+func (r *dmRun) add(line string, n int) error {
+	f := strings.Fields(line)
+	if len(f) != n+3 || f[0] != "lat" {
+		return fmt.Errorf("answered %q to a batch of %d", line, n)
+	}
+	var v [2]int64
+	for i := range v {
+		var err error
+		if v[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+			return fmt.Errorf("answer %q: %w", line, err)
+		}
+	}
+	if r.counted = v[0] >= 0 && v[1] >= 0; r.counted {
+		r.llcMiss += uint64(v[0])
+		r.dtlbMiss += uint64(v[1])
+	}
+	for _, s := range f[3:] {
+		ns, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || ns < 0 {
+			return fmt.Errorf("answer %q: latency %q", line, s)
+		}
+		r.lat = append(r.lat, time.Duration(ns))
+	}
+	return nil
+}
+
+// dmMetric is one reported figure.
+type dmMetric struct {
+	unit string
+	v    float64
+}
+
+// dmSummary turns the runs into the benchmark's metrics. Runs are of
+// distinct (process, traffic) pairs, the one-domain process first, each
+// with latencies. The latencies are sorted in place.
+func dmSummary(runs []*dmRun) []dmMetric {
+	var out []dmMetric
+	put := func(unit string, v float64) { out = append(out, dmMetric{unit, v}) }
+	us := func(d time.Duration) float64 { return float64(d.Nanoseconds()) / 1e3 }
+	mib := func(v uint64) float64 { return float64(v) / (1 << 20) }
+	pct := func(r *dmRun, p int) time.Duration { return r.lat[len(r.lat)*p/100] }
+	one := make(map[int]*dmRun) // each process's one-domain traffic
+	for _, r := range runs {
+		slices.Sort(r.lat)
+		if r.traffic == dmOne {
+			one[r.kid.n] = r
+		}
+	}
+	base := runs[0]
+	put("evict_MiB", mib(base.kid.evict))
+	for _, r := range runs {
+		k := r.kid
+		sfx := "_" + strconv.Itoa(k.n) + "dom"
+		if r.traffic == dmOne {
+			// What the process holds: the same whatever the traffic.
+			put("rss_MiB"+sfx, mib(k.rssLoaded-k.rssBase))
+			put("table_MiB"+sfx, mib(k.tableBytes))
+			// Beside its tables: constant in n when the resident set
+			// is the tables plus a fixed overhead.
+			put("other_MiB"+sfx, (float64(k.rssLoaded-k.rssBase)-float64(k.tableBytes))/(1<<20))
+			put("hugepage_MiB"+sfx, mib(k.huge))
+			put("idle_cpu_ms/s"+sfx, float64(k.idleCPU)/1e3)
+		}
+		if k.n != 1 {
+			sfx += "_" + string(r.traffic)
+		}
+		p50, p99 := pct(r, 50), pct(r, 99)
+		put("p50_us"+sfx, us(p50))
+		put("p99_us"+sfx, us(p99))
+		// The table lines the traffic's queries read, over all its
+		// domains' chains: the working set the cache has to hold.
+		domains := uint64(1)
+		if r.traffic == dmMixed {
+			domains = uint64(k.n)
+		}
+		put("hot_MiB"+sfx, mib(domains*uint64(k.chains)*dmProbedPositions*2*k.linesPerBucket*64))
+		if r.counted {
+			put("llc_miss/query"+sfx, float64(r.llcMiss)/float64(len(r.lat)))
+			put("dtlb_miss/query"+sfx, float64(r.dtlbMiss)/float64(len(r.lat)))
+		}
+		if k.n == 1 {
+			continue
+		}
+		if r.traffic == dmOne {
+			put("registry_ratio_"+strconv.Itoa(k.n)+"dom", float64(p50)/float64(pct(base, 50)))
+			continue
+		}
+		ref := one[k.n]
+		put("memory_ratio_"+strconv.Itoa(k.n)+"dom", float64(p50)/float64(pct(ref, 50)))
+		put("p50_ratio_"+strconv.Itoa(k.n)+"dom", float64(p50)/float64(pct(base, 50)))
+		put("p99_ratio_"+strconv.Itoa(k.n)+"dom", float64(p99)/float64(pct(base, 99)))
+	}
+	return out
 }
 
 // startDomainsChild starts the indexer process of n domains, loads its
 // domains from relays run here, waits until it answers them all and stops
 // the relays.
-func startDomainsChild(b *testing.B, srv *testenv.Server, n int) *dmChild {
-	k := &dmChild{n: n, names: make([]string, n)}
+func startDomainsChild(b *testing.B, srv *testenv.Server, n, chains int) *dmChild {
+	k := &dmChild{n: n, chains: chains, names: make([]string, n)}
 	for d := range n {
 		k.names[d] = fmt.Sprintf("n%d-model-%02d", n, d)
 	}
 	k.cmd = exec.Command(os.Args[0], "-test.run", "^TestDomainsBenchChild$", "-test.v")
-	k.cmd.Env = append(os.Environ(), dmChildEnv+"=1", "CKF_DM_URL="+srv.URL(), "CKF_DM_DOMAINS="+strings.Join(k.names, ","))
+	k.cmd.Env = append(os.Environ(), dmChildEnv+"=1", "CKF_DM_URL="+srv.URL(), "CKF_DM_DOMAINS="+strings.Join(k.names, ","),
+		"CKF_DM_CHAINS="+strconv.Itoa(chains))
 	k.cmd.Stderr = os.Stderr
 	stdin, err := k.cmd.StdinPipe()
 	if err != nil {
@@ -225,7 +381,7 @@ func startDomainsChild(b *testing.B, srv *testenv.Server, n int) *dmChild {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for i := range dmChains {
+			for i := range k.chains {
 				if _, err := js.PublishAsync(subj, dmStoredEvent(i+1, dmChain(d, i))); err != nil {
 					b.Fatal(err)
 				}
@@ -237,7 +393,7 @@ func startDomainsChild(b *testing.B, srv *testenv.Server, n int) *dmChild {
 	}
 	<-js.PublishAsyncComplete()
 	f := expect("ready")
-	for i, p := range []*uint64{&k.rssBase, &k.rssLoaded, &k.tableBytes, &k.huge, &k.evict, &k.idleCPU} {
+	for i, p := range []*uint64{&k.rssBase, &k.rssLoaded, &k.tableBytes, &k.huge, &k.evict, &k.idleCPU, &k.linesPerBucket} {
 		if *p, err = strconv.ParseUint(f[i+1], 10, 64); err != nil {
 			b.Fatalf("child %d: ready line %q: %v", n, k.out.Text(), err)
 		}
@@ -265,15 +421,21 @@ func dmStoredEvent(id int, chain []ckf.LocalBlockHash) []byte {
 // TestDomainsBenchChild is the indexer process of BenchmarkDomainsColdMatch;
 // it does nothing unless that benchmark started it. Its protocol, one line
 // each way on stdin/stdout: it prints "started" once its registry runs and
-// "ready RSS_BASE RSS_LOADED TABLE_BYTES HUGE_BYTES EVICT_BYTES IDLE_CPU_US"
-// (IDLE_CPU_US: its CPU over one idle second) once every domain
-// answers its last chain at full depth in every DC; then each "q N SEED"
-// gets "lat NS..." (N cold queries) until stdin closes.
+// "ready RSS_BASE RSS_LOADED TABLE_BYTES HUGE_BYTES EVICT_BYTES IDLE_CPU_US
+// LINES_PER_BUCKET" (IDLE_CPU_US: its CPU over one idle second) once every
+// domain answers its last chain at full depth in every DC; then each
+// "q N SEED TRAFFIC" gets "lat LLC_MISSES DTLB_MISSES NS..." (N cold
+// queries; the misses over their Match calls, -1 without counters) until
+// stdin closes.
 func TestDomainsBenchChild(t *testing.T) {
 	if os.Getenv(dmChildEnv) == "" {
 		t.Skip("the indexer process of BenchmarkDomainsColdMatch; runs only under it")
 	}
 	names := strings.Split(os.Getenv("CKF_DM_DOMAINS"), ",")
+	chains, err := dmChainCount()
+	if err != nil {
+		t.Fatal(err)
+	}
 	base := rss()
 	nc, err := nats.Connect(os.Getenv("CKF_DM_URL"))
 	if err != nil {
@@ -286,7 +448,7 @@ func TestDomainsBenchChild(t *testing.T) {
 	}
 	pc := consumer.DefaultPoolConfig()
 	pc.MaxDirtyToAppliedAge = time.Minute
-	reg, err := domains.New(nc, js, domains.Config{Domains: names, MaxDomains: len(names), Logger: zerolog.Nop(), Base: indexer.Config{
+	reg, err := domains.New(nc, js, domains.Config{Domains: names, MaxDomains: len(names), Logger: zerolog.Nop(), Base: follow.Config{
 		Pool: pc, Logger: zerolog.Nop(), LaneStaleAfter: time.Hour}})
 	if err != nil {
 		t.Fatal(err)
@@ -304,10 +466,12 @@ func TestDomainsBenchChild(t *testing.T) {
 	}
 	say("started")
 	deadline := time.Now().Add(10 * time.Minute)
+	var lanes []api.LaneDepth
 	for d, name := range names {
 		for {
-			resp, err := reg.Match(api.Query{Locals: dmChain(d, dmChains-1), Model: name})
+			resp, err := reg.Match(api.Query{Locals: dmChain(d, chains-1), Model: name})
 			if err == nil && len(resp.Lanes) == dmDCs && !slices.ContainsFunc(resp.Lanes, func(l api.LaneDepth) bool { return l.Depth != dmBlocks }) {
+				lanes = resp.Lanes
 				break
 			}
 			if time.Now().After(deadline) {
@@ -322,7 +486,17 @@ func TestDomainsBenchChild(t *testing.T) {
 	c0 := cpuTime()
 	time.Sleep(time.Second)
 	idle := cpuTime() - c0
-	say("ready %d %d %d %d %d %d", base, rss(), reg.TableBytes(), anonHuge(), evictBytes(), idle.Microseconds())
+	say("ready %d %d %d %d %d %d %d", base, rss(), reg.TableBytes(), anonHuge(), evictBytes(), idle.Microseconds(), rowLines(lanes))
+	// The counters count the thread that opened them: the queries run on
+	// it alone.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	ctr, err := openMissCounters()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "indexer process of %d domains: no LLC/dTLB miss counters: %v\n", len(names), err)
+	} else {
+		defer ctr.close()
+	}
 	evict := make([]byte, evictBytes())
 	sink := byte(0)
 	in := bufio.NewScanner(os.Stdin)
@@ -330,30 +504,79 @@ func TestDomainsBenchChild(t *testing.T) {
 	for in.Scan() {
 		var n int
 		var seed uint64
-		if _, err := fmt.Sscanf(in.Text(), "q %d %d", &n, &seed); err != nil {
+		var traffic dmTraffic
+		if _, err := fmt.Sscanf(in.Text(), "q %d %d %s", &n, &seed, &traffic); err != nil {
 			t.Fatalf("command %q: %v", in.Text(), err)
 		}
+		if n < 1 || n > 1000 || (traffic != dmOne && traffic != dmMixed) {
+			t.Fatalf("command %q: want 1 to 1000 queries of traffic %q or %q", in.Text(), dmOne, dmMixed)
+		}
+		var llc0, dtlb0 uint64
+		if ctr != nil {
+			if llc0, dtlb0, err = ctr.read(); err != nil {
+				t.Fatal(err)
+			}
+		}
 		rng := rand.New(rand.NewPCG(seed, uint64(len(names))))
-		line = append(line[:0], "lat"...)
+		lat := make([]time.Duration, 0, n)
 		for range n {
-			d := rng.IntN(len(names))
-			q := api.Query{Locals: dmChain(d, rng.IntN(dmChains)), Model: names[d]}
+			d, c := traffic.pick(rng, len(names), chains)
+			q := api.Query{Locals: dmChain(d, c), Model: names[d]}
 			for j := 0; j < len(evict); j += 64 {
 				evict[j]++
 				sink ^= evict[j]
 			}
+			if ctr != nil {
+				if err := ctr.enable(); err != nil {
+					t.Fatal(err)
+				}
+			}
 			t0 := time.Now()
 			resp, err := reg.Match(q)
 			el := time.Since(t0)
+			if ctr != nil {
+				if err := ctr.disable(); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if err != nil || resp.Best == nil || resp.Best.Depth != dmBlocks {
 				t.Fatalf("query: %+v %v", resp, err)
 			}
+			lat = append(lat, el)
+		}
+		llc, dtlb := int64(-1), int64(-1)
+		if ctr != nil {
+			l, d, err := ctr.read()
+			if err != nil {
+				t.Fatal(err)
+			}
+			llc, dtlb = int64(l-llc0), int64(d-dtlb0)
+		}
+		line = fmt.Appendf(line[:0], "lat %d %d", llc, dtlb)
+		for _, el := range lat {
 			line = append(line, ' ')
 			line = strconv.AppendInt(line, el.Nanoseconds(), 10)
 		}
 		say("%s", line)
 	}
 	_ = sink
+}
+
+// rowLines is how many 64-byte lines of a bucket's 128-byte row (16 lanes'
+// 8-byte words) the given lanes' words span: the lines a probe of those
+// lanes reads per bucket.
+func rowLines(lanes []api.LaneDepth) int {
+	var lines [2]bool
+	for _, l := range lanes {
+		lines[(l.Lane*8/64)&1] = true
+	}
+	n := 0
+	for _, used := range lines {
+		if used {
+			n++
+		}
+	}
+	return n
 }
 
 // One relay process at 1 and 16 pools: process CPU (user + system, the

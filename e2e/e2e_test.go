@@ -11,14 +11,14 @@ import (
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 func TestTwoDCsAnswerTheExactDepthPerDC(t *testing.T) {
@@ -232,7 +232,7 @@ func TestOneTraceCrossesTheNATSHop(t *testing.T) {
 				apply = s
 			case "ckf.relay.publish_delta":
 				publish = s
-			case indexer.SpanLaneApply:
+			case follow.SpanLaneApply:
 				laneApply = s
 			}
 		}

@@ -14,11 +14,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ckfrelay/ckfrelay/internal/bridge"
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -66,7 +66,7 @@ func TestRoutesMoveAwayFromADCWhoseEngineHasAQueue(t *testing.T) {
 	rc := route.DefaultConfig()
 	rc.RTT = map[string]time.Duration{"dc-a": 10 * time.Millisecond, "dc-b": 10 * time.Millisecond}
 	cfg := indexerConfig(t, nil)
-	cfg.Route = indexer.RouteConfig{Policy: rc, BlockSize: 16}
+	cfg.Route = follow.RouteConfig{Policy: rc, BlockSize: 16}
 	ix := startIndexer(t, nc, js, cfg)
 	engines := map[string]*simMetrics{"dc-a": serveSimMetrics(t, queued), "dc-b": serveSimMetrics(t, idle)}
 	for i, dc := range []string{"dc-a", "dc-b"} {

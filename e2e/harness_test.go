@@ -19,10 +19,12 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/domains"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -107,12 +109,12 @@ type indexerProc struct {
 	*running
 }
 
-func indexerConfig(t testing.TB, tp trace.TracerProvider) indexer.Config {
+func indexerConfig(t testing.TB, tp trace.TracerProvider) follow.Config {
 	pc := consumer.DefaultPoolConfig()
 	// Far above any scheduling delay of a loaded -race run: only injected
 	// faults may retire lanes here.
 	pc.MaxDirtyToAppliedAge = time.Minute
-	return indexer.Config{
+	return follow.Config{
 		Domain:              domain,
 		Pool:                pc,
 		Logger:              logger(t).With().Str("proc", "indexer").Logger(),
@@ -129,13 +131,47 @@ func indexerConfig(t testing.TB, tp trace.TracerProvider) indexer.Config {
 // laneStaleAfter is the indexer's staleness bound in these tests.
 const laneStaleAfter = time.Second
 
-func startIndexer(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg indexer.Config) *indexerProc {
+func startIndexer(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg follow.Config) *indexerProc {
 	t.Helper()
 	s, err := indexer.New(nc, js, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return &indexerProc{Service: s, running: background(t, s.Run)}
+}
+
+// hostProc is the global indexer as the binary runs it, one domain or
+// many: the pkg/domains host, each domain's service with its NATS endpoint
+// attached. pkg/client's Mirror runs the same host.
+type hostProc struct {
+	*domains.Registry
+	*running
+}
+
+// startIndexerHost runs cfg's domain in the host; setup sees the domain's
+// service before it runs (a test clock, say).
+func startIndexerHost(t testing.TB, nc *nats.Conn, js jetstream.JetStream, cfg follow.Config, setup ...func(*follow.Service)) *hostProc {
+	t.Helper()
+	cfg.Attach = indexer.Attach
+	reg, err := domains.New(nc, js, domains.Config{Base: cfg, Domains: []string{cfg.Domain}, Logger: cfg.Logger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, ok := reg.Service(cfg.Domain)
+	if !ok {
+		t.Fatalf("the host follows no domain %q", cfg.Domain)
+	}
+	for _, f := range setup {
+		f(svc)
+	}
+	return &hostProc{Registry: reg, running: background(t, reg.Run)}
+}
+
+// answerer is what the workload checks answers against: an indexer's
+// service or its host.
+type answerer interface {
+	Match(q api.Query) (api.MatchResponse, error)
+	Lanes() []api.LaneStatus
 }
 
 // workload is a replayed trace over named DCs with exact ground truth.
@@ -234,7 +270,7 @@ func publishWhenStored(t testing.TB, ctx context.Context, js jetstream.JetStream
 // check queries every replayed request and compares each lane's depth with
 // the exact depth its DC holds. It returns an error while any lane is below
 // the truth (a false negative) or missing, and the overestimate count.
-func (w *workload) check(ix *indexerProc, dcs ...string) (over int, err error) {
+func (w *workload) check(ix answerer, dcs ...string) (over int, err error) {
 	if len(dcs) == 0 {
 		dcs = w.dcs
 	}
@@ -273,7 +309,7 @@ func (w *workload) check(ix *indexerProc, dcs ...string) (over int, err error) {
 
 // laneDepths is ix's answer for dc on each step published so far (-1 where
 // dc's lane is not in the answer).
-func (w *workload) laneDepths(t testing.TB, ix *indexerProc, dc string) []int {
+func (w *workload) laneDepths(t testing.TB, ix answerer, dc string) []int {
 	t.Helper()
 	out := make([]int, len(w.steps))
 	for i, st := range w.steps {
@@ -304,13 +340,13 @@ func indexOf(s []string, v string) int {
 }
 
 // converge waits until check passes and returns the overestimates.
-func (w *workload) converge(t testing.TB, ix *indexerProc, dcs ...string) int {
+func (w *workload) converge(t testing.TB, ix answerer, dcs ...string) int {
 	t.Helper()
 	return w.convergeWithin(t, ix, settle, dcs...)
 }
 
 // convergeWithin is converge with its own bound.
-func (w *workload) convergeWithin(t testing.TB, ix *indexerProc, within time.Duration, dcs ...string) int {
+func (w *workload) convergeWithin(t testing.TB, ix answerer, within time.Duration, dcs ...string) int {
 	t.Helper()
 	var over int
 	testenv.Eventually(t, within, 20*time.Millisecond, func() error {
@@ -321,7 +357,7 @@ func (w *workload) convergeWithin(t testing.TB, ix *indexerProc, within time.Dur
 	return over
 }
 
-func laneOf(ix *indexerProc, dc string) (api.LaneStatus, bool) {
+func laneOf(ix answerer, dc string) (api.LaneStatus, bool) {
 	for _, l := range ix.Lanes() {
 		if l.DC == dc {
 			return l, true

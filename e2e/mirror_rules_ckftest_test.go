@@ -10,12 +10,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/client"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -32,7 +32,7 @@ func (c *stallClock) advance(d time.Duration) { c.off.Add(int64(d)) }
 
 // A mirror built with MirrorConfig's zero rules keeps and retires lanes as
 // the global-indexer binary does (the binary's config is lanerules'
-// defaults through indexer.Config.WithRules, as cmd/global-indexer builds
+// defaults through follow.Config.WithRules, as cmd/global-indexer builds
 // it). Both follow the same relay; dc-a's apply is held on both and
 // a delta waits behind it. At 50 ms of stall (past the seed's 10 ms bound,
 // which the mirror used to run with, within the binary's 100 ms) both keep
@@ -43,7 +43,7 @@ func TestMirrorKeepsAndDropsLanesLikeTheIndexer(t *testing.T) {
 	nc, js := srv.Connect(t), srv.JetStream(t)
 	clk := &stallClock{base: time.Now()}
 
-	cfg, err := indexer.Config{
+	cfg, err := follow.Config{
 		Domain:  domain,
 		Logger:  logger(t).With().Str("proc", "indexer").Logger(),
 		Streams: streams.Options{Memory: true},
@@ -51,12 +51,8 @@ func TestMirrorKeepsAndDropsLanesLikeTheIndexer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := indexer.New(nc, js, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	indexer.SetPoolClockForTest(svc, clk.now)
-	ix := &indexerProc{Service: svc, running: background(t, svc.Run)}
+	// The indexer as global-indexer runs it; the mirror runs the same host.
+	ix := startIndexerHost(t, nc, js, cfg, func(svc *follow.Service) { follow.SetPoolClockForTest(svc, clk.now) })
 
 	m, err := client.NewMirror(srv.Connect(t), client.MirrorConfig{Domain: domain, Logger: logger(t).With().Str("proc", "mirror").Logger()})
 	if err != nil {
@@ -66,7 +62,7 @@ func TestMirrorKeepsAndDropsLanesLikeTheIndexer(t *testing.T) {
 	if !ok {
 		t.Fatalf("the mirror follows no domain %q", domain)
 	}
-	indexer.SetPoolClockForTest(msvc, clk.now)
+	follow.SetPoolClockForTest(msvc, clk.now)
 	background(t, m.Run)
 
 	// One DC: a second lane could share dc-a's held worker in one pool and
@@ -86,7 +82,8 @@ func TestMirrorKeepsAndDropsLanesLikeTheIndexer(t *testing.T) {
 	if !ok {
 		t.Fatal("no lane for dc-a")
 	}
-	pools := map[string]*consumer.Pool{"indexer": indexer.PoolForTest(svc), "mirror": indexer.PoolForTest(msvc)}
+	svc, _ := ix.Service(domain)
+	pools := map[string]*consumer.Pool{"indexer": follow.PoolForTest(svc), "mirror": follow.PoolForTest(msvc)}
 	var resumes []func()
 	for name, p := range pools {
 		resume, err := consumer.PauseLaneWorkerForTest(p, a.Lane, 10*time.Second)
@@ -145,7 +142,7 @@ func TestMirrorKeepsAndDropsLanesLikeTheIndexer(t *testing.T) {
 
 // sameLanes waits until the mirror's lanes are the indexer's: same rows,
 // states, epochs and installed sequences.
-func sameLanes(t *testing.T, ix *indexerProc, m *client.Mirror) {
+func sameLanes(t *testing.T, ix *hostProc, m *client.Mirror) {
 	t.Helper()
 	testenv.Eventually(t, settle, 10*time.Millisecond, func() error {
 		want, got := ix.Lanes(), m.Lanes()
@@ -163,7 +160,7 @@ func sameLanes(t *testing.T, ix *indexerProc, m *client.Mirror) {
 
 // sameAnswers asks both for every replayed request: the same ready set
 // and depths (ages aside), or both unavailable.
-func sameAnswers(t *testing.T, w *workload, ix *indexerProc, m *client.Mirror) {
+func sameAnswers(t *testing.T, w *workload, ix *hostProc, m *client.Mirror) {
 	t.Helper()
 	ctx := context.Background()
 	for i, st := range w.steps {

@@ -19,7 +19,8 @@ import (
 func TestMirrorAnswersExactlyLikeTheIndexer(t *testing.T) {
 	srv := testenv.StartServer(t)
 	nc, js := srv.Connect(t), srv.JetStream(t)
-	ix := startIndexer(t, nc, js, indexerConfig(t, nil))
+	// Both run the pkg/domains host, as global-indexer does.
+	ix := startIndexerHost(t, nc, js, indexerConfig(t, nil))
 	m, err := client.NewMirror(srv.Connect(t), client.MirrorConfig{Domain: domain, Logger: logger(t).With().Str("proc", "mirror").Logger()})
 	if err != nil {
 		t.Fatal(err)

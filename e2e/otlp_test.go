@@ -12,9 +12,9 @@ import (
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -96,7 +96,7 @@ func TestOneTraceReachesAnOTLPCollectorAcrossTheNATSHop(t *testing.T) {
 			applies = append(applies, s)
 		case "ckf.relay.publish_delta":
 			publish = &s
-		case indexer.SpanLaneApply:
+		case follow.SpanLaneApply:
 			laneApply = &s
 		}
 	}

@@ -10,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/client"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // routeWithoutAges zeroes what depends on when the answer was taken.
@@ -39,7 +39,7 @@ func TestRouteAnswersAlikeOverEveryPath(t *testing.T) {
 	nc, js := srv.Connect(t), srv.JetStream(t)
 	rc := route.DefaultConfig()
 	rc.RTT = map[string]time.Duration{"dc-a": 5 * time.Millisecond, "dc-b": 40 * time.Millisecond}
-	routeCfg := indexer.RouteConfig{Policy: rc, BlockSize: 16, PrefillRate: map[string]float64{"dc-b": 20000}}
+	routeCfg := follow.RouteConfig{Policy: rc, BlockSize: 16, PrefillRate: map[string]float64{"dc-b": 20000}}
 	cfg := indexerConfig(t, nil)
 	cfg.Route = routeCfg
 	ix := startIndexer(t, nc, js, cfg)
@@ -152,7 +152,7 @@ func TestRouteAnswersAlikeOverEveryPath(t *testing.T) {
 	// tokens in flight where it was decided (the indexer for HTTP and NATS,
 	// the mirror for itself), and the mirror's account reaches the
 	// indexer on ckfload.<domain>.<dc>.inflight.
-	added := indexer.MetricInflightEvents + `{outcome="added"}`
+	added := follow.MetricInflightEvents + `{outcome="added"}`
 	if n := promtest.Count(ix.Metrics(), added); n != 0 {
 		t.Fatalf("probes accounted %d routes", n)
 	}
@@ -162,7 +162,7 @@ func TestRouteAnswersAlikeOverEveryPath(t *testing.T) {
 		}
 	}
 	testenv.WaitFor(t, settle, "the indexer applies the mirror's account", func() bool {
-		return promtest.Count(ix.Metrics(), indexer.MetricInflightAccounts+`{direction="received",outcome="applied"}`) == 1
+		return promtest.Count(ix.Metrics(), follow.MetricInflightAccounts+`{direction="received",outcome="applied"}`) == 1
 	})
 	if n := promtest.Count(ix.Metrics(), added); n != 3 {
 		t.Fatalf("the indexer holds %d entries, want its 2 routes and the mirror's", n)

@@ -2,7 +2,7 @@
 # Mutation testing of the pure packages with gremlins (issue 10). Too slow for
 # every submission, so it is not part of .ci/run. Usage:
 #
-#   ./scripts/mutation.sh                          # pkg/ckf pkg/wire pkg/consumer pkg/producer internal/adapter pkg/lease
+#   ./scripts/mutation.sh                          # pkg/ckf pkg/wire pkg/consumer pkg/producer pkg/lease
 #   ./scripts/mutation.sh pkg/consumer pkg/wire    # the issue's done-when check
 #
 # Each package runs on its own (one gremlins run per package, --workers 1 by
@@ -37,7 +37,7 @@ if [[ ! -x $gremlins ]]; then
 fi
 
 if (($# == 0)); then
-	set -- pkg/ckf pkg/wire pkg/consumer pkg/producer internal/adapter pkg/lease
+	set -- pkg/ckf pkg/wire pkg/consumer pkg/producer pkg/lease
 fi
 mkdir -p "$out"
 

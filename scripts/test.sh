@@ -29,7 +29,7 @@ if ! go mod tidy -diff >/dev/null; then
   echo "go mod tidy would change go.mod/go.sum:"; go mod tidy -diff || true; exit 1
 fi
 go vet ./...
-go vet -tags ckftest ./pkg/consumer ./pkg/client ./internal/indexer ./e2e
+go vet -tags ckftest ./pkg/consumer ./pkg/client ./pkg/follow ./internal/indexer ./e2e
 "$staticcheck" ./...
 # The documentation's links and cited paths, first, so a broken one fails
 # in seconds (docs/testing.md); go test ./... runs it again.

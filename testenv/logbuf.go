@@ -21,6 +21,13 @@ func (l *LogBuffer) Write(p []byte) (int, error) {
 	return l.b.Write(p)
 }
 
+// String returns everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 // Lines returns the lines written so far that contain substr.
 func (l *LogBuffer) Lines(substr string) []string {
 	l.mu.Lock()

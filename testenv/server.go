@@ -160,6 +160,25 @@ func run(o natsembed.EmbeddedOptions, route *routeOpts) (*server.Server, error) 
 	return natsembed.RunOptions(opts, o.LogWriter, o.ReadyTimeout)
 }
 
+// StartCustomServer starts a JetStream server named name on a free port
+// with the options testenv gives every server, after edit has changed
+// them (cluster routes, say), for a topology no helper here builds. The
+// server shuts down with the test.
+func StartCustomServer(t testing.TB, name string, edit func(*server.Options)) *server.Server {
+	t.Helper()
+	opts, err := natsembed.EmbeddedOptions{Host: "127.0.0.1", Port: -1, StoreDir: t.TempDir(), ServerName: name}.ServerOptions()
+	if err != nil {
+		t.Fatalf("testenv: server options: %v", err)
+	}
+	edit(opts)
+	srv, err := natsembed.RunOptions(opts, nil, readyTimeout)
+	if err != nil {
+		t.Fatalf("testenv: start %s: %v", name, err)
+	}
+	t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+	return srv
+}
+
 // NATS returns the current underlying server.
 func (s *Server) NATS() *server.Server {
 	s.mu.Lock()

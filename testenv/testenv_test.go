@@ -227,3 +227,43 @@ func TestWaitForFailsWithWhatAfterTheDeadline(t *testing.T) {
 		t.Fatal("gave up before the deadline")
 	}
 }
+
+// cleanupTB keeps the cleanups and the Errorf messages of the code under
+// test, so a test can run them and read them.
+type cleanupTB struct {
+	testing.TB
+	cleanups []func()
+	errs     []string
+}
+
+func (c *cleanupTB) Cleanup(f func()) { c.cleanups = append(c.cleanups, f) }
+func (c *cleanupTB) Errorf(format string, args ...any) {
+	c.errs = append(c.errs, fmt.Sprintf(format, args...))
+}
+
+func TestBackgroundCancelsRunWhenTheTestEndsAndReportsItsError(t *testing.T) {
+	for _, tc := range []struct {
+		ret     error
+		wantErr bool
+	}{{context.Canceled, false}, {nil, false}, {errors.New("boom"), true}} {
+		c := &cleanupTB{TB: t}
+		stopped := make(chan struct{})
+		Background(c, func(ctx context.Context) error {
+			<-ctx.Done()
+			close(stopped)
+			return tc.ret
+		})
+		select {
+		case <-stopped:
+			t.Fatal("run stopped before the test ended")
+		case <-time.After(10 * time.Millisecond):
+		}
+		for _, f := range c.cleanups {
+			f()
+		}
+		<-stopped
+		if got := len(c.errs) != 0; got != tc.wantErr {
+			t.Errorf("run returned %v: errors %q, want some: %v", tc.ret, c.errs, tc.wantErr)
+		}
+	}
+}

@@ -10,13 +10,12 @@ import (
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/internal/bench"
+	"github.com/ckfrelay/ckfrelay/internal/cli/clitest"
 )
-
-func noEnv(string) string { return "" }
 
 func TestRunPrintsJSONRowsForTheSelectedSuite(t *testing.T) {
 	var out, errOut bytes.Buffer
-	code := run(context.Background(), []string{"--only", "search", "--buckets", "4096", "--blocks", "32", "--queries", "128", "--hot-queries", "8", "--benchtime", "20x", "--percentile-samples", "500", "--ingest-rate", "20000", "--pool-max-dirty-age", "1s", "--json", "--quiet"}, noEnv, &out, &errOut)
+	code := run(context.Background(), []string{"--only", "search", "--buckets", "4096", "--blocks", "32", "--queries", "128", "--hot-queries", "8", "--benchtime", "20x", "--percentile-samples", "500", "--ingest-rate", "20000", "--pool-max-dirty-age", "1s", "--json", "--quiet"}, clitest.NoEnv, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
@@ -42,7 +41,7 @@ func TestRunPrintsJSONRowsForTheSelectedSuite(t *testing.T) {
 
 func TestRunPrintsATable(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := run(context.Background(), []string{"--only", "search", "--buckets", "4096", "--blocks", "32", "--queries", "64", "--benchtime", "10x", "--percentile-samples", "500", "--ingest-rate", "20000", "--pool-max-dirty-age", "1s"}, noEnv, &out, &errOut); code != 0 {
+	if code := run(context.Background(), []string{"--only", "search", "--buckets", "4096", "--blocks", "32", "--queries", "64", "--benchtime", "10x", "--percentile-samples", "500", "--ingest-rate", "20000", "--pool-max-dirty-age", "1s"}, clitest.NoEnv, &out, &errOut); code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{"search/hot", "search/cold p99", "ns/op", "allocs/op", "ratio = subject / baseline"} {
@@ -74,7 +73,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--e2e-generator", "thread"},
 	} {
 		var out, errOut bytes.Buffer
-		if code := run(context.Background(), args, noEnv, &out, &errOut); code != 2 {
+		if code := run(context.Background(), args, clitest.NoEnv, &out, &errOut); code != 2 {
 			t.Errorf("%v: exit %d, want 2", args, code)
 		}
 	}
@@ -86,7 +85,7 @@ func TestScaleJSONKeepsItsStableNamesAndWritesPlots(t *testing.T) {
 	dir := t.TempDir()
 	var out, errOut bytes.Buffer
 	code := run(context.Background(), []string{"--only", "scale", "--buckets", "1024", "--queries", "256", "--hot-queries", "8",
-		"--accuracy-queries", "2000", "--plots", dir, "--json", "--quiet"}, noEnv, &out, &errOut)
+		"--accuracy-queries", "2000", "--plots", dir, "--json", "--quiet"}, clitest.NoEnv, &out, &errOut)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut.String())
 	}

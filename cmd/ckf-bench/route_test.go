@@ -112,11 +112,11 @@ func TestRouteSweep(t *testing.T) {
 	if len(doc.Points) != 10 {
 		t.Fatalf("%d points, want 10", len(doc.Points))
 	}
-	p := doc.Points[0] // window 50 ms: 20 windows/s; scrape 1 s of 2 workers
-	if p.Knob != "window" || p.Window != 50e6 || p.WindowMsgsPerSec != 20 || p.WorkerMsgsPerSec != 2 || len(p.Rows) != 1 {
+	p := doc.Points[0] // window 50 ms: 20 windows/s; the default scrape (200 ms) of 2 workers
+	if p.Knob != "window" || p.Window != 50e6 || p.WindowMsgsPerSec != 20 || p.WorkerMsgsPerSec != 10 || len(p.Rows) != 1 {
 		t.Fatalf("point %+v", p)
 	}
-	if q := doc.Points[5]; q.Knob != "max_age" || q.MaxAge != 50e6 || q.WindowMsgsPerSec != 1 {
+	if q := doc.Points[5]; q.Knob != "max_age" || q.MaxAge != 50e6 || q.WindowMsgsPerSec != 5 {
 		t.Fatalf("point %+v", q)
 	}
 	if !strings.Contains(stdout.String(), "windows/s/DC") {

@@ -28,7 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
-	"github.com/ckfrelay/ckfrelay/internal/promx"
+	"github.com/ckfrelay/ckfrelay/pkg/promx"
 )
 
 func main() {

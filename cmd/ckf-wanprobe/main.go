@@ -84,16 +84,13 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) int {
-	var o *options
-	return cli.Run(ctx, "ckf-wanprobe", stderr, func() (*cli.Common, error) {
-		var err error
-		o, err = parse(args, getenv, stderr)
-		if err != nil {
-			return nil, err
-		}
-		return &o.common, nil
-	}, func(log zerolog.Logger) error { return measure(ctx, o, log, stdout) })
+	return cli.RunParsed(ctx, "ckf-wanprobe", args, getenv, stderr, parse, func(ctx context.Context, o *options, log zerolog.Logger) error {
+		return measure(ctx, o, log, stdout)
+	})
 }
+
+// CommonFlags makes options a cli.Options.
+func (o *options) CommonFlags() *cli.Common { return &o.common }
 
 func measure(ctx context.Context, o *options, log zerolog.Logger, stdout io.Writer) error {
 	nc, _, err := cli.Dial(o.common.NatsURL, "ckf-wanprobe", o.common.Security, log)

@@ -9,11 +9,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/cli/clitest"
 )
 
-func TestVersionAndGroupedHelp(t *testing.T) {
-	clitest.VersionAndGroupedHelp(t, "ckf-wanprobe", func(args []string, out *bytes.Buffer) int {
-		return run(context.Background(), args, func(string) string { return "" }, io.Discard, out)
-	})
-}
+func TestVersionAndGroupedHelp(t *testing.T) { clitest.ToolHelp(t, "ckf-wanprobe", run) }
 
 func TestBadFlagsExit2(t *testing.T) {
 	for _, args := range [][]string{
@@ -22,7 +18,7 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"--dc", "dc-a", "--load-rate", "-1"},
 	} {
 		var out bytes.Buffer
-		if code := run(context.Background(), args, func(string) string { return "" }, io.Discard, &out); code != 2 {
+		if code := run(context.Background(), args, clitest.NoEnv, io.Discard, &out); code != 2 {
 			t.Errorf("%q: exit %d (%s), want 2", args, code, out.String())
 		}
 	}

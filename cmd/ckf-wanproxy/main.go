@@ -81,16 +81,11 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*option
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
-	var o *options
-	return cli.Run(ctx, "ckf-wanproxy", stderr, func() (*cli.Common, error) {
-		var err error
-		o, err = parse(args, getenv, stderr)
-		if err != nil {
-			return nil, err
-		}
-		return &o.common, nil
-	}, func(log zerolog.Logger) error { return serve(ctx, o, log) })
+	return cli.RunParsed(ctx, "ckf-wanproxy", args, getenv, stderr, parse, serve)
 }
+
+// CommonFlags makes options a cli.Options.
+func (o *options) CommonFlags() *cli.Common { return &o.common }
 
 func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	log = log.With().Str("link", o.name).Logger()

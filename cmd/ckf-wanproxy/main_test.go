@@ -13,13 +13,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/cli/clitest"
 )
 
-func noEnv(string) string { return "" }
-
-func TestVersionAndGroupedHelp(t *testing.T) {
-	clitest.VersionAndGroupedHelp(t, "ckf-wanproxy", func(args []string, out *bytes.Buffer) int {
-		return run(context.Background(), args, noEnv, out)
-	})
-}
+func TestVersionAndGroupedHelp(t *testing.T) { clitest.ServiceHelp(t, "ckf-wanproxy", run) }
 
 func TestBadFlagsExit2(t *testing.T) {
 	for _, args := range [][]string{
@@ -29,7 +23,7 @@ func TestBadFlagsExit2(t *testing.T) {
 		{"--routes", "127.0.0.1:0=x:1", "--bandwidth", "-1"},
 	} {
 		var out bytes.Buffer
-		if code := run(context.Background(), args, noEnv, &out); code != 2 {
+		if code := run(context.Background(), args, clitest.NoEnv, &out); code != 2 {
 			t.Errorf("%q: exit %d (%s), want 2", args, code, out.String())
 		}
 	}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -88,7 +87,7 @@ func TestServesStatusWhileBridging(t *testing.T) {
 	defer e.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan int, 1)
-	out := &syncWriter{}
+	out := &testenv.LogBuffer{}
 	go func() {
 		done <- run(ctx, []string{"--nats-url", srv.URL(), "--dc", "a", "--http-addr", "127.0.0.1:0",
 			"--engine", "1=" + e.PubEndpoint() + ",replay=" + e.ReplayEndpoint(), "--log-format", "json"}, env(nil), out)
@@ -141,24 +140,6 @@ func TestServesStatusWhileBridging(t *testing.T) {
 	if !strings.Contains(string(body), `ckf_bridge_events_total{kind="cleared"} 1`) {
 		t.Fatalf("metrics lack the cleared event:\n%s", body)
 	}
-}
-
-// syncWriter is a log sink the test reads while the command writes.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.String()
 }
 
 // httpAddr finds the status address in the JSON log.

@@ -8,9 +8,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/internal/domains"
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
+	"github.com/ckfrelay/ckfrelay/pkg/domains"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/client"
 )
 
 // kvrelayOptions are the --kvrelay-* flags: lanes followed over Dynamo's
@@ -65,13 +65,13 @@ func (k *kvrelayOptions) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.tlsCert, "kvrelay-tls-cert", "", "client certificate file presented to the relays (mTLS; needs --kvrelay-tls-key)")
 	fs.StringVar(&k.tlsKey, "kvrelay-tls-key", "", "client key file of --kvrelay-tls-cert")
 	fs.StringVar(&k.serverName, "kvrelay-server-name", "", "TLS server name verified on the relays (empty: the host of each address)")
-	fs.DurationVar(&k.staleAfter, "kvrelay-stale-after", indexer.DefaultKvRelayStaleAfter, "mark a kvrelay lane stale when no frame (heartbeats included) arrived for this long")
+	fs.DurationVar(&k.staleAfter, "kvrelay-stale-after", follow.DefaultKvRelayStaleAfter, "mark a kvrelay lane stale when no frame (heartbeats included) arrived for this long")
 	fs.DurationVar(&k.frameTimeout, "kvrelay-frame-timeout", client.DefaultFrameTimeout, "invalidate and resubscribe a kvrelay pool stream that sends nothing for this long")
 }
 
 // config builds the indexer's kvrelay config, checking the flags.
-func (k *kvrelayOptions) config() (indexer.KvRelayConfig, error) {
-	out := indexer.KvRelayConfig{Model: k.model, BlockSize: uint32(k.blockSize), AcceptLegacy: k.acceptLegacy,
+func (k *kvrelayOptions) config() (follow.KvRelayConfig, error) {
+	out := follow.KvRelayConfig{Model: k.model, BlockSize: uint32(k.blockSize), AcceptLegacy: k.acceptLegacy,
 		StaleAfter: k.staleAfter, FrameTimeout: k.frameTimeout}
 	tlsSet := k.tlsCA != "" || k.tlsCert != "" || k.tlsKey != "" || k.serverName != ""
 	if len(k.sources) == 0 {
@@ -88,7 +88,7 @@ func (k *kvrelayOptions) config() (indexer.KvRelayConfig, error) {
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return out, fmt.Errorf("--kvrelay-source %q: want NAME=HOST:PORT: %w", s, err)
 		}
-		out.Sources = append(out.Sources, indexer.KvRelaySource{Name: name, Addr: addr})
+		out.Sources = append(out.Sources, follow.KvRelaySource{Name: name, Addr: addr})
 	}
 	switch {
 	case k.models != "" && k.model != "":
@@ -123,7 +123,7 @@ func (k *kvrelayOptions) config() (indexer.KvRelayConfig, error) {
 
 // modelDomains is the registry's kvrelay models: kv (config's) followed per
 // model, when --kvrelay-models is given; else none.
-func (k *kvrelayOptions) modelDomains(kv indexer.KvRelayConfig) domains.KvRelayModels {
+func (k *kvrelayOptions) modelDomains(kv follow.KvRelayConfig) domains.KvRelayModels {
 	if k.models == "" {
 		return domains.KvRelayModels{}
 	}

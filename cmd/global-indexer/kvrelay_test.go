@@ -16,11 +16,11 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -34,7 +34,7 @@ func TestKvRelayFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []indexer.KvRelaySource{{Name: "dyn-a", Addr: "10.0.0.1:7000"}, {Name: "dyn-b", Addr: "relay-b:7000"}, {Name: "dyn-c", Addr: "[::1]:7000"}}
+	want := []follow.KvRelaySource{{Name: "dyn-a", Addr: "10.0.0.1:7000"}, {Name: "dyn-b", Addr: "relay-b:7000"}, {Name: "dyn-c", Addr: "[::1]:7000"}}
 	k := cfg.KvRelay
 	if len(k.Sources) != 3 || k.Sources[0] != want[0] || k.Sources[1] != want[1] || k.Sources[2] != want[2] ||
 		k.Model != "llama" || k.BlockSize != 64 || !k.AcceptLegacy || k.TLS != nil {
@@ -136,13 +136,13 @@ func TestRunFollowsAKvRelaySource(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &lanes); err != nil {
 			return err
 		}
-		if len(lanes.Lanes) != 1 || lanes.Lanes[0].State != indexer.PhaseActive {
+		if len(lanes.Lanes) != 1 || lanes.Lanes[0].State != follow.PhaseActive {
 			return fmt.Errorf("lanes %s", body)
 		}
 		row = lanes.Lanes[0]
 		return nil
 	})
-	if row.DC != "dyn-west" || row.Source != indexer.SourceKvRelay || row.Address != ln.Addr().String() || row.Producer == "" || row.Lane != 15 {
+	if row.DC != "dyn-west" || row.Source != follow.SourceKvRelay || row.Address != ln.Addr().String() || row.Producer == "" || row.Lane != 15 {
 		t.Fatalf("row %+v", row)
 	}
 	if code, body := get(t, fmt.Sprintf("http://%s/readyz", addr)); code != http.StatusOK {

@@ -25,15 +25,16 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
-	"github.com/ckfrelay/ckfrelay/internal/domains"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/routeflags"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/domains"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/promx"
 )
 
 // Exit codes.
@@ -125,7 +126,7 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	fs.StringVar(&o.staleLanes, "stale-lanes", def.StaleLanes,
 		"what a stale lane does: report (kept in answers, marked stale, never best) or exclude (left out of answers and /readyz)")
 	fs.DurationVar(&o.fetchTimeout, "snapshot-fetch-timeout", def.SnapshotFetchTimeout,
-		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", indexer.SnapshotFetchBytesPerSecond>>20, indexer.DefaultSnapshotFetchAttempts-1))
+		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", follow.SnapshotFetchBytesPerSecond>>20, follow.DefaultSnapshotFetchAttempts-1))
 
 	o.kv.register(fs)
 	o.route.Register(fs)
@@ -264,22 +265,22 @@ func (o options) rules() lanerules.Rules {
 
 // config builds the indexer config the options describe. tp may be nil (no
 // tracing).
-func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.TracerProvider) (indexer.Config, error) {
-	cfg, err := indexer.Config{
+func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.TracerProvider) (follow.Config, error) {
+	cfg, err := follow.Config{
 		Domain:  o.defaultDomain(),
 		Logger:  log,
 		Metrics: reg,
 		Tracer:  tp,
 	}.WithRules(o.rules())
 	if err != nil {
-		return indexer.Config{}, err
+		return follow.Config{}, err
 	}
 	// The indexer learns its NATS lanes from the lane map at run time, so
 	// a collision with one is refused there (logged, counted); here the
-	// sources' own names are checked (indexer.Config.Validate).
+	// sources' own names are checked (follow.Config.Validate).
 	kv, err := o.kv.config()
 	if err != nil {
-		return indexer.Config{}, err
+		return follow.Config{}, err
 	}
 	if o.kv.models == "" {
 		// With --kvrelay-models the sources feed the models' domains
@@ -288,7 +289,7 @@ func (o options) config(log zerolog.Logger, reg *prometheus.Registry, tp trace.T
 	}
 	rs, err := o.route.Settings()
 	if err != nil {
-		return indexer.Config{}, err
+		return follow.Config{}, err
 	}
 	cfg.LoadMaxAge, cfg.Route = rs.LoadMaxAge, rs.Route
 	cfg.Streams.Replicas = o.common.JSReplicas
@@ -306,14 +307,14 @@ func (o options) defaultDomain() string {
 }
 
 // indexerConfigOnly validates the domain name as an indexer config would.
-func (o options) indexerConfigOnly() (indexer.Config, error) {
-	cfg := indexer.Config{Domain: o.domain}
+func (o options) indexerConfigOnly() (follow.Config, error) {
+	cfg := follow.Config{Domain: o.domain}
 	return cfg, cfg.Validate()
 }
 
-// registryConfig is the internal/domains config of the process, whatever
+// registryConfig is the pkg/domains config of the process, whatever
 // the number of its domains.
-func (o options) registryConfig(base indexer.Config, reg prometheus.Registerer, log zerolog.Logger) (domains.Config, error) {
+func (o options) registryConfig(base follow.Config, reg prometheus.Registerer, log zerolog.Logger) (domains.Config, error) {
 	c := domains.Config{Base: base, Domains: o.domainList(), Discover: o.domainsFrom == domainsFromLaneMap,
 		MaxDomains: o.maxDomains, MaxTableBytes: o.maxTableBytes, Registerer: reg, Logger: log,
 		// A fixed set of domains that loses one is a broken process: exit.
@@ -396,6 +397,8 @@ func serve(ctx context.Context, o options, log zerolog.Logger, env func(string) 
 	if err != nil {
 		return err
 	}
+	// Every domain answers on its NATS micro endpoint too.
+	rc.Base.Attach = indexer.Attach
 	backend, err := domains.New(conn.NC, conn.JS, rc)
 	if err != nil {
 		return err

@@ -10,10 +10,10 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
 	"github.com/ckfrelay/ckfrelay/internal/routeflags"
 	"github.com/ckfrelay/ckfrelay/internal/routesim"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/inflight"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
@@ -91,7 +91,7 @@ func TestPrintRouteConfig(t *testing.T) {
 		t.Fatalf("%v: %s", err, out.String())
 	}
 	if got.Route.RTT["dc-a"] != 5*time.Millisecond || got.Route.DefaultRTT != 200*time.Millisecond || got.Route.QueueTokensPerSec["dc-z"] != 1000 ||
-		got.DomainBlockSize["demo-2"] != 32 || got.BlockSize != 16 || got.LoadMaxAge != indexer.DefaultLoadMaxAge ||
+		got.DomainBlockSize["demo-2"] != 32 || got.BlockSize != 16 || got.LoadMaxAge != follow.DefaultLoadMaxAge ||
 		got.Route.AffinityMargin != route.AffinityMarginDefault || got.Route.WaitingRequestTokens == 0 {
 		t.Fatalf("effective config %+v", got)
 	}

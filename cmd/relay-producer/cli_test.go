@@ -1,15 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli/clitest"
 )
 
-func TestVersionAndGroupedHelp(t *testing.T) {
-	clitest.VersionAndGroupedHelp(t, "relay-producer", func(args []string, out *bytes.Buffer) int {
-		return run(context.Background(), args, func(string) string { return "" }, out)
-	})
-}
+func TestVersionAndGroupedHelp(t *testing.T) { clitest.ServiceHelp(t, "relay-producer", run) }

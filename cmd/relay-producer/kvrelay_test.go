@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay"
 )
 
 var kvArgs = []string{"--dc", "a", "--kvrelay-listen", "127.0.0.1:0", "--kvrelay-model", "llama", "--kvrelay-alias", "chat",

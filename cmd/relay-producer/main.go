@@ -22,9 +22,9 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
 	"github.com/ckfrelay/ckfrelay/internal/pools"
-	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/promx"
 )
 
 func main() {
@@ -144,15 +144,11 @@ func reloadOnHangup(ctx context.Context, o *options, m *pools.Manager, hup <-cha
 }
 
 func run(ctx context.Context, args []string, getenv func(string) string, stderr io.Writer) int {
-	var o *options
-	return cli.Run(ctx, "relay-producer", stderr, func() (*cli.Common, error) {
-		var err error
-		if o, err = parse(args, getenv, stderr); err != nil {
-			return nil, err
-		}
-		return &o.common, nil
-	}, func(log zerolog.Logger) error { return serve(ctx, o, log) })
+	return cli.RunParsed(ctx, "relay-producer", args, getenv, stderr, parse, serve)
 }
+
+// CommonFlags makes options a cli.Options.
+func (o *options) CommonFlags() *cli.Common { return &o.common }
 
 func serve(ctx context.Context, o *options, log zerolog.Logger) error {
 	tp, shutdownTracing, err := o.common.Tracer(ctx, cli.Service{Name: "relay-producer", Instance: o.cfg.Instance, Domain: o.cfg.Domain, DC: o.cfg.DC}, o.getenv)

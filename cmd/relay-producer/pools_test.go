@@ -44,7 +44,7 @@ func TestRunServesThePoolsOfAPoolsFile(t *testing.T) {
 	addr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &testenv.LogBuffer{}
 	done := make(chan int, 1)
 	args := []string{"--log-format", "json", "--nats-url", srv.URL(), "--dc", "dc-a", "--pools-file", file,
 		"--http-addr", addr, "--expected-blocks", "4096", "--lease-ttl", "3s"}
@@ -210,7 +210,7 @@ func TestRunServesThePoolsOverOneKvRelayCatalog(t *testing.T) {
 	kvAddr := freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	out := &syncBuffer{}
+	out := &testenv.LogBuffer{}
 	done := make(chan int, 1)
 	args := []string{"--log-format", "json", "--nats-url", srv.URL(), "--dc", "dc-a", "--pools-file", file, "--http-addr", "",
 		"--expected-blocks", "4096", "--lease-ttl", "3s", "--kvrelay-listen", kvAddr, "--kvrelay-endpoint", "prod/backend/generate",

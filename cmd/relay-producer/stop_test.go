@@ -1,34 +1,15 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
-
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // logLine returns the first JSON log line whose message is msg.
 func logLine(out string, msg string) (map[string]any, bool) {
@@ -47,7 +28,7 @@ func TestRunLogsItsStopWithTheReason(t *testing.T) {
 	srv := testenv.StartServer(t)
 	ctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
-	out := &syncBuffer{}
+	out := &testenv.LogBuffer{}
 	done := make(chan int, 1)
 	args := []string{"--log-format", "json", "--nats-url", srv.URL(), "--dc", "dc-a", "--domain", "stoptest",
 		"--http-addr", "127.0.0.1:0", "--expected-blocks", "4096"}

@@ -1,16 +1,9 @@
 package main
 
 import (
-	"bytes"
-	"context"
-	"io"
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/internal/cli/clitest"
 )
 
-func TestVersionAndGroupedHelp(t *testing.T) {
-	clitest.VersionAndGroupedHelp(t, "trace-replayer", func(args []string, out *bytes.Buffer) int {
-		return run(context.Background(), args, func(string) string { return "" }, io.Discard, out)
-	})
-}
+func TestVersionAndGroupedHelp(t *testing.T) { clitest.ToolHelp(t, "trace-replayer", run) }

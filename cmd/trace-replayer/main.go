@@ -29,11 +29,11 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/retry"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/eventpub"
+	"github.com/ckfrelay/ckfrelay/pkg/retry"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -325,17 +325,11 @@ func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 	if models := strings.Split(o.domain, ","); len(models) > 1 {
 		return replayModels(ctx, o, models, reqs, stdout, stderr)
 	}
-	q := &querier{client: &http.Client{Timeout: 5 * time.Second}, url: o.indexerURL}
-	if o.queryVia == "nats" {
-		nc, err := connect(o.natsURL, o, log)
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		q.nc, q.subject = nc, indexer.MatchSubject(o.domain)
-	} else if o.indexerURL == "" {
-		q = nil
+	q, closeQ, err := newQuerier(o, "", log)
+	if err != nil {
+		return err
 	}
+	defer closeQ()
 	var fleet *zmqFleet
 	if o.engineMode == engineVLLMZMQ {
 		if fleet, err = startFleet(o, stdout); err != nil {
@@ -346,22 +340,7 @@ func replayTrace(ctx context.Context, o *options, stdout, stderr io.Writer) erro
 			return err
 		}
 	}
-	for pass := 0; ; pass++ {
-		cfg := o.rcfg
-		cfg.Seed += uint64(pass)
-		rp, err := replay.New(cfg, reqs)
-		if err != nil {
-			return err
-		}
-		// Each pass replays the trace in a fresh hash space.
-		rp.SetHashSpace(o.hashSpace + pass*cfg.Duplication)
-		if err := onePass(ctx, o, pubs, fleet, q, rp, stdout); err != nil {
-			return err
-		}
-		if !o.repeat || ctx.Err() != nil {
-			return nil
-		}
-	}
+	return passes(ctx, o, reqs, pubs, fleet, q, stdout)
 }
 
 // replayModels splits the trace over models by a hash of each request's
@@ -429,32 +408,12 @@ func replayShare(ctx context.Context, o *options, reqs []replay.Request, stdout,
 		return err
 	}
 	defer closePubs()
-	q := &querier{client: &http.Client{Timeout: 5 * time.Second}, url: o.indexerURL, model: o.domain}
-	if o.queryVia == "nats" {
-		nc, err := connect(o.natsURL, o, log)
-		if err != nil {
-			return err
-		}
-		defer nc.Close()
-		q.nc, q.subject = nc, indexer.MatchSubject(o.domain)
-	} else if o.indexerURL == "" {
-		q = nil
+	q, closeQ, err := newQuerier(o, o.domain, log)
+	if err != nil {
+		return err
 	}
-	for pass := 0; ; pass++ {
-		cfg := o.rcfg
-		cfg.Seed += uint64(pass)
-		rp, err := replay.New(cfg, reqs)
-		if err != nil {
-			return err
-		}
-		rp.SetHashSpace(o.hashSpace + pass*cfg.Duplication)
-		if err := onePass(ctx, o, pubs, nil, q, rp, stdout); err != nil {
-			return err
-		}
-		if !o.repeat || ctx.Err() != nil {
-			return nil
-		}
-	}
+	defer closeQ()
+	return passes(ctx, o, reqs, pubs, nil, q, stdout)
 }
 
 // prefixWriter prefixes every write (one status line each) with the model.
@@ -471,6 +430,45 @@ func (p *prefixWriter) Write(b []byte) (int, error) {
 		return 0, err
 	}
 	return len(b), nil
+}
+
+// newQuerier is the querier of the match checks (nil when there is no
+// indexer to ask), with what closes its connection. model names the model
+// a request asks about when the replayer feeds several.
+func newQuerier(o *options, model string, log zerolog.Logger) (*querier, func(), error) {
+	q := &querier{client: &http.Client{Timeout: 5 * time.Second}, url: o.indexerURL, model: model}
+	switch {
+	case o.queryVia == "nats":
+		nc, err := connect(o.natsURL, o, log)
+		if err != nil {
+			return nil, nil, err
+		}
+		q.nc, q.subject = nc, indexer.MatchSubject(o.domain)
+		return q, nc.Close, nil
+	case o.indexerURL == "":
+		return nil, func() {}, nil
+	}
+	return q, func() {}, nil
+}
+
+// passes replays reqs once, or with --repeat until ctx ends, each pass
+// with the next seed in a fresh hash space.
+func passes(ctx context.Context, o *options, reqs []replay.Request, pubs map[string]*eventpub.Publisher, fleet *zmqFleet, q *querier, stdout io.Writer) error {
+	for pass := 0; ; pass++ {
+		cfg := o.rcfg
+		cfg.Seed += uint64(pass)
+		rp, err := replay.New(cfg, reqs)
+		if err != nil {
+			return err
+		}
+		rp.SetHashSpace(o.hashSpace + pass*cfg.Duplication)
+		if err := onePass(ctx, o, pubs, fleet, q, rp, stdout); err != nil {
+			return err
+		}
+		if !o.repeat || ctx.Err() != nil {
+			return nil
+		}
+	}
 }
 
 func onePass(ctx context.Context, o *options, pubs map[string]*eventpub.Publisher, fleet *zmqFleet, q *querier, rp *replay.Replayer, stdout io.Writer) error {

@@ -12,9 +12,10 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -60,7 +61,7 @@ func TestPerDCPublishersAndNATSQueriesVerifyAMultiDCSite(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
-	icfg := indexer.Config{Domain: "rp", Streams: streams.Options{Memory: true}}
+	icfg := follow.Config{Domain: "rp", Streams: streams.Options{Memory: true}}
 	icfg.Pool = consumer.DefaultPoolConfig()
 	icfg.Pool.MaxDirtyToAppliedAge = time.Minute
 	ix, err := indexer.New(hub.Connect(t), hub.JetStream(t), icfg)

@@ -11,14 +11,14 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ckfrelay/ckfrelay/internal/domains"
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/pools"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/domains"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -38,7 +38,7 @@ func TestTwoModelsVerifyEachOnItsOwn(t *testing.T) {
 	pc := consumer.DefaultPoolConfig()
 	pc.MaxDirtyToAppliedAge = time.Minute
 	reg, err := domains.New(nc, js, domains.Config{Domains: []string{"m1", "m2"},
-		Base: indexer.Config{Pool: pc, Streams: streams.Options{Memory: true}}})
+		Base: follow.Config{Pool: pc, Streams: streams.Options{Memory: true}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,10 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,9 +15,9 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/engine"
 	"github.com/ckfrelay/ckfrelay/internal/engine/enginetest"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -96,7 +94,7 @@ func TestVLLMZMQModeFeedsABridge(t *testing.T) {
 	dir := t.TempDir()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	var out, errb syncBuf
+	var out, errb testenv.LogBuffer
 	done := make(chan int, 1)
 	go func() {
 		done <- run(ctx, []string{"--nats-url", srv.URL(), "--domain", "z", "--dcs", "a", "--engine", "vllm-zmq",
@@ -150,14 +148,6 @@ func TestVLLMZMQModeFeedsABridge(t *testing.T) {
 		return nil
 	})
 }
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) { s.mu.Lock(); defer s.mu.Unlock(); return s.b.Write(p) }
-func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func appendBatch(evs []engine.Event) []byte {
 	return enginetest.AppendBatch(nil, 1, 0, evs, enginetest.Format{Map: true})

@@ -18,13 +18,11 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/natsembed"
-	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/eventpub"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -203,17 +201,7 @@ func TestShippedLeafTopology(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	ixConn := connectTo(t, hub.ClientURL(), demoUser(t, "indexer", RoleIndexer, ""))
-	pc := consumer.DefaultPoolConfig()
-	pc.MaxDirtyToAppliedAge = time.Minute
-	ix, err := indexer.New(ixConn.nc, ixConn.js, indexer.Config{
-		Domain: DemoDomain, Pool: pc,
-		BootstrapBackoffMin: 10 * time.Millisecond, BootstrapBackoffMax: 200 * time.Millisecond,
-		StatePollInterval: 20 * time.Millisecond, Streams: streams.Options{Memory: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runBackground(t, ix.Run)
+	runIndexer(t, ixConn, DemoDomain, nil)
 
 	rc := connectTo(t, dcA.ClientURL(), demoUser(t, "relay-dc-a", RoleRelay, "dc-a"))
 	rjs, err := jetstream.NewWithDomain(rc.nc, DemoJSDomain)
@@ -224,20 +212,9 @@ func TestShippedLeafTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := relay.DefaultConfig(DemoDomain, "dc-a")
-	cfg.Instance = "relay-dc-a"
-	cfg.CKF = ckf.NewConfig(1 << 12)
-	cfg.PublishInterval = 2 * time.Millisecond
-	cfg.HeartbeatInterval = 25 * time.Millisecond
-	cfg.CheckpointInterval = 200 * time.Millisecond
-	cfg.LeaseTTL = 3 * time.Second
-	cfg.Streams = streams.Options{Memory: true}
+	cfg := roleRelayConfig(DemoDomain, "dc-a")
 	cfg.InputJS = inJS
-	r, err := relay.New(rc.nc, rjs, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runBackground(t, r.Run)
+	runRelay(t, rc, rjs, cfg)
 
 	w := connectTo(t, dcA.ClientURL(), demoUser(t, "worker-dc-a", RoleWorker, ""))
 	// Like the trace replayer, the worker ensures its DC's input stream

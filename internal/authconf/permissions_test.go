@@ -18,16 +18,17 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/internal/cli"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/eventpub"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 const testDomain = "sec"
@@ -183,33 +184,12 @@ func TestRolesDoTheirJobAndForbiddenActsAreRefused(t *testing.T) {
 	for _, dc := range testDCs {
 		rc := connectAs(t, srv, users["relay-"+dc])
 		relays[dc] = rc
-		cfg := relay.DefaultConfig(testDomain, dc)
-		cfg.Instance = "relay-" + dc
-		cfg.CKF = ckf.NewConfig(1 << 12)
-		cfg.PublishInterval = 2 * time.Millisecond
-		cfg.HeartbeatInterval = 25 * time.Millisecond
+		cfg := roleRelayConfig(testDomain, dc)
 		cfg.SnapshotInterval = 300 * time.Millisecond
-		cfg.CheckpointInterval = 200 * time.Millisecond
-		cfg.LeaseTTL = 3 * time.Second
-		cfg.Streams = streams.Options{Memory: true}
-		r, err := relay.New(rc.nc, rc.js, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		runBackground(t, r.Run)
+		runRelay(t, rc, rc.js, cfg)
 	}
 	ixConn := connectAs(t, srv, users["indexer"])
-	pc := consumer.DefaultPoolConfig()
-	pc.MaxDirtyToAppliedAge = time.Minute
-	ix, err := indexer.New(ixConn.nc, ixConn.js, indexer.Config{
-		Domain: testDomain, Pool: pc,
-		BootstrapBackoffMin: 10 * time.Millisecond, BootstrapBackoffMax: 200 * time.Millisecond,
-		StatePollInterval: 20 * time.Millisecond, Streams: streams.Options{Memory: true},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runBackground(t, ix.Run)
+	ix := runIndexer(t, ixConn, testDomain, nil)
 
 	// Workers publish a replayed workload, each for its own DC.
 	reqs, err := replay.LoadEmbedded()
@@ -359,19 +339,50 @@ func TestAnonymousClientRefused(t *testing.T) {
 	}
 }
 
-func runBackground(t *testing.T, run func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("run: %v", err)
-			}
-		case <-time.After(15 * time.Second):
-			t.Errorf("did not stop within 15s")
-		}
-	})
+// roleRelayConfig is the relay of dc the role tests run: fast cadences
+// and in-memory streams.
+func roleRelayConfig(domain, dc string) relay.Config {
+	cfg := relay.DefaultConfig(domain, dc)
+	cfg.Instance = "relay-" + dc
+	cfg.CKF = ckf.NewConfig(1 << 12)
+	cfg.PublishInterval = 2 * time.Millisecond
+	cfg.HeartbeatInterval = 25 * time.Millisecond
+	cfg.CheckpointInterval = 200 * time.Millisecond
+	cfg.LeaseTTL = 3 * time.Second
+	cfg.Streams = streams.Options{Memory: true}
+	return cfg
+}
+
+// runRelay runs a relay connected as rc, its lanes on js, until the test
+// ends.
+func runRelay(t *testing.T, rc *roleConn, js jetstream.JetStream, cfg relay.Config) *relay.Relay {
+	t.Helper()
+	r, err := relay.New(rc.nc, js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Background(t, r.Run)
+	return r
+}
+
+// runIndexer runs the indexer of domain connected as conn until the test
+// ends; edit, if set, adjusts its configuration first.
+func runIndexer(t *testing.T, conn *roleConn, domain string, edit func(*follow.Config)) *indexer.Service {
+	t.Helper()
+	pc := consumer.DefaultPoolConfig()
+	pc.MaxDirtyToAppliedAge = time.Minute
+	cfg := follow.Config{
+		Domain: domain, Pool: pc,
+		BootstrapBackoffMin: 10 * time.Millisecond, BootstrapBackoffMax: 200 * time.Millisecond,
+		StatePollInterval: 20 * time.Millisecond, Streams: streams.Options{Memory: true},
+	}
+	if edit != nil {
+		edit(&cfg)
+	}
+	ix, err := indexer.New(conn.nc, conn.js, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testenv.Background(t, ix.Run)
+	return ix
 }

@@ -6,13 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
-	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/eventpub"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -31,33 +29,11 @@ func TestRelayAndIndexerRecreateDeletedStreamsWithinTheirPermissions(t *testing.
 	const dc = "dc-a"
 
 	rc := connectAs(t, srv, users["relay-"+dc])
-	cfg := relay.DefaultConfig(testDomain, dc)
-	cfg.Instance = "relay-" + dc
-	cfg.CKF = ckf.NewConfig(1 << 12)
-	cfg.PublishInterval = 2 * time.Millisecond
-	cfg.HeartbeatInterval = 25 * time.Millisecond
-	cfg.CheckpointInterval = 200 * time.Millisecond
-	cfg.LeaseTTL = 3 * time.Second
+	cfg := roleRelayConfig(testDomain, dc)
 	cfg.RestartBackoffMax = time.Second
-	cfg.Streams = streams.Options{Memory: true}
-	r, err := relay.New(rc.nc, rc.js, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	runBackground(t, r.Run)
+	r := runRelay(t, rc, rc.js, cfg)
 	ixConn := connectAs(t, srv, users["indexer"])
-	pc := consumer.DefaultPoolConfig()
-	pc.MaxDirtyToAppliedAge = time.Minute
-	ix, err := indexer.New(ixConn.nc, ixConn.js, indexer.Config{
-		Domain: testDomain, Pool: pc,
-		BootstrapBackoffMin: 10 * time.Millisecond, BootstrapBackoffMax: 200 * time.Millisecond,
-		StatePollInterval: 20 * time.Millisecond, Streams: streams.Options{Memory: true},
-		StreamCheckInterval: 100 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	runBackground(t, ix.Run)
+	ix := runIndexer(t, ixConn, testDomain, func(c *follow.Config) { c.StreamCheckInterval = 100 * time.Millisecond })
 
 	reqs, err := replay.LoadEmbedded()
 	if err != nil {
@@ -99,7 +75,7 @@ func TestRelayAndIndexerRecreateDeletedStreamsWithinTheirPermissions(t *testing.
 				return fmt.Errorf("relay %+v", st)
 			}
 			for _, l := range ix.Lanes() {
-				if l.DC == dc && l.State == indexer.PhaseActive && l.Epoch == st.Epoch && l.InstalledSequence >= st.Sequence {
+				if l.DC == dc && l.State == follow.PhaseActive && l.Epoch == st.Epoch && l.InstalledSequence >= st.Sequence {
 					return nil
 				}
 			}

@@ -16,16 +16,17 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/natsembed"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/ctxwait"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -276,7 +277,7 @@ func (e *Env) StartPipeline(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	ix, err := indexer.New(nc, js, indexer.Config{
+	ix, err := indexer.New(nc, js, follow.Config{
 		Domain:              e.cfg.Domain,
 		Pool:                pc,
 		Logger:              e.cfg.Logger.With().Str("proc", "indexer").Logger(),
@@ -295,7 +296,7 @@ func (e *Env) StartPipeline(ctx context.Context) error {
 		for i, r := range e.relays {
 			st := r.Status()
 			l, ok := e.lane(e.cfg.DCs[i])
-			if st.State != relay.StateActive || !ok || l.State != indexer.PhaseActive || l.Epoch != st.Epoch {
+			if st.State != relay.StateActive || !ok || l.State != follow.PhaseActive || l.Epoch != st.Epoch {
 				return false
 			}
 		}
@@ -518,7 +519,7 @@ func (e *Env) Events(ctx context.Context, b *Batch) (Throughput, error) {
 	if err := e.waitFor(ctx, "indexer installed the relays' sequences", func() bool {
 		for i, t := range targets {
 			l, ok := e.lane(e.cfg.DCs[i])
-			if !ok || l.State != indexer.PhaseActive || l.Epoch < t.Epoch || (l.Epoch == t.Epoch && l.InstalledSequence < t.Sequence) {
+			if !ok || l.State != follow.PhaseActive || l.Epoch < t.Epoch || (l.Epoch == t.Epoch && l.InstalledSequence < t.Sequence) {
 				return false
 			}
 		}

@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/pkg/ctxwait"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -153,7 +153,7 @@ func (e *Env) RatePipeline(ctx context.Context, rate float64, d, gap time.Durati
 		for i, r := range e.relays {
 			st := r.Status()
 			l, ok := e.lane(e.cfg.DCs[i])
-			if !ok || l.State != indexer.PhaseActive || l.Epoch < st.Epoch || (l.Epoch == st.Epoch && l.InstalledSequence < st.Sequence) {
+			if !ok || l.State != follow.PhaseActive || l.Epoch < st.Epoch || (l.Epoch == st.Epoch && l.InstalledSequence < st.Sequence) {
 				return false
 			}
 		}

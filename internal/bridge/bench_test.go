@@ -15,7 +15,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/bridge"
 	"github.com/ckfrelay/ckfrelay/internal/engine"
 	"github.com/ckfrelay/ckfrelay/internal/engine/enginetest"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 

@@ -19,13 +19,14 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/engine"
 	"github.com/ckfrelay/ckfrelay/internal/engine/enginetest"
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 const (
@@ -49,23 +50,6 @@ type stack struct {
 	ix  *indexer.Service
 }
 
-func background(t testing.TB, run func(ctx context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("run: %v", err)
-			}
-		case <-time.After(20 * time.Second):
-			t.Errorf("did not stop; goroutines:\n%s", testenv.Goroutines())
-		}
-	})
-}
-
 func newStack(t *testing.T) *stack {
 	t.Helper()
 	srv := testenv.StartServer(t)
@@ -85,10 +69,10 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	background(t, r.Run)
+	testenv.Background(t, r.Run)
 	pc := consumer.DefaultPoolConfig()
 	pc.MaxDirtyToAppliedAge = time.Minute
-	ix, err := indexer.New(nc, js, indexer.Config{
+	ix, err := indexer.New(nc, js, follow.Config{
 		Domain:              domain,
 		Pool:                pc,
 		Logger:              logger(t, "indexer"),
@@ -100,7 +84,7 @@ func newStack(t *testing.T) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	background(t, ix.Run)
+	testenv.Background(t, ix.Run)
 	return &stack{srv: srv, js: js, ix: ix}
 }
 

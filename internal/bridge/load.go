@@ -23,7 +23,7 @@ import (
 // unreported goes stale at the relay, whose serving load is then missing.
 
 // DefaultLoadInterval is the default Config.LoadInterval.
-const DefaultLoadInterval = time.Second
+const DefaultLoadInterval = 200 * time.Millisecond
 
 // loadWorkers groups the engines by worker, keeping the workers whose
 // every engine has a metrics endpoint.
@@ -91,7 +91,7 @@ func (b *Bridge) reportLoad(ctx context.Context, nc *nats.Conn, workers map[uint
 // scrapeWorker sums one worker's engines; false when any scrape failed.
 // When every engine serves the prompt-token and request counters, est
 // turns the waiting requests into prompt tokens to prefill (LoadPrefill):
-// waiting × the mean prompt of the requests finished since the last scrape
+// waiting × the mean prompt of the recently finished requests
 // (package prefillest).
 func (b *Bridge) scrapeWorker(ctx context.Context, worker uint64, urls []string, est *prefillest.Estimator) (wire.WorkerLoad, bool) {
 	sum := enginemetrics.Load{Flags: wire.LoadRequests | wire.LoadKV | wire.LoadDecode, HasCounters: true}

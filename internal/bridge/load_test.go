@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -157,14 +158,16 @@ func TestBridgeEstimatesPendingPrefillFromCounterDeltas(t *testing.T) {
 			"vllm:prompt_tokens_total %g\nvllm:request_success_total %g\n", waiting, tokens, requests)
 	}
 	var est prefillest.Estimator
+	// 4 finished requests of 5,000 tokens move the lifetime mean of 100 towards 5,000.
+	m := prefillest.Smooth(100, 5000, 4)
 	for i, c := range []struct {
 		page string
 		want uint64
 		flag bool
 	}{
 		{page(2, 1000, 10), 2 * 100, true},                                       // lifetime mean 100
-		{page(3, 1000+4*5000, 14), 3 * 5000, true},                               // 4 finished, 5,000 each
-		{page(1, 1000+4*5000, 14), 5000, true},                                   // none finished: the last mean
+		{page(3, 1000+4*5000, 14), uint64(math.Round(3 * m)), true},              // 4 finished, 5,000 each
+		{page(1, 1000+4*5000, 14), uint64(math.Round(m)), true},                  // none finished: the last mean
 		{"vllm:num_requests_running 1\nvllm:num_requests_waiting 4\n", 0, false}, // no counters
 	} {
 		body.Store(c.page)

@@ -18,10 +18,10 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
 	"github.com/ckfrelay/ckfrelay/internal/engine"
 	"github.com/ckfrelay/ckfrelay/internal/refusal"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/ctxwait"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 )
 
 // errPublish ends a session after a failed JetStream publish; the source

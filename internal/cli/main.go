@@ -77,6 +77,25 @@ func Run(ctx context.Context, name string, stderr io.Writer, parse func() (*Comm
 	return ExitOK
 }
 
+// Options is a binary's parsed flags: they carry the Common ones.
+type Options interface {
+	CommonFlags() *Common
+}
+
+// RunParsed is Run for a binary whose parse returns its Options from args,
+// the environment lookup and stderr: serve gets the parsed options.
+func RunParsed[O Options](ctx context.Context, name string, args []string, getenv func(string) string, stderr io.Writer,
+	parse func([]string, func(string) string, io.Writer) (O, error), serve func(context.Context, O, zerolog.Logger) error) int {
+	var o O
+	return Run(ctx, name, stderr, func() (*Common, error) {
+		var err error
+		if o, err = parse(args, getenv, stderr); err != nil {
+			return nil, err
+		}
+		return o.CommonFlags(), nil
+	}, func(log zerolog.Logger) error { return serve(ctx, o, log) })
+}
+
 // StopReason says why a service whose run context is ctx stopped: the
 // signal Main received ("interrupt signal received"), another cause of
 // ctx's end, or "finished" when ctx is still live (the work was done).

@@ -128,3 +128,37 @@ func freePort(t *testing.T) string {
 	_, port, _ := net.SplitHostPort(ln.Addr().String())
 	return port
 }
+
+// parsedOpts is a binary's options for the RunParsed test.
+type parsedOpts struct {
+	common Common
+	name   string
+}
+
+func (o *parsedOpts) CommonFlags() *Common { return &o.common }
+
+func TestRunParsedHandsParseItsInputsAndServeTheOptions(t *testing.T) {
+	getenv := func(k string) string { return "env:" + k }
+	parse := func(args []string, env func(string) string, stderr io.Writer) (*parsedOpts, error) {
+		switch args[0] {
+		case "-h":
+			return nil, flag.ErrHelp
+		case "bad":
+			return nil, errors.New("--x: bad")
+		}
+		return &parsedOpts{common: Common{LogLevel: "info", LogFormat: "json"}, name: args[0] + "/" + env("K")}, nil
+	}
+	var got string
+	serve := func(ctx context.Context, o *parsedOpts, log zerolog.Logger) error { got = o.name; return nil }
+	var stderr bytes.Buffer
+	if code := RunParsed(context.Background(), "svc", []string{"a"}, getenv, &stderr, parse, serve); code != ExitOK || got != "a/env:K" {
+		t.Fatalf("exit %d, served %q; want 0, %q", code, got, "a/env:K")
+	}
+	if code := RunParsed(context.Background(), "svc", []string{"-h"}, getenv, &stderr, parse, serve); code != ExitOK {
+		t.Fatalf("--help exit %d", code)
+	}
+	stderr.Reset()
+	if code := RunParsed(context.Background(), "svc", []string{"bad"}, getenv, &stderr, parse, serve); code != ExitUsage || !strings.Contains(stderr.String(), "svc: --x: bad") {
+		t.Fatalf("bad flags: exit %d, stderr %q", code, stderr.String())
+	}
+}

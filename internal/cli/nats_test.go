@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"bytes"
 	"errors"
 	"flag"
 	"net"
@@ -9,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,8 +15,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 func TestRedactURL(t *testing.T) {
@@ -85,24 +83,6 @@ func TestSecurityValidate(t *testing.T) {
 	}
 }
 
-// syncBuffer is a log sink safe for the nats.go callback goroutine.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func writeFile(t *testing.T, name, content string) string {
 	t.Helper()
 	p := filepath.Join(t.TempDir(), name)
@@ -143,7 +123,7 @@ func TestConnectWithConfigPasswordAndPermissionCount(t *testing.T) {
 	if !strings.HasPrefix(conn.URL, "nats://127.0.0.1:") {
 		t.Fatalf("embedded server URL %q, want loopback", conn.URL)
 	}
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	log := zerolog.New(&logs)
 	sec := Security{User: "app", PasswordFile: writeFile(t, "pw2", pw), ConnectTimeout: 5 * time.Second}
 	nc, stats, err := Dial(conn.URL, "perm-test", sec, log)
@@ -184,7 +164,7 @@ func TestConnectWithConfigPasswordAndPermissionCount(t *testing.T) {
 func TestWrongCredentialsNeverLeak(t *testing.T) {
 	conn, _ := authServer(t, "right-password")
 	host := strings.TrimPrefix(conn.URL, "nats://")
-	var logs syncBuffer
+	var logs testenv.LogBuffer
 	_, _, err := Dial("nats://app:wr0ng-pa55@"+host, "leak-test", Security{ConnectTimeout: 500 * time.Millisecond}, zerolog.New(&logs))
 	if err == nil {
 		t.Fatal("wrong password accepted")

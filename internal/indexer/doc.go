@@ -1,62 +1,13 @@
-// Package indexer is the global-indexer service: it follows the lane map of
-// one domain, runs one lane runner per DC pool that bootstraps from the
-// lane's latest barrier snapshot and then feeds the lane's deltas and drain
-// markers into the shared consumer.Pool (docs/protocol.md, "Consumer
-// (indexer) rules"; docs/design.md, "Consumer lane life cycle"), and answers
-// prefix queries over HTTP (pkg/api) and a NATS micro endpoint.
+// Package indexer is what only the global-indexer binary adds to the lane
+// engine of pkg/follow (and its host of many domains, pkg/domains): each
+// domain's NATS micro service, ckfq.<domain>.match and ckfq.<domain>.route
+// (Endpoint, plugged into every domain's service through
+// follow.Config.Attach), and the API metrics the HTTP handlers and that
+// endpoint share. The lane rules, the table and the queries are
+// pkg/follow's, so pkg/client's Mirror runs the same code.
 //
-// Files: service.go (the service, lane set, pool and queries), lane.go (one
-// lane's runner: bootstrap, consume, pool faults), bootstrap.go (latest
-// marker, install, snapshot body fetch), handle.go (lane messages and the
-// epoch gate), rebuild.go (pool rebuilds after worker failures).
-//
-// Lane contract
-//
-//   - A lane bootstraps from the latest snapshot marker on its .snap
-//     subject, installs it under a fresh local lease and consumes the lane
-//     from just after it. A marker is installed only after its body's
-//     location, size and digest match what the marker declares.
-//   - Every lane message passes one epoch gate (laneRunner.gate) before it
-//     is acted on: traffic of another pool, or of the installed epoch under
-//     another identity, is counted and skipped; traffic of an older epoch is
-//     dropped, and a lane that sees only such traffic for
-//     Config.SupersededFaultAfter reports superseded_traffic, leaves the
-//     ready set and bootstraps again.
-//   - A newer epoch counts only if the lease coordinator granted it. A
-//     snapshot marker's epoch must be at or below the pool's epoch counter.
-//     Any other message's epoch must be at or below the epoch of the
-//     pool's lease record (the counter is used only while no record exists),
-//     because a lost acquire race leaves the counter above every lease it
-//     granted. Anything else is counted (MetricUngrantedEpoch) and skipped.
-//   - A granted newer epoch's marker switches the lane to that epoch. Its
-//     other traffic without its marker means the lane missed the marker. If
-//     the lane holds a newer marker than the installed one, it bootstraps
-//     from the latest. Otherwise bootstrapping would only meet the same
-//     traffic again, so the lane leaves the ready set (awaiting_snapshot),
-//     asks the relay for a snapshot, and skips and counts that traffic
-//     (MetricNewerEpochWithoutMarker) until a newer epoch's marker arrives.
-//   - Queries answer only for lanes in the ready set: a lane that cannot
-//     vouch for its installed state fails closed.
-//
-// Concurrency contract
-//
-//   - One goroutine per lane (laneRunner.run) owns that lane's protocol
-//     state: the current (identity, wire epoch, local lease), its ordered
-//     consumer, its local assignment epochs and its caches of the granted
-//     epochs. Nothing else touches them.
-//   - Service.mu guards the lane set, the runners, the lazily built pool
-//     (built once the format is known: from Config.Format or from the first
-//     snapshot marker any lane reads) and its replacement. The current pool
-//     generation is also published atomically so queries never take the
-//     lock; every generation shares one consumer.Indexer.
-//   - One dispatcher goroutine per pool generation reads pool.Faults() and
-//     routes each fault, tagged with its generation, to its lane's runner
-//     with a non-blocking send; the fault channel is best-effort, so runners
-//     also poll the pool's admission state and worker health.
-//   - A worker failure starts one rebuild goroutine for that generation
-//     (rate limited, see rebuild.go); it swaps in a new pool under
-//     Service.mu and closes the old generation's replaced channel, which
-//     sends every runner back to bootstrap.
-//   - Queries read only the indexer's ready mask and bucket words (the
-//     seeds' weak-read contract) plus the published lane names.
+// Concurrency contract: an Endpoint's handlers run on nats.go's
+// subscription goroutines and only call the follow.Service's query
+// methods, which are safe for concurrent use; Start and Stop are called
+// once each, by the service's Run.
 package indexer

@@ -14,13 +14,13 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/client"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server/servertest"
 	"github.com/ckfrelay/ckfrelay/internal/pools"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/client"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/server/servertest"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -130,9 +130,9 @@ func (m *laneMirror) holds(w *workload) error {
 	return nil
 }
 
-// follow runs the project's follower of model against addr until the
+// followModel runs the project's follower of model against addr until the
 // test ends.
-func follow(t *testing.T, addr, model string) *laneMirror {
+func followModel(t *testing.T, addr, model string) *laneMirror {
 	t.Helper()
 	m := &laneMirror{}
 	f, err := client.New(client.Config{Name: "relay-" + model, Addr: addr, Model: model, Sink: m,
@@ -224,7 +224,7 @@ func TestKvRelayServesEveryPoolOfTheProcess(t *testing.T) {
 	}}
 	_, _, addr := e.kvProcess(t, "relay-1", f)
 	wantCatalog(t, addr, "meta/llama-chat", "qwen")
-	ml, mq := follow(t, addr, "meta/llama-chat"), follow(t, addr, "qwen")
+	ml, mq := followModel(t, addr, "meta/llama-chat"), followModel(t, addr, "qwen")
 	wl, wq := newWorkload("llama", 1, 30, 5), newWorkload("qwen", 2, 30, 7)
 	wl.publish(t, e)
 	wq.publish(t, e)
@@ -238,7 +238,7 @@ func TestKvRelayServesEveryPoolOfTheProcess(t *testing.T) {
 	wg := newWorkload("gemma", 3, 20, 4)
 	wg.publish(t, e)
 	wantCatalog(t, addr, "gemma", "meta/llama-chat", "qwen")
-	mg := follow(t, addr, "gemma")
+	mg := followModel(t, addr, "gemma")
 	eventually(t, "gemma followed", func() error { return mg.holds(wg) })
 }
 
@@ -267,7 +267,7 @@ func TestKvRelayCatalogFollowsPerPoolTakeover(t *testing.T) {
 		t.Fatalf("b serves %v, want both pools (llama absent from its catalog while standby)", got)
 	}
 	wantCatalog(t, addrB, "qwen")
-	ml := follow(t, addrB, "llama")
+	ml := followModel(t, addrB, "llama")
 	a.kill(t)
 	wantCatalog(t, addrB, "llama", "qwen")
 	wl := newWorkload("llama", 5, 20, 4)

@@ -15,18 +15,18 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/ckfrelay/ckfrelay/internal/domains"
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/pools"
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
+	"github.com/ckfrelay/ckfrelay/pkg/domains"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 const waitTotal = 30 * time.Second
@@ -152,7 +152,7 @@ func (e *env) indexer(t testing.TB) *domains.Registry {
 	pc := consumer.DefaultPoolConfig()
 	pc.MaxDirtyToAppliedAge = time.Minute
 	e.ixReg = prometheus.NewRegistry()
-	r, err := domains.New(nc, js, domains.Config{Discover: true, Logger: logger(t), Registerer: e.ixReg, Base: indexer.Config{
+	r, err := domains.New(nc, js, domains.Config{Discover: true, Logger: logger(t), Registerer: e.ixReg, Base: follow.Config{
 		Pool: pc, Logger: logger(t), BootstrapBackoffMin: 10 * time.Millisecond, BootstrapBackoffMax: 100 * time.Millisecond,
 		StatePollInterval: 20 * time.Millisecond, Streams: streams.Options{Memory: true},
 		LeaseOptions: []lease.Option{lease.WithMemoryStorage()},
@@ -468,7 +468,7 @@ func TestReloadRetiresTheRemovedPoolsLane(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if n := promtest.Count(e.ixReg, indexer.MetricLanesRetired+`{domain="qwen"}`); n != 1 {
+	if n := promtest.Count(e.ixReg, follow.MetricLanesRetired+`{domain="qwen"}`); n != 1 {
 		t.Fatalf("%v lanes counted retired, want 1", n)
 	}
 	if _, err := ix.Match(api.Query{Locals: wq.chains[1], Model: "qwen"}); !errors.Is(err, api.ErrUnavailable) {
@@ -495,7 +495,7 @@ func TestReloadRetiresTheRemovedPoolsLane(t *testing.T) {
 				states = append(states, l.State)
 			}
 		}
-		if !slices.Equal(states, []string{indexer.PhaseActive}) {
+		if !slices.Equal(states, []string{follow.PhaseActive}) {
 			return fmt.Errorf("qwen lanes %v", states)
 		}
 		return nil

@@ -21,8 +21,8 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/ckfrelay/ckfrelay/internal/httpserve"
-	"github.com/ckfrelay/ckfrelay/internal/promx"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/pkg/promx"
 )
 
 // Backend answers queries; the indexer service implements it.

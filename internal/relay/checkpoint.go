@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ckfrelay/ckfrelay/internal/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/producer"
+	"github.com/ckfrelay/ckfrelay/pkg/retry"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 

@@ -1,23 +1,17 @@
 package relay_test
 
 import (
-	"bytes"
-	"context"
 	"encoding/binary"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/zeebo/xxh3"
 
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
-	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
-	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // prefixHash is the i-th block of the shared prefix (i from 1).
@@ -70,21 +64,9 @@ func TestARestartRestoresASharedPrefixPoolWhoseInputAgedOut(t *testing.T) {
 	cfg := testConfig("a")
 	checkpointedFirstHalf(t, srv, cfg, steps)
 
-	ctx := context.Background()
-	events, err := js.Stream(ctx, streams.EventStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := events.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	purgeBefore(t, js, info.State.LastSeq+1) // as --input-max-age would
+	purgeBefore(t, js, eventStreamState(t, js).LastSeq+1) // as --input-max-age would
 
-	reg := prometheus.NewRegistry()
-	cfg.Metrics = reg
-	r, _ := startRelay(t, nc, js, cfg)
-	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
+	r, reg := startActive(t, nc, js, cfg)
 	if !hasMetric(reg, checkpointCount("restored", 1)) || hasMetric(reg, `ckf_relay_checkpoints_total{outcome="rejected_corrupt"}`) ||
 		hasMetric(reg, `ckf_relay_checkpoints_total{outcome="rejected_over_budget"}`) {
 		t.Fatal("the shared-prefix checkpoint was not restored")
@@ -126,26 +108,8 @@ func TestAnOverBudgetStateNeverReplacesTheStoredCheckpoint(t *testing.T) {
 		t.Fatal("the over-budget epoch restored nothing, or wrote (or tried to write) a checkpoint")
 	}
 
-	ctx := context.Background()
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now, err := obj.GetInfo(ctx, oi.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if now.Digest != oi.Digest || now.Metadata[relay.MetaInputSequence] != oi.Metadata[relay.MetaInputSequence] {
-		t.Fatalf("stored checkpoint replaced: input sequence %s → %s", oi.Metadata[relay.MetaInputSequence], now.Metadata[relay.MetaInputSequence])
-	}
-
-	reg2 := prometheus.NewRegistry()
-	cfg.Metrics = reg2
-	r2, _ := startRelay(t, nc, js, cfg)
-	laneConverges(t, js, r2, reference(t, cfg.CKF, all).Words())
-	if !hasMetric(reg2, checkpointCount("restored", 1)) {
-		t.Fatal("the kept checkpoint was not restored")
-	}
+	checkpointKept(t, js, oi)
+	nextEpochRestores(t, nc, js, cfg, reference(t, cfg.CKF, all).Words())
 }
 
 // TestACheckpointBeyondTheRestoreBudgetIsRejectedAsSuch: an intact
@@ -160,15 +124,6 @@ func TestACheckpointBeyondTheRestoreBudgetIsRejectedAsSuch(t *testing.T) {
 	cfg := testConfig("a")
 	oi := checkpointedFirstHalf(t, srv, cfg, steps[:150])
 
-	ctx := context.Background()
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := obj.GetBytes(ctx, oi.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
 	// Encoding v1: 40-byte header, rng and 7 counters, the lane words, then
 	// the owner table: flags u8 (no key 0 here), capacity u64, ...
 	format, err := cfg.CKF.Format()
@@ -176,14 +131,13 @@ func TestACheckpointBeyondTheRestoreBudgetIsRejectedAsSuch(t *testing.T) {
 		t.Fatal(err)
 	}
 	owners := 40 + 8 + 7*8 + 8*int(format.BucketCount)
-	if body[owners] != 0 {
-		t.Fatal("fixture tracks hash 0")
-	}
-	binary.LittleEndian.PutUint64(body[owners+1:], 1<<40)
-	binary.LittleEndian.PutUint64(body[len(body)-8:], xxh3.Hash(body[:len(body)-8]))
-	if _, err := obj.Put(ctx, jetstream.ObjectMeta{Name: oi.Name, Metadata: oi.Metadata}, bytes.NewReader(body)); err != nil {
-		t.Fatal(err)
-	}
+	rewriteCheckpoint(t, js, oi, func(body []byte) {
+		if body[owners] != 0 {
+			t.Fatal("fixture tracks hash 0")
+		}
+		binary.LittleEndian.PutUint64(body[owners+1:], 1<<40)
+		binary.LittleEndian.PutUint64(body[len(body)-8:], xxh3.Hash(body[:len(body)-8]))
+	})
 	publishEvents(t, js, "a", steps[150:])
 
 	reg := prometheus.NewRegistry()

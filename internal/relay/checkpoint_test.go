@@ -11,16 +11,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // hasMetric reports whether reg has the series of spec (name{labels},
@@ -46,25 +46,14 @@ func checkpointedFirstHalf(t *testing.T, srv *testenv.Server, cfg relay.Config, 
 	r, stop := startRelay(t, nc, js, cfg)
 	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	publishEvents(t, js, "a", steps)
-	ctx := context.Background()
-	events, err := js.Stream(ctx, streams.EventStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	info, err := events.Info(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := info.State.LastSeq
+	last := eventStreamState(t, js).LastSeq
 	testenv.WaitFor(t, 0, "first half applied", func() bool { return r.Status().InputSeq == last })
 	// The counter appears with its first increment; an unchanged state is
 	// never checkpointed, so this one covers applied input.
 	testenv.WaitFor(t, 0, "checkpoint written", func() bool { return hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) })
 	stop()
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx := context.Background()
+	obj := snapshotObjects(t, js)
 	name, _ := relay.CheckpointObjectName(domain, "a")
 	oi, err := obj.GetInfo(ctx, name)
 	if err != nil {
@@ -74,6 +63,80 @@ func checkpointedFirstHalf(t *testing.T, srv *testenv.Server, cfg relay.Config, 
 		t.Fatalf("checkpoint after stop covers %q, want %d (%v)", oi.Metadata[relay.MetaInputSequence], last, err)
 	}
 	return oi
+}
+
+// startActive starts a relay on cfg with a registry of its own and waits
+// until it is active.
+func startActive(t *testing.T, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config) (*relay.Relay, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
+	return r, reg
+}
+
+// snapshotObjects is the object store of snapshot bodies and checkpoints.
+func snapshotObjects(t testing.TB, js jetstream.JetStream) jetstream.ObjectStore {
+	t.Helper()
+	obj, err := js.ObjectStore(context.Background(), wire.SnapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return obj
+}
+
+// checkpointKept fails unless the stored checkpoint is still oi: the same
+// body and input sequence.
+func checkpointKept(t *testing.T, js jetstream.JetStream, oi *jetstream.ObjectInfo) {
+	t.Helper()
+	now, err := snapshotObjects(t, js).GetInfo(context.Background(), oi.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if now.Digest != oi.Digest || now.Metadata[relay.MetaInputSequence] != oi.Metadata[relay.MetaInputSequence] {
+		t.Fatalf("checkpoint replaced: input sequence %s → %s", oi.Metadata[relay.MetaInputSequence], now.Metadata[relay.MetaInputSequence])
+	}
+}
+
+// rewriteCheckpoint stores the checkpoint oi again, under its name and
+// metadata, with the body edit changed in place.
+func rewriteCheckpoint(t *testing.T, js jetstream.JetStream, oi *jetstream.ObjectInfo, edit func(body []byte)) {
+	t.Helper()
+	ctx, obj := context.Background(), snapshotObjects(t, js)
+	body, err := obj.GetBytes(ctx, oi.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edit(body)
+	if _, err := obj.Put(ctx, jetstream.ObjectMeta{Name: oi.Name, Metadata: oi.Metadata}, bytes.NewReader(body)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restartRejects starts a relay on cfg and checks that it counted the
+// stored checkpoint as outcome, restored nothing, and converges on steps
+// by replaying its input.
+func restartRejects(t *testing.T, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config, outcome string, steps []replay.Step) {
+	t.Helper()
+	r, reg := startActive(t, nc, js, cfg)
+	if !hasMetric(reg, checkpointCount(outcome, 1)) || hasMetric(reg, `outcome="restored"`) {
+		t.Fatalf("the stored checkpoint was not counted %s", outcome)
+	}
+	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+}
+
+// nextEpochRestores starts the next relay on cfg and checks that it
+// restores the kept checkpoint and converges on want.
+func nextEpochRestores(t *testing.T, nc *nats.Conn, js jetstream.JetStream, cfg relay.Config, want []uint64) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	cfg.Metrics = reg
+	r, _ := startRelay(t, nc, js, cfg)
+	laneConverges(t, js, r, want)
+	if !hasMetric(reg, checkpointCount("restored", 1)) {
+		t.Fatal("the next epoch did not restore the kept checkpoint")
+	}
 }
 
 // laneConverges waits until the lane, published by r under its current
@@ -96,21 +159,13 @@ func TestRelayRestoresItsCheckpointAndReplaysOnlyWhatFollows(t *testing.T) {
 
 	// Delete every input message the checkpoint covers: only a restore
 	// can still know their effect.
-	ctx := context.Background()
 	purgeBefore(t, js, cpSeq+1)
-	events, err := js.Stream(ctx, streams.EventStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if info, err := events.Info(ctx); err != nil || info.State.Msgs != 0 || info.State.FirstSeq != cpSeq+1 {
-		t.Fatalf("after purge: %+v %v", info.State, err)
+	if st := eventStreamState(t, js); st.Msgs != 0 || st.FirstSeq != cpSeq+1 {
+		t.Fatalf("after purge: %+v", st)
 	}
 	publishEvents(t, js, "a", steps[150:])
 
-	reg := prometheus.NewRegistry()
-	cfg.Metrics = reg
-	r, _ := startRelay(t, nc, js, cfg)
-	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
+	r, reg := startActive(t, nc, js, cfg)
 	if !hasMetric(reg, checkpointCount("restored", 1)) {
 		t.Fatal("checkpoint not restored")
 	}
@@ -126,15 +181,7 @@ func TestACheckpointOfAnotherFormatIsIgnored(t *testing.T) {
 	checkpointedFirstHalf(t, srv, small, steps[:150])
 	publishEvents(t, js, "a", steps[150:])
 
-	cfg := testConfig("a")
-	reg := prometheus.NewRegistry()
-	cfg.Metrics = reg
-	r, _ := startRelay(t, nc, js, cfg)
-	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
-	if !hasMetric(reg, checkpointCount("rejected_format", 1)) || hasMetric(reg, `outcome="restored"`) {
-		t.Fatal("a checkpoint of another format was not rejected")
-	}
-	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+	restartRejects(t, nc, js, testConfig("a"), "rejected_format", steps)
 }
 
 func TestACorruptCheckpointIsIgnoredAndCounted(t *testing.T) {
@@ -145,29 +192,10 @@ func TestACorruptCheckpointIsIgnoredAndCounted(t *testing.T) {
 	oi := checkpointedFirstHalf(t, srv, cfg, steps[:150])
 
 	// Same name and metadata, one byte of the body changed.
-	ctx := context.Background()
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, err := obj.GetBytes(ctx, oi.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	body[len(body)/2] ^= 0x5A
-	if _, err := obj.Put(ctx, jetstream.ObjectMeta{Name: oi.Name, Metadata: oi.Metadata}, bytes.NewReader(body)); err != nil {
-		t.Fatal(err)
-	}
+	rewriteCheckpoint(t, js, oi, func(body []byte) { body[len(body)/2] ^= 0x5A })
 	publishEvents(t, js, "a", steps[150:])
 
-	reg := prometheus.NewRegistry()
-	cfg.Metrics = reg
-	r, _ := startRelay(t, nc, js, cfg)
-	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
-	if !hasMetric(reg, checkpointCount("rejected_corrupt", 1)) || hasMetric(reg, `outcome="restored"`) {
-		t.Fatal("a corrupt checkpoint was not rejected")
-	}
-	laneConverges(t, js, r, reference(t, cfg.CKF, steps).Words())
+	restartRejects(t, nc, js, cfg, "rejected_corrupt", steps)
 }
 
 // TestAnUnansweredCheckpointLookupIsAskedAgain: a metadata request that
@@ -234,25 +262,7 @@ func TestAnUnreadableCheckpointIsNeverOverwritten(t *testing.T) {
 	if !hasMetric(reg, checkpointCount("load_error", 1)) || hasMetric(reg, `ckf_relay_checkpoints_total{outcome="written"}`) {
 		t.Fatal("the epoch that could not read the checkpoint wrote one")
 	}
-	ctx := context.Background()
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	now, err := obj.GetInfo(ctx, oi.Name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if now.Digest != oi.Digest || now.Metadata[relay.MetaInputSequence] != oi.Metadata[relay.MetaInputSequence] {
-		t.Fatalf("checkpoint replaced: input sequence %s → %s", oi.Metadata[relay.MetaInputSequence], now.Metadata[relay.MetaInputSequence])
-	}
-
+	checkpointKept(t, js, oi)
 	// The next epoch reads it and replays only what follows.
-	reg2 := prometheus.NewRegistry()
-	cfg.Metrics = reg2
-	r2, _ := startRelay(t, nc, js, cfg)
-	laneConverges(t, js, r2, reference(t, cfg.CKF, steps).Words())
-	if !hasMetric(reg2, checkpointCount("restored", 1)) {
-		t.Fatal("the next epoch did not restore the kept checkpoint")
-	}
+	nextEpochRestores(t, nc, js, cfg, reference(t, cfg.CKF, steps).Words())
 }

@@ -11,16 +11,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 	"github.com/ckfrelay/ckfrelay/pkg/producer"
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // perEventLane is the lane a relay would publish with one delta per
@@ -183,10 +183,7 @@ func TestACoalescedLaneDiffersFromOneDeltaPerEventOnlyByItsCount(t *testing.T) {
 			if words != nil {
 				t.Fatalf("a second snapshot at sequence %d", m.Sequence)
 			}
-			obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-			if err != nil {
-				t.Fatal(err)
-			}
+			obj := snapshotObjects(t, js)
 			body, err := obj.GetBytes(ctx, m.ObjectName)
 			if err != nil {
 				t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 
-	"github.com/ckfrelay/ckfrelay/internal/kvrelay/server"
+	"github.com/ckfrelay/ckfrelay/pkg/kvrelay/server"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -26,7 +26,7 @@ import (
 
 // Load plane defaults.
 const (
-	DefaultLoadInterval    = time.Second
+	DefaultLoadInterval    = 200 * time.Millisecond
 	DefaultWorkerLoadFresh = 3 * time.Second
 	// workerLoadForget drops a worker that stopped reporting (and holds no
 	// block) from the serving load's expected set, as Dynamo forgets a

@@ -16,15 +16,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/pkg/producer"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 const domain = "test"
@@ -137,10 +137,7 @@ func laneImage(t *testing.T, js jetstream.JetStream, dc string) ([]uint64, wire.
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := snapshotObjects(t, js)
 	body, err := obj.GetBytes(ctx, marker.ObjectName)
 	if err != nil {
 		t.Fatal(err)
@@ -316,42 +313,36 @@ func TestAZombiePublishIsRefusedAndTheRelayRecoversUnderANewEpoch(t *testing.T) 
 	cfg := testConfig("a")
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
-	r, err := relay.New(nc, js, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var inject atomic.Bool
 	var stolen atomic.Uint64
-	relay.SetBeforePublish(r, func(kind wire.MessageKind) error {
-		if kind == wire.KindDelta && inject.CompareAndSwap(true, false) {
-			// A successor takes the lease (its record outlives this
-			// relay's local view by a moment) and publishes on the lane
-			// before this relay's next publish.
-			ctx := context.Background()
-			kv, err := js.KeyValue(ctx, lease.DefaultBucket)
-			if err != nil {
+	r, _ := startRelayWith(t, nc, js, cfg, func(r *relay.Relay) {
+		relay.SetBeforePublish(r, func(kind wire.MessageKind) error {
+			if kind == wire.KindDelta && inject.CompareAndSwap(true, false) {
+				// A successor takes the lease (its record outlives this
+				// relay's local view by a moment) and publishes on the lane
+				// before this relay's next publish.
+				ctx := context.Background()
+				kv, err := js.KeyValue(ctx, lease.DefaultBucket)
+				if err != nil {
+					return err
+				}
+				epoch := r.Status().Epoch + 1
+				now := time.Now()
+				rec := fmt.Sprintf(`{"owner":"successor","epoch":%d,"acquired_at":%d,"expires_at":%d}`, epoch, now.UnixNano(), now.Add(time.Second).UnixNano())
+				if _, err := kv.Put(ctx, "epoch."+domain+".a", []byte(fmt.Sprintf(`{"epoch":%d}`, epoch))); err != nil {
+					return err
+				}
+				if _, err := kv.Put(ctx, "lease."+domain+".a", []byte(rec)); err != nil {
+					return err
+				}
+				stolen.Store(epoch)
+				subj, _ := wire.NewLaneSubjects(domain, "a")
+				_, err = js.Publish(ctx, subj.Heartbeat, []byte("successor"))
 				return err
 			}
-			epoch := r.Status().Epoch + 1
-			now := time.Now()
-			rec := fmt.Sprintf(`{"owner":"successor","epoch":%d,"acquired_at":%d,"expires_at":%d}`, epoch, now.UnixNano(), now.Add(time.Second).UnixNano())
-			if _, err := kv.Put(ctx, "epoch."+domain+".a", []byte(fmt.Sprintf(`{"epoch":%d}`, epoch))); err != nil {
-				return err
-			}
-			if _, err := kv.Put(ctx, "lease."+domain+".a", []byte(rec)); err != nil {
-				return err
-			}
-			stolen.Store(epoch)
-			subj, _ := wire.NewLaneSubjects(domain, "a")
-			_, err = js.Publish(ctx, subj.Heartbeat, []byte("successor"))
-			return err
-		}
-		return nil
+			return nil
+		})
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
 	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	inject.Store(true)
 	publishEvents(t, js, "a", traceEvents(t, 20))
@@ -372,23 +363,17 @@ func TestJunkOnTheLaneNeverFencesTheRelay(t *testing.T) {
 	cfg := testConfig("a")
 	reg := prometheus.NewRegistry()
 	cfg.Metrics = reg
-	r, err := relay.New(nc, js, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var inject atomic.Int64
-	relay.SetBeforePublish(r, func(kind wire.MessageKind) error {
-		if inject.Add(-1) >= 0 {
-			subj, _ := wire.NewLaneSubjects(domain, "a")
-			_, err := js.Publish(context.Background(), subj.For(kind), []byte{0xde, 0xad, 0xbe, 0xef})
-			return err
-		}
-		return nil
+	r, _ := startRelayWith(t, nc, js, cfg, func(r *relay.Relay) {
+		relay.SetBeforePublish(r, func(kind wire.MessageKind) error {
+			if inject.Add(-1) >= 0 {
+				subj, _ := wire.NewLaneSubjects(domain, "a")
+				_, err := js.Publish(context.Background(), subj.For(kind), []byte{0xde, 0xad, 0xbe, 0xef})
+				return err
+			}
+			return nil
+		})
 	})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- r.Run(ctx) }()
-	defer func() { cancel(); <-done }()
 	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
 	epoch := r.Status().Epoch
 	inject.Store(3)

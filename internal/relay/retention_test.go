@@ -10,11 +10,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/ckfrelay/ckfrelay/internal/promtest"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
 	"github.com/ckfrelay/ckfrelay/internal/replay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
 
 // published keeps the steps publishEvents sends as messages: the i-th one
@@ -29,14 +29,29 @@ func published(steps []replay.Step) []replay.Step {
 	return out
 }
 
-func purgeBefore(t *testing.T, js jetstream.JetStream, seq uint64) {
+// eventStream returns the input stream.
+func eventStream(t *testing.T, js jetstream.JetStream) jetstream.Stream {
 	t.Helper()
-	ctx := context.Background()
-	events, err := js.Stream(ctx, streams.EventStream)
+	events, err := js.Stream(context.Background(), streams.EventStream)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := events.Purge(ctx, jetstream.WithPurgeSequence(seq)); err != nil {
+	return events
+}
+
+// eventStreamState returns the input stream's state now.
+func eventStreamState(t *testing.T, js jetstream.JetStream) jetstream.StreamState {
+	t.Helper()
+	info, err := eventStream(t, js).Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return info.State
+}
+
+func purgeBefore(t *testing.T, js jetstream.JetStream, seq uint64) {
+	t.Helper()
+	if err := eventStream(t, js).Purge(context.Background(), jetstream.WithPurgeSequence(seq)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -95,15 +110,7 @@ func TestARestoredCheckpointOnlyMissesInputDroppedAfterIt(t *testing.T) {
 
 	// Retention overtakes the checkpoint: five messages after it are gone.
 	publishEvents(t, js, "a", msgs[:10])
-	events, err := js.Stream(context.Background(), streams.EventStream)
-	if err != nil {
-		t.Fatal(err)
-	}
-	si, err := events.Info(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	last := si.State.LastSeq
+	last := eventStreamState(t, js).LastSeq
 	purgeBefore(t, js, last-4) // keeps the last 5 of the 10
 	reg2 := prometheus.NewRegistry()
 	cfg.Metrics = reg2

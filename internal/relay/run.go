@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/internal/backoff"
-	"github.com/ckfrelay/ckfrelay/internal/ctxwait"
-	"github.com/ckfrelay/ckfrelay/internal/retry"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
+	"github.com/ckfrelay/ckfrelay/pkg/backoff"
+	"github.com/ckfrelay/ckfrelay/pkg/ctxwait"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/retry"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 )
 
 // Run registers the pool's lane, then loops: acquire the producer lease

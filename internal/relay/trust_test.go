@@ -11,9 +11,9 @@ import (
 	"github.com/ckfrelay/ckfrelay/testenv"
 
 	"github.com/ckfrelay/ckfrelay/internal/relay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -70,10 +70,7 @@ func TestADeletedInputStreamIsRecreatedWithoutAHotLoop(t *testing.T) {
 	publishEvents(t, js, "a", steps[:5])
 	last := uint64(len(published(steps[:5])))
 	ctx := context.Background()
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := snapshotObjects(t, js)
 	name, _ := relay.CheckpointObjectName(domain, "a")
 	testenv.WaitFor(t, 0, "a checkpoint covering the first events", func() bool {
 		info, err := obj.GetInfo(ctx, name)
@@ -193,10 +190,7 @@ func TestACheckpointIsWrittenOnlyUnderAConfirmedLease(t *testing.T) {
 	if _, err := kv.Put(ctx, "lease."+domain+".a", []byte(rec)); err != nil {
 		t.Fatal(err)
 	}
-	obj, err := js.ObjectStore(ctx, wire.SnapshotBucket)
-	if err != nil {
-		t.Fatal(err)
-	}
+	obj := snapshotObjects(t, js)
 	name, _ := relay.CheckpointObjectName(domain, "a")
 	before, err := obj.GetInfo(ctx, name)
 	if err != nil {

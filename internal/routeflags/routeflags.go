@@ -17,8 +17,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/inflight"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
@@ -54,16 +54,16 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.prefillRates, "dc-prefill-rate", "", "prefill tokens/s per DC (one worker's speed: a request's own prefill), e.g. dc-a=12000,dc-b=8000")
 	fs.Float64Var(&f.queueRate, "route-queue-rate", 0, "tokens/s at which a DC --dc-queue-rate does not list drains its queued prefill when its load reports no worker count (0: its prefill rate, one worker)")
 	fs.StringVar(&f.queueRates, "dc-queue-rate", "", "tokens/s at which each DC drains its queued prefill (all its workers), e.g. dc-a=96000; a DC not listed drains at the workers its load windows count × its prefill rate")
-	fs.StringVar(&f.blockSize, "route-block-size", strconv.Itoa(indexer.DefaultRouteBlockSize), "tokens per block of a route request given as hashes (a tokens request carries its own): a default, then per domain, e.g. 16,demo-2=32")
+	fs.StringVar(&f.blockSize, "route-block-size", strconv.Itoa(follow.DefaultRouteBlockSize), "tokens per block of a route request given as hashes (a tokens request carries its own): a default, then per domain, e.g. 16,demo-2=32")
 	fs.BoolVar(&f.inflight, "route-inflight", true, "count each route's prompt tokens against the chosen DC until its load windows can show them, shared with the domain's other routers on ckfload.<domain>.<dc>.inflight (false: a route sees the last window only)")
 	fs.IntVar(&f.inflightMax, "route-inflight-max-entries", inflight.DefaultMaxEntries, "in-flight entries kept per lane; past it a route drops the lane's oldest")
-	fs.DurationVar(&f.loadMaxAge, "load-max-age", indexer.DefaultLoadMaxAge,
+	fs.DurationVar(&f.loadMaxAge, "load-max-age", follow.DefaultLoadMaxAge,
 		"drop a lane's load (from its relay's load windows or kvrelay load streams) older than this, by local receive time; it then counts as missing, never as zero")
 }
 
 // Settings is what the flags configure.
 type Settings struct {
-	Route      indexer.RouteConfig
+	Route      follow.RouteConfig
 	LoadMaxAge time.Duration
 }
 
@@ -189,8 +189,8 @@ func (f *Flags) Settings() (Settings, error) {
 	pc.DefaultPrefillTokensPerSec = f.prefillRate
 	pc.DefaultQueueTokensPerSec, pc.QueueTokensPerSec = f.queueRate, queues
 	return Settings{
-		Route: indexer.RouteConfig{Policy: pc, PrefillRate: rates, BlockSize: bs, DomainBlockSize: domainBS,
-			Inflight: indexer.InflightConfig{Off: !f.inflight, MaxEntries: f.inflightMax}},
+		Route: follow.RouteConfig{Policy: pc, PrefillRate: rates, BlockSize: bs, DomainBlockSize: domainBS,
+			Inflight: follow.InflightConfig{Off: !f.inflight, MaxEntries: f.inflightMax}},
 		LoadMaxAge: f.loadMaxAge,
 	}, nil
 }
@@ -219,12 +219,12 @@ func Parse(args []string) (Settings, error) {
 // defaults filled in, the indexer's per-DC rates and block sizes, and the
 // load age bound. It is what global-indexer --print-route-config prints.
 type Effective struct {
-	Route           route.Config           `json:"route"`
-	PrefillRate     map[string]float64     `json:"prefill_rate"`
-	BlockSize       int                    `json:"block_size"`
-	DomainBlockSize map[string]int         `json:"domain_block_size"`
-	Inflight        indexer.InflightConfig `json:"inflight"`
-	LoadMaxAge      time.Duration          `json:"load_max_age_ns"`
+	Route           route.Config          `json:"route"`
+	PrefillRate     map[string]float64    `json:"prefill_rate"`
+	BlockSize       int                   `json:"block_size"`
+	DomainBlockSize map[string]int        `json:"domain_block_size"`
+	Inflight        follow.InflightConfig `json:"inflight"`
+	LoadMaxAge      time.Duration         `json:"load_max_age_ns"`
 }
 
 // Effective returns the effective configuration of s.

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
 
@@ -14,7 +14,7 @@ func TestParse(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if s.LoadMaxAge != indexer.DefaultLoadMaxAge || s.Route.BlockSize != indexer.DefaultRouteBlockSize || s.Route.Policy.Policy != route.Cost ||
+	if s.LoadMaxAge != follow.DefaultLoadMaxAge || s.Route.BlockSize != follow.DefaultRouteBlockSize || s.Route.Policy.Policy != route.Cost ||
 		s.Route.Policy.AffinityMargin != route.AffinityMarginDefault || s.Route.Policy.DefaultQueueTokensPerSec != 0 {
 		t.Fatalf("defaults %+v", s)
 	}

@@ -155,7 +155,7 @@ func newFleet(cfg Config, p Policy, trace []traceReq, scale float64, model sim.L
 		return nil, err
 	}
 	f.settings = rs
-	// As the indexer builds its router (internal/indexer newRouting): the
+	// As the indexer builds its router (pkg/follow newRouting): the
 	// load age bound is the load plane's, not the policy's.
 	pc := rs.Route.Policy
 	pc.MaxLoadAge = 0

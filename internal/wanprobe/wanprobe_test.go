@@ -13,9 +13,10 @@ import (
 	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/internal/queryapi"
 	"github.com/ckfrelay/ckfrelay/internal/relay"
-	"github.com/ckfrelay/ckfrelay/internal/streams"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/client"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
+	"github.com/ckfrelay/ckfrelay/pkg/streams"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
 
@@ -47,7 +48,7 @@ func pipeline(t *testing.T) (*Prober, *client.HTTP, *testenv.Server) {
 	}
 	go func() { _ = r.Run(ctx); done <- struct{}{} }()
 
-	ix, err := indexer.New(nc, js, indexer.Config{Domain: domain, Logger: zerolog.Nop(), Streams: streams.Options{Memory: true},
+	ix, err := indexer.New(nc, js, follow.Config{Domain: domain, Logger: zerolog.Nop(), Streams: streams.Options{Memory: true},
 		BootstrapBackoffMin: 10 * time.Millisecond, BootstrapBackoffMax: 200 * time.Millisecond, StatePollInterval: 20 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

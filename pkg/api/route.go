@@ -453,7 +453,46 @@ func (l *RouteLane) appendJSON(dst []byte) []byte {
 }
 
 // appendMs writes a millisecond value as encoding/json writes a float64.
+// A value of whole nanoseconds (the ms of a time.Duration) from 10^-6 up to
+// 2^31 ms is written from that integer, which skips strconv's search for
+// the shortest digits and gives the same text: the decimal n/10^6, trailing
+// zeros cut, reads back as v, and no shorter decimal does (two decimals
+// 10^-6 apart never round to one float64 below 2^31, where the spacing is
+// at most 2^-21).
 func appendMs(dst []byte, v float64) []byte {
+	if abs := math.Abs(v); abs >= 1e-6 && abs < 1<<31 {
+		if n := math.Round(v * 1e6); n/1e6 == v {
+			return appendMicros(dst, int64(n))
+		}
+	}
+	return appendMsFloat(dst, v)
+}
+
+// appendMicros writes n millionths as a decimal without trailing zeros.
+func appendMicros(dst []byte, n int64) []byte {
+	if n < 0 {
+		dst = append(dst, '-')
+		n = -n
+	}
+	dst = strconv.AppendInt(dst, n/1e6, 10)
+	frac := n % 1e6
+	if frac == 0 {
+		return dst
+	}
+	var b [6]byte
+	for i := 5; i >= 0; i-- {
+		b[i] = byte('0' + frac%10)
+		frac /= 10
+	}
+	end := 6
+	for b[end-1] == '0' {
+		end--
+	}
+	return append(append(dst, '.'), b[:end]...)
+}
+
+// appendMsFloat is appendMs through strconv.
+func appendMsFloat(dst []byte, v float64) []byte {
 	if math.IsNaN(v) || math.IsInf(v, 0) {
 		return append(dst, '0')
 	}

@@ -13,10 +13,10 @@ import (
 	"github.com/rs/zerolog"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/ckfrelay/ckfrelay/internal/domains"
-	"github.com/ckfrelay/ckfrelay/internal/indexer"
 	"github.com/ckfrelay/ckfrelay/pkg/api"
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
+	"github.com/ckfrelay/ckfrelay/pkg/domains"
+	"github.com/ckfrelay/ckfrelay/pkg/follow"
 	"github.com/ckfrelay/ckfrelay/pkg/lanerules"
 	"github.com/ckfrelay/ckfrelay/pkg/route"
 )
@@ -35,7 +35,7 @@ type MirrorConfig struct {
 	// bucket's lane maps (global-indexer --domains-from lane-map).
 	Discover bool
 	// MaxDomains and MaxTableBytes bound the domains followed and the sum
-	// of their tables when the mirror follows several (0: the indexer's
+	// of their tables (0: the indexer's
 	// defaults, 64 and 8 GiB); a domain past them is refused, and the ones
 	// followed are unchanged.
 	MaxDomains    int
@@ -52,8 +52,8 @@ type MirrorConfig struct {
 	// Tracer provides lane_apply spans (nil: none).
 	Tracer trace.TracerProvider
 	// Metrics receives the lane metrics (ckf_indexer_*), as the indexer's
-	// /metrics shows them, labelled by domain when the mirror follows
-	// several (nil: a private registry).
+	// /metrics shows them, each labelled by its domain (nil: a private
+	// registry).
 	Metrics *prometheus.Registry
 	// JSDomain is the JetStream domain holding the lanes (e.g. "hub" when
 	// the router's NATS is a leaf of the hub); empty: the connection's.
@@ -76,28 +76,14 @@ type MirrorConfig struct {
 	LoadMaxAge time.Duration
 }
 
-// several reports whether cfg follows more than one domain.
-func (cfg MirrorConfig) several() bool {
-	return cfg.Discover || len(cfg.Domains) > 0 && !(len(cfg.Domains) == 1 && cfg.Domains[0] == cfg.Domain)
-}
-
-// mirrorBackend is what a Mirror answers from: one domain's indexer
-// service, or a registry of several.
-type mirrorBackend interface {
-	Run(ctx context.Context) error
-	Ready() bool
-	TableBytes() uint64
-	Lanes() []api.LaneStatus
-	Match(q api.Query) (api.MatchResponse, error)
-	Route(q api.Query, o api.RouteOptions) (api.RouteResponse, error)
-}
-
 // Mirror follows one or several domains' lanes from JetStream in this
 // process and answers Match and Route from its own copy of their tables:
-// a Go router pays for a prefix search, not a network round trip. It is
-// the global indexer's own lane machinery (without its NATS endpoint), so
-// it applies the same epochs, fencing, freshness and fail-closed rules
-// and gives the same answers; it holds one table per domain (16 lanes ×
+// a Go router pays for a prefix search, not a network round trip. It runs
+// the global indexer's own code: the lane engine of pkg/follow in the host
+// of pkg/domains, for one domain as for many (without the indexer's NATS
+// endpoint), so it applies the same epochs, fencing, freshness and
+// fail-closed rules and gives the same answers; it holds one table per
+// domain (16 lanes ×
 // the lanes' bucket count × 8 bytes). A request names its domain with
 // "model" (a domain followed, or none for Domain); ForModel gives the
 // same for requests sent as hashes.
@@ -105,10 +91,8 @@ type mirrorBackend interface {
 // Run must be running for the mirror to follow the lanes; the query
 // methods are safe for concurrent use and never block on the network.
 type Mirror struct {
-	b mirrorBackend
-	// svc is the only domain's service (nil when following several).
-	svc *indexer.Service
-	// reg is the registry of several domains (nil when following one).
+	// reg is the host of the domains followed, one or many: the same
+	// pkg/domains registry global-indexer runs.
 	reg *domains.Registry
 }
 
@@ -128,24 +112,13 @@ func NewMirror(nc *nats.Conn, cfg MirrorConfig) (*Mirror, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: mirror: %w", err)
 	}
-	base := indexer.Config{Domain: cfg.Domain, Logger: cfg.Logger, Tracer: cfg.Tracer, NoMatchEndpoint: true}
-	if !cfg.several() {
-		base.Metrics = cfg.Metrics
-	}
-	icfg, err := base.WithRules(cfg.Rules)
+	icfg, err := follow.Config{Domain: cfg.Domain, Logger: cfg.Logger, Tracer: cfg.Tracer}.WithRules(cfg.Rules)
 	if err != nil {
 		return nil, fmt.Errorf("client: mirror: %w", err)
 	}
-	icfg.Route = indexer.RouteConfig{Policy: cfg.Route, PrefillRate: cfg.RoutePrefillRate, BlockSize: cfg.RouteBlockSize,
-		Inflight: indexer.InflightConfig{Off: cfg.RouteInflightOff}}
+	icfg.Route = follow.RouteConfig{Policy: cfg.Route, PrefillRate: cfg.RoutePrefillRate, BlockSize: cfg.RouteBlockSize,
+		Inflight: follow.InflightConfig{Off: cfg.RouteInflightOff}}
 	icfg.LoadMaxAge = cfg.LoadMaxAge
-	if !cfg.several() {
-		svc, err := indexer.New(nc, js, icfg)
-		if err != nil {
-			return nil, fmt.Errorf("client: mirror: %w", err)
-		}
-		return &Mirror{b: svc, svc: svc}, nil
-	}
 	var names []string
 	if cfg.Domain != "" {
 		names = append(names, cfg.Domain)
@@ -164,43 +137,34 @@ func NewMirror(nc *nats.Conn, cfg MirrorConfig) (*Mirror, error) {
 	if err != nil {
 		return nil, fmt.Errorf("client: mirror: %w", err)
 	}
-	return &Mirror{b: reg, reg: reg}, nil
+	return &Mirror{reg: reg}, nil
 }
 
 // Run follows the lanes until ctx ends (it returns nil then).
-func (m *Mirror) Run(ctx context.Context) error { return m.b.Run(ctx) }
+func (m *Mirror) Run(ctx context.Context) error { return m.reg.Run(ctx) }
 
 // Ready reports whether at least one lane of some domain can answer.
-func (m *Mirror) Ready() bool { return m.b.Ready() }
+func (m *Mirror) Ready() bool { return m.reg.Ready() }
 
 // DomainReady reports whether model (a domain followed, or a name it is
 // known by) is followed and has a lane that can answer, as GET
 // /readyz?domain= does.
 func (m *Mirror) DomainReady(model string) (ready, known bool) {
-	if m.reg != nil {
-		return m.reg.DomainReady(model)
-	}
-	if model != m.svc.Domain() {
-		return false, false
-	}
-	return m.svc.Ready(), true
+	return m.reg.DomainReady(model)
 }
 
 // Domains lists the domains followed, sorted.
 func (m *Mirror) Domains() []string {
-	if m.reg != nil {
-		return m.reg.Domains()
-	}
-	return []string{m.svc.Domain()}
+	return m.reg.Domains()
 }
 
 // TableBytes is the memory of the mirror's tables (0 until the first
 // lane's format is known).
-func (m *Mirror) TableBytes() uint64 { return m.b.TableBytes() }
+func (m *Mirror) TableBytes() uint64 { return m.reg.TableBytes() }
 
 // Lanes returns the rows GET /v1/lanes would show: every domain's lanes,
 // by domain then lane.
-func (m *Mirror) Lanes() []api.LaneStatus { return m.b.Lanes() }
+func (m *Mirror) Lanes() []api.LaneStatus { return m.reg.Lanes() }
 
 // Match answers req as POST /v1/match would: the same validation (through
 // the API's own decoder) and the same answer, from the domain req.Model
@@ -215,7 +179,7 @@ func (m *Mirror) Match(_ context.Context, req api.MatchRequest) (api.MatchRespon
 	if err != nil {
 		return api.MatchResponse{}, badRequest(err)
 	}
-	return m.b.Match(q)
+	return m.reg.Match(q)
 }
 
 // MatchSequenceHashes answers a request given as its sequence hashes,
@@ -235,7 +199,7 @@ func (m *Mirror) matchSeqs(_ context.Context, model string, hashes []uint64) (ap
 	for i, h := range hashes {
 		seqs[i] = ckf.SequenceHash(h)
 	}
-	return m.b.Match(api.Query{Seqs: seqs, Model: model})
+	return m.reg.Match(api.Query{Seqs: seqs, Model: model})
 }
 
 // checkModel refuses a model name the API's decoder would.

@@ -2,13 +2,10 @@
 
 package client
 
-import "github.com/ckfrelay/ckfrelay/internal/indexer"
+import "github.com/ckfrelay/ckfrelay/pkg/follow"
 
-// MirrorServiceForTest is the indexer service behind m for domain, for
+// MirrorServiceForTest is the lane service behind m for domain, for
 // fault-injection tests (ckftest builds only).
-func MirrorServiceForTest(m *Mirror, domain string) (*indexer.Service, bool) {
-	if m.reg != nil {
-		return m.reg.Service(domain)
-	}
-	return m.svc, domain == m.svc.Domain()
+func MirrorServiceForTest(m *Mirror, domain string) (*follow.Service, bool) {
+	return m.reg.Service(domain)
 }

@@ -136,7 +136,7 @@ func (m *Mirror) routeSeqs(model string, hashes []uint64, o api.RouteOptions) (a
 }
 
 func (m *Mirror) routeQuery(q api.Query, o api.RouteOptions) (api.RouteResponse, error) {
-	resp, err := m.b.Route(q, o)
+	resp, err := m.reg.Route(q, o)
 	if err != nil {
 		var re *api.RequestError
 		if errors.As(err, &re) {

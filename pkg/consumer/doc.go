@@ -18,5 +18,5 @@
 //     disposition; the pool fails closed: an error that leaves a lane's state
 //     in doubt retires that lane.
 //   - Nothing here imports NATS or the producer; the transport lives in
-//     internal/indexer.
+//     pkg/follow.
 package consumer

@@ -237,6 +237,22 @@ func (q *queryProber) prefetch(pos int, need uint16) {
 // lane is ready. out is overwritten; s is reused. It does not allocate once
 // s has grown to the query length.
 func (ix *Indexer) FindPrefixMatches(hashes []ckf.LocalBlockHash, s *QueryScratch, out *QueryResult) error {
+	_, err := ix.findLocals(hashes, s, out, false)
+	return err
+}
+
+// FindPrefixMatchesChain is FindPrefixMatches that also returns the whole
+// sequence-hash chain of hashes: the positions the search hashed are kept
+// and the rest computed, so a caller that needs the chain (a router's key)
+// does not hash the prompt twice. The chain is a view of s's buffer, valid
+// until s's next query; nil with an error.
+func (ix *Indexer) FindPrefixMatchesChain(hashes []ckf.LocalBlockHash, s *QueryScratch, out *QueryResult) ([]ckf.SequenceHash, error) {
+	return ix.findLocals(hashes, s, out, true)
+}
+
+// findLocals is FindPrefixMatches, completing and returning the chain when
+// chain is set.
+func (ix *Indexer) findLocals(hashes []ckf.LocalBlockHash, s *QueryScratch, out *QueryResult, chain bool) ([]ckf.SequenceHash, error) {
 	// The query's only readiness load.
 	captured := ix.ReadyLanes()
 	n := len(hashes)
@@ -246,8 +262,15 @@ func (ix *Indexer) FindPrefixMatches(hashes []ckf.LocalBlockHash, s *QueryScratc
 	q := &s.prober
 	q.locals, q.seq, q.hashed = hashes, s.seq[:n], 0
 	err := ix.findWithCapturedReady(n, captured, s, out)
+	var seq []ckf.SequenceHash
+	if chain && err == nil {
+		if n > q.hashed {
+			q.extend(n - 1)
+		}
+		seq = q.seq
+	}
 	q.locals, q.seq = nil, nil // do not retain the caller's slice
-	return err
+	return seq, err
 }
 
 // FindPrefixMatchesSequence is FindPrefixMatches for callers that already

@@ -3,6 +3,7 @@ package consumer
 import (
 	"errors"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 
@@ -172,14 +173,7 @@ func TestConfigureLaneRecomputesJoinsOnDefaults(t *testing.T) {
 	domain := ixDomain(1, 2, ckf.SourceExplicit, ckf.SourceDefaultDerived)
 	var pools [ckf.LaneCount]*ckf.PoolID
 	pools[0] = &ckf.PoolID{Domain: domain, Dc: 1}
-	m, err := NewManifest(1, domain, format, pools)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := NewIndexer(m, ckf.DefaultPrefixSearchConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix := defaultIndexer(t, 1, domain, format, pools)
 	if ix.Manifest().JoinsOnDefaults() {
 		t.Fatal("one DC joins on defaults")
 	}
@@ -262,6 +256,13 @@ func TestFindPrefixMatchesOnARealTable(t *testing.T) {
 			t.Fatalf("captured %#x", out.CapturedReadyLanes)
 		}
 		seq := ckf.SequenceHashes(nil, locals)
+		// The chained variant answers the same and hands back the whole
+		// chain, whatever depth the search stopped hashing at.
+		var outChain QueryResult
+		chain, err := ix.FindPrefixMatchesChain(locals, &s, &outChain)
+		if err != nil || outChain != out || !slices.Equal(chain, seq) {
+			t.Fatalf("chain %d: FindPrefixMatchesChain %v, result equal %v, chain equal %v", c, err, outChain == out, slices.Equal(chain, seq))
+		}
 		var lin [ckf.LaneCount]uint32
 		linearPrefixDepths(len(seq), ckf.LaneMask, func(pos int) uint16 {
 			return ix.table.Probe(ix.addressing.Prepare(uint64(seq[pos])))

@@ -26,14 +26,7 @@ func newFixture(t *testing.T) *fixture {
 	pool := ckf.PoolID{Domain: domain, Dc: 41}
 	var lanes [ckf.LaneCount]*ckf.PoolID
 	lanes[3] = &pool
-	m, err := NewManifest(consumer, domain, format, lanes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := NewIndexer(m, ckf.DefaultPrefixSearchConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix := defaultIndexer(t, consumer, domain, format, lanes)
 	ing, err := ix.ClaimLane(3)
 	if err != nil {
 		t.Fatal(err)

@@ -20,14 +20,7 @@ func BenchmarkInstallSnapshot(b *testing.B) {
 			for l := range ckf.LaneCount {
 				lanes[l] = &ckf.PoolID{Domain: domain, Dc: ckf.DcID(l + 1)}
 			}
-			man, err := NewManifest(1, domain, format, lanes)
-			if err != nil {
-				b.Fatal(err)
-			}
-			ix, err := NewIndexer(man, ckf.DefaultPrefixSearchConfig())
-			if err != nil {
-				b.Fatal(err)
-			}
+			ix := defaultIndexer(b, 1, domain, format, lanes)
 			cfg := DefaultPoolConfig()
 			cfg.MaxDirtyToAppliedAge = time.Minute
 			p, err := NewPool(ix, cfg)

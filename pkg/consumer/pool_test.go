@@ -26,6 +26,22 @@ type poolClock struct {
 func (c *poolClock) now() time.Time          { return c.base.Add(time.Duration(c.offset.Load())) }
 func (c *poolClock) advance(d time.Duration) { c.offset.Add(int64(d)) }
 func newPoolClock() *poolClock               { return &poolClock{base: time.Unix(1_700_000_000, 0)} }
+
+// defaultIndexer is the indexer of a new manifest, with the default
+// prefix search.
+func defaultIndexer(t testing.TB, consumer ckf.ConsumerInstanceID, domain ckf.IndexerDomainID, format ckf.FormatIdentity, lanes [ckf.LaneCount]*ckf.PoolID) *Indexer {
+	t.Helper()
+	m, err := NewManifest(consumer, domain, format, lanes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ix, err := NewIndexer(m, ckf.DefaultPrefixSearchConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ix
+}
+
 func poolTestDomain(semantics byte) ckf.IndexerDomainID {
 	return ckf.IndexerDomainID{
 		CacheSemantics: ckf.CacheSemanticsID{Digest: ckf.Digest16{semantics, semantics, semantics}, Source: ckf.SourceExplicit},
@@ -55,14 +71,7 @@ func newPoolFixture(t testing.TB, queueCapacity int, tune ...func(*PoolConfig)) 
 	const consumer, lane = ckf.ConsumerInstanceID(11), 3
 	var lanes [ckf.LaneCount]*ckf.PoolID
 	lanes[lane] = &poolID
-	manifest, err := NewManifest(consumer, domain, format, lanes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	indexer, err := NewIndexer(manifest, ckf.DefaultPrefixSearchConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	indexer := defaultIndexer(t, consumer, domain, format, lanes)
 	cfg := DefaultPoolConfig()
 	cfg.WorkerCount = 1
 	cfg.QueueCapacity = queueCapacity
@@ -738,14 +747,7 @@ func TestConcurrentLanesWithQueries(t *testing.T) {
 	for l := range lanes {
 		configured[l] = &ckf.PoolID{Domain: domain, Dc: ckf.DcID(100 + l)}
 	}
-	manifest, err := NewManifest(21, domain, format, configured)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ix, err := NewIndexer(manifest, ckf.DefaultPrefixSearchConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	ix := defaultIndexer(t, 21, domain, format, configured)
 	cfg := DefaultPoolConfig()
 	cfg.WorkerCount = 3
 	cfg.QueueCapacity = lanes * (drainEvery + 1)
@@ -953,14 +955,7 @@ func BenchmarkPoolDeltaThroughput(b *testing.B) {
 		}
 	}
 
-	manifest, err := NewManifest(consumer, domain, format, configured)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ix, err := NewIndexer(manifest, ckf.DefaultPrefixSearchConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
+	ix := defaultIndexer(b, consumer, domain, format, configured)
 	p, err := NewPool(ix, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -1040,14 +1035,7 @@ func TestLagWatchdogPollsAQuarterOfTheAgeBound(t *testing.T) {
 	poolID := ckf.PoolID{Domain: domain, Dc: 7}
 	var lanes [ckf.LaneCount]*ckf.PoolID
 	lanes[3] = &poolID
-	manifest, err := NewManifest(11, domain, format, lanes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	indexer, err := NewIndexer(manifest, ckf.DefaultPrefixSearchConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
+	indexer := defaultIndexer(t, 11, domain, format, lanes)
 	cfg := DefaultPoolConfig()
 	cfg.WorkerCount = 1
 	cfg.MaxDirtyToAppliedAge = 2 * time.Millisecond

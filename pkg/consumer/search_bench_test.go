@@ -129,14 +129,7 @@ func buildBenchIndexer(b *testing.B, lanes int, buckets uint64, nQueries, chainL
 	for l := range lanes {
 		pools[l] = &ckf.PoolID{Domain: domain, Dc: ckf.DcID(l + 1)}
 	}
-	m, err := NewManifest(1, domain, format, pools)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ix, err := NewIndexer(m, ckf.DefaultPrefixSearchConfig())
-	if err != nil {
-		b.Fatal(err)
-	}
+	ix := defaultIndexer(b, 1, domain, format, pools)
 	rng := rand.New(rand.NewPCG(uint64(lanes)+uint64(nQueries)<<8, buckets))
 	queries := make([][]ckf.LocalBlockHash, nQueries)
 	seqs := make([][]ckf.SequenceHash, nQueries)

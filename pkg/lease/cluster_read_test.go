@@ -13,7 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ckfrelay/ckfrelay/internal/natsembed"
 	"github.com/ckfrelay/ckfrelay/pkg/lease"
 	"github.com/ckfrelay/ckfrelay/testenv"
 )
@@ -35,24 +34,12 @@ func startCluster(t *testing.T) *cluster {
 	// directly, around the links: every server advertises a closed port.
 	dead := fmt.Sprintf("127.0.0.1:%d", port())
 	start := func(name string, clusterPort int, routes ...string) *server.Server {
-		opts, err := natsembed.EmbeddedOptions{Port: -1, StoreDir: t.TempDir(), ServerName: name}.ServerOptions()
-		if err != nil {
-			t.Fatal(err)
-		}
-		opts.Cluster = server.ClusterOpts{Name: "ckf", Host: "127.0.0.1", Port: clusterPort, Advertise: dead, PoolSize: -1}
-		for _, r := range routes {
-			u, err := url.Parse("nats://" + r)
-			if err != nil {
-				t.Fatal(err)
+		return testenv.StartCustomServer(t, name, func(opts *server.Options) {
+			opts.Cluster = server.ClusterOpts{Name: "ckf", Host: "127.0.0.1", Port: clusterPort, Advertise: dead, PoolSize: -1}
+			for _, r := range routes {
+				opts.Routes = append(opts.Routes, &url.URL{Scheme: "nats", Host: r})
 			}
-			opts.Routes = append(opts.Routes, u)
-		}
-		s, err := natsembed.RunOptions(opts, nil, 20*time.Second)
-		if err != nil {
-			t.Fatalf("start %s: %v", name, err)
-		}
-		t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
-		return s
+		})
 	}
 	cl := &cluster{}
 	cl.a = start("a", pa, fmt.Sprintf("127.0.0.1:%d", pb))

@@ -476,7 +476,7 @@ func stopWatcher(w jetstream.KeyWatcher) {
 
 // WatchDomains delivers the name of every domain that has a lane map in the
 // bucket, each once: first those present, then each one a relay registers
-// later. An indexer serving every domain it finds (internal/domains) follows
+// later. An indexer serving every domain it finds (pkg/domains) follows
 // it. The channel closes when ctx ends or the watch ends; the caller
 // watches again to resume (names already seen come again).
 func (c *Coordinator) WatchDomains(ctx context.Context) (<-chan string, error) {

@@ -69,6 +69,27 @@ func newCoordinator(t *testing.T, js jetstream.JetStream) (*lease.Coordinator, *
 	return c, clk
 }
 
+// hubCoordinator is a coordinator on the hub of tp that reaches the lease
+// bucket of dc through that DC's JetStream domain. The leaf link may still
+// be forming, so it retries lease.New until the bucket answers.
+func hubCoordinator(t *testing.T, tp *testenv.Topology, dc string) *lease.Coordinator {
+	t.Helper()
+	js, err := jetstream.NewWithDomain(tp.Hub().Connect(t), dc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := testCtx(t)
+	var c *lease.Coordinator
+	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		var err error
+		c, err = lease.New(ctx, js)
+		return err
+	})
+	return c
+}
+
 func startCoordinator(t *testing.T) (*lease.Coordinator, *fakeClock, *testenv.Server) {
 	t.Helper()
 	srv := testenv.StartServer(t)
@@ -715,18 +736,7 @@ func TestLeaseAcrossDomains(t *testing.T) {
 	// The DC relay uses its local JetStream; the hub reaches the same bucket
 	// through the dc-a domain.
 	local, clk := newCoordinator(t, tp.Leaf(t, "dc-a").JetStream(t))
-	remoteJS, err := jetstream.NewWithDomain(tp.Hub().Connect(t), "dc-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var remote *lease.Coordinator
-	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		var err error
-		remote, err = lease.New(ctx, remoteJS)
-		return err
-	})
+	remote := hubCoordinator(t, tp, "dc-a")
 	lease.SetClock(remote, clk.Now)
 	l, err := local.Acquire(ctx, domain, "dc-a", "relay-1", time.Minute)
 	if err != nil {

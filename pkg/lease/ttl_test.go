@@ -1,7 +1,6 @@
 package lease_test
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -18,6 +17,23 @@ import (
 // expires_at with the standby's wall clock. These tests give the peers
 // clocks that disagree by seconds and check that only the server's expiry
 // of the key decides.
+
+// holderAndSkewedStandby starts a server, a session of relay-1 holding
+// dc-a's lease for ttl (renewed every 100ms, on the real clock), and a
+// standby coordinator whose clock is off by skew.
+func holderAndSkewedStandby(t *testing.T, ttl, skew time.Duration) (*lease.Session, *lease.Coordinator) {
+	t.Helper()
+	srv := testenv.StartServer(t)
+	holder, _ := newCoordinator(t, srv.JetStream(t))
+	lease.SetClock(holder, time.Now)
+	standby, _ := newCoordinator(t, srv.JetStream(t))
+	lease.SetClock(standby, skewed(skew))
+	s, err := holder.NewSession(testCtx(t), domain, "dc-a", "relay-1", ttl, lease.WithRenewInterval(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s, standby
+}
 
 // skewed is the real clock shifted by d, monotonic reading included.
 func skewed(d time.Duration) func() time.Time {
@@ -48,16 +64,8 @@ func streamConfig(t *testing.T, js jetstream.JetStream, bucket string) jetstream
 func TestAStandbyWhoseClockRunsFastDoesNotTakeOverALiveLease(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	srv := testenv.StartServer(t)
-	holder, _ := newCoordinator(t, srv.JetStream(t))
-	lease.SetClock(holder, time.Now)
-	standby, _ := newCoordinator(t, srv.JetStream(t))
-	lease.SetClock(standby, skewed(5*time.Second))
 	const ttl = time.Second
-	s, err := holder.NewSession(ctx, domain, "dc-a", "relay-1", ttl, lease.WithRenewInterval(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, standby := holderAndSkewedStandby(t, ttl, 5*time.Second)
 	defer s.Close(ctx)
 	rev := s.Lease().Revision()
 	// Two TTLs of the server's time: without the renewals the record would
@@ -84,16 +92,8 @@ func TestAStandbyWhoseClockRunsFastDoesNotTakeOverALiveLease(t *testing.T) {
 func TestAStandbyWhoseClockRunsSlowTakesOverRightAfterTheServerExpiresTheLease(t *testing.T) {
 	t.Parallel()
 	ctx := testCtx(t)
-	srv := testenv.StartServer(t)
-	holder, _ := newCoordinator(t, srv.JetStream(t))
-	lease.SetClock(holder, time.Now)
-	standby, _ := newCoordinator(t, srv.JetStream(t))
-	lease.SetClock(standby, skewed(-5*time.Second))
 	const ttl = time.Second
-	s, err := holder.NewSession(ctx, domain, "dc-a", "relay-1", ttl, lease.WithRenewInterval(100*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
+	s, standby := holderAndSkewedStandby(t, ttl, -5*time.Second)
 	rev := s.Lease().Revision()
 	testenv.Eventually(t, 10*time.Second, time.Millisecond, func() error {
 		if s.Lease().Revision() == rev {
@@ -502,18 +502,7 @@ func TestLeasesAreWrittenThroughAJetStreamDomain(t *testing.T) {
 	ctx := testCtx(t)
 	tp := testenv.StartHubWithLeaves(t, "dc-a")
 	local, _ := newCoordinator(t, tp.Leaf(t, "dc-a").JetStream(t))
-	remoteJS, err := jetstream.NewWithDomain(tp.Hub().Connect(t), "dc-a")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var remote *lease.Coordinator
-	testenv.Eventually(t, 10*time.Second, 20*time.Millisecond, func() error {
-		ctx, cancel := context.WithTimeout(ctx, time.Second)
-		defer cancel()
-		var err error
-		remote, err = lease.New(ctx, remoteJS)
-		return err
-	})
+	remote := hubCoordinator(t, tp, "dc-a")
 	l, err := remote.Acquire(ctx, domain, "dc-a", "relay-hub", time.Minute)
 	if err != nil {
 		t.Fatal(err)

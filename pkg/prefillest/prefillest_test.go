@@ -60,6 +60,30 @@ func TestPending(t *testing.T) {
 	}
 }
 
+func TestSmooth(t *testing.T) {
+	for _, c := range []struct {
+		name       string
+		last, m, n float64
+		want       float64
+	}{
+		{"one request weighs 1/MeanWindow", 1000, 1000 + MeanWindow*100, 1, 1100},
+		{"two requests", 1600, 1600 - 256, 2, 1600 - 31},
+		{"last of one token", 1, 17, 1, 2},
+		{"last at the bound", MaxMeanPrompt, MaxMeanPrompt - 16, 1, MaxMeanPrompt - 1},
+		{"no last", 0, 700, 3, 700},
+		{"last past the bound", MaxMeanPrompt + 1, 700, 3, 700},
+		{"nan last", math.NaN(), 700, 3, 700},
+		{"no request", 1000, 5000, 0, 5000},
+		{"nan count", 1000, 5000, math.NaN(), 5000},
+		{"many requests: the new mean", 1000, 5000, 1e12, 5000},
+		{"inf requests", 1000, 5000, math.Inf(1), 5000},
+	} {
+		if got := Smooth(c.last, c.m, c.n); math.Abs(got-c.want) > 1e-9 {
+			t.Errorf("%s: Smooth(%v, %v, %v) = %v, want %v", c.name, c.last, c.m, c.n, got, c.want)
+		}
+	}
+}
+
 func TestEstimator(t *testing.T) {
 	var e Estimator
 	if got := e.Observe(2, Counters{}, false); got != 2*Fallback || e.MeanPrompt() != 0 {
@@ -68,14 +92,36 @@ func TestEstimator(t *testing.T) {
 	if got := e.Observe(2, Counters{PromptTokens: 3000, Requests: 3}, true); got != 2000 {
 		t.Fatalf("first reading (lifetime mean 1000): %d", got)
 	}
-	if got := e.Observe(5, Counters{PromptTokens: 3000 + 8*4096, Requests: 11}, true); got != 5*4096 {
-		t.Fatalf("delta mean 4096: %d", got)
+	// 8 requests of 4096 tokens move the mean by 1 − (1 − 1/MeanWindow)^8 of the way.
+	want := 1000 + (1-math.Pow(1-1.0/MeanWindow, 8))*3096
+	if got := e.Observe(5, Counters{PromptTokens: 3000 + 8*4096, Requests: 11}, true); got != uint64(math.Round(5*want)) || e.MeanPrompt() != want {
+		t.Fatalf("8 requests of 4096: %d (mean %v), want mean %v", got, e.MeanPrompt(), want)
 	}
-	if got := e.Observe(1, Counters{PromptTokens: 3000 + 8*4096, Requests: 11}, true); got != 4096 {
-		t.Fatalf("no finish keeps 4096: %d", got)
+	if got := e.Observe(1, Counters{PromptTokens: 3000 + 8*4096, Requests: 11}, true); got != uint64(math.Round(want)) {
+		t.Fatalf("no finish keeps the mean: %d", got)
 	}
-	if got := e.Observe(1, Counters{}, false); got != 4096 || e.MeanPrompt() != 4096 {
+	if got := e.Observe(1, Counters{}, false); got != uint64(math.Round(want)) || e.MeanPrompt() != want {
 		t.Fatalf("a scrape without counters keeps the mean: %d", got)
+	}
+	// One request of a huge prompt moves the mean by 1/MeanWindow of the gap only.
+	big := want + (1<<20-want)/MeanWindow
+	if e.Observe(0, Counters{PromptTokens: 3000 + 8*4096 + 1<<20, Requests: 12}, true); math.Abs(e.MeanPrompt()-big) > 1e-6 {
+		t.Fatalf("one outlier: mean %v, want %v", e.MeanPrompt(), big)
+	}
+	// A restart (counters down) keeps the mean; the next delta smooths from it.
+	if e.Observe(0, Counters{PromptTokens: 100, Requests: 1}, true); math.Abs(e.MeanPrompt()-big) > 1e-6 {
+		t.Fatalf("restart: mean %v, want %v", e.MeanPrompt(), big)
+	}
+}
+
+func TestEstimatorFirstDeltaTakenAsIs(t *testing.T) {
+	var e Estimator
+	// The engine had finished nothing at the first reading: no mean is measured yet.
+	if got := e.Observe(1, Counters{}, true); got != Fallback {
+		t.Fatalf("nothing finished: %d", got)
+	}
+	if got := e.Observe(1, Counters{PromptTokens: 9000, Requests: 2}, true); got != 4500 {
+		t.Fatalf("the first delta replaces the fallback: %d", got)
 	}
 }
 
@@ -85,6 +131,9 @@ func FuzzMean(f *testing.F) {
 		m := Mean(Counters{pt, pr}, Counters{ct, cr}, last)
 		if !(m >= 1 && m <= MaxMeanPrompt) {
 			t.Fatalf("Mean = %v outside 1..MaxMeanPrompt", m)
+		}
+		if s := Smooth(last, m, cr-pr); !(s >= 1 && s <= MaxMeanPrompt) {
+			t.Fatalf("Smooth = %v outside 1..MaxMeanPrompt", s)
 		}
 		if p := Pending(waiting, m); waiting > 0 && p < waiting {
 			t.Fatalf("Pending(%d, %v) = %d below one token per request", waiting, m, p)

@@ -10,5 +10,5 @@
 // no reads past the end, and an error rather than a panic.
 //
 // The subjects the events travel on are in pkg/wire; the stream that holds
-// them is configured by internal/streams.
+// them is configured by pkg/streams.
 package routerevent
