@@ -338,3 +338,33 @@ func TestCanonicalZeroParentHeldChains(t *testing.T) {
 		t.Fatal("block after the held zero parent was stored as a root")
 	}
 }
+
+// TestLongEventsOfVaryingLengthDoNotAllocate: the long-event scratch keeps
+// its slots across events of 40 to 500 blocks, so re-offering them
+// allocates nothing once the scratch has grown.
+func TestLongEventsOfVaryingLengthDoNotAllocate(t *testing.T) {
+	s := mustState(t, ckf.NewConfig(1<<14))
+	chain := func(n int) *routerevent.RouterEvent {
+		b := make([]routerevent.StoredBlock, n)
+		for i := range b {
+			b[i] = routerevent.StoredBlock{BlockHash: uint64(7000 + i), TokensHash: uint64(i)}
+		}
+		return chainEv(1, 0, nil, b...)
+	}
+	long, short := chain(500), chain(40)
+	for _, ev := range []*routerevent.RouterEvent{long, short} {
+		if out := s.ApplyEvent(ev); out.FirstError != nil {
+			t.Fatal(out.FirstError)
+		}
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		for _, ev := range []*routerevent.RouterEvent{long, short} {
+			if out := s.ApplyEvent(ev); out.FirstError != nil {
+				panic(out.FirstError)
+			}
+		}
+	})
+	if allocs > 0 {
+		t.Fatalf("%.1f allocations per pair of long events", allocs)
+	}
+}
