@@ -58,9 +58,8 @@ type epochRun struct {
 	// no event (or slice inside one) is kept past the message it came in;
 	// producer.State.ApplyEvent copies what it needs.
 	events []routerevent.RouterEvent
-	// lastSubject and lastWorker cache the last input subject parsed.
-	lastSubject string
-	lastWorker  uint64
+	// subjects caches the worker ids of the last input subjects parsed.
+	subjects subjectCache
 	// overLimit: the last message had stored events refused by
 	// MaxTrackedBlocks (the tracked_blocks fault is set).
 	overLimit bool

@@ -24,13 +24,13 @@ import (
 // and never stops the relay.
 func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 	r := e.r
-	meta, err := msg.Metadata()
-	if err == nil {
-		e.inputSeq = meta.Sequence.Stream
+	meta, metaOK := parseAckReply(msg.Reply())
+	if metaOK {
+		e.inputSeq = meta.streamSeq
 		r.mu.Lock() // r.update without a closure per message
-		r.status.InputSeq = meta.Sequence.Stream
+		r.status.InputSeq = meta.streamSeq
 		r.mu.Unlock()
-		r.m.inputPending.Set(float64(meta.NumPending))
+		r.m.inputPending.Set(float64(meta.pending))
 	}
 	worker, err := e.subjectWorker(msg.Subject())
 	if err != nil {
@@ -45,7 +45,7 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 		r.log.Warn().Err(err).Str("subject", msg.Subject()).Msg("malformed router event")
 		return 0
 	}
-	span := e.startApplySpan(msg, meta, worker, len(evs))
+	span := e.startApplySpan(msg, meta, metaOK, worker, len(evs))
 	applied, refused := 0, 0
 	rf := refusedSample{m: r.m}
 	limit := r.cfg.maxTrackedBlocks()
@@ -91,8 +91,8 @@ func (e *epochRun) applyMessage(msg jetstream.Msg) int {
 	e.trackLimit(refused, limit)
 	if applied > 0 {
 		r.m.addEvents(applied)
-		if e.oldestEvent.IsZero() && meta != nil {
-			e.oldestEvent = meta.Timestamp
+		if e.oldestEvent.IsZero() && metaOK {
+			e.oldestEvent = meta.timestamp
 		}
 		if sc := span.SpanContext(); sc.IsValid() {
 			if len(e.applySpans) < maxSpanLinks {
@@ -181,7 +181,7 @@ func (r *Relay) checkRefusals(now time.Time) {
 // tracer provider (the noop one) it only carries the message's incoming
 // trace context on to the lane, as the noop span would, without building
 // the span's attributes and context per message.
-func (e *epochRun) startApplySpan(msg jetstream.Msg, meta *jetstream.MsgMetadata, worker uint64, events int) trace.Span {
+func (e *epochRun) startApplySpan(msg jetstream.Msg, meta ackMeta, metaOK bool, worker uint64, events int) trace.Span {
 	r := e.r
 	var ctx context.Context = e.ctx
 	if h := msg.Headers(); len(h) > 0 {
@@ -199,25 +199,53 @@ func (e *epochRun) startApplySpan(msg jetstream.Msg, meta *jetstream.MsgMetadata
 			semconv.MessagingMessageBodySize(len(msg.Data())),
 			attribute.String("ckf.dc", r.cfg.DC), attribute.Int64("ckf.worker_id", int64(worker)),
 			attribute.Int("ckf.events", events)))
-	if meta != nil {
-		span.SetAttributes(attribute.Int64("ckf.input_sequence", int64(meta.Sequence.Stream)))
+	if metaOK {
+		span.SetAttributes(attribute.Int64("ckf.input_sequence", int64(meta.streamSeq)))
 	}
 	return span
 }
 
 // subjectWorker parses an input subject's worker id, remembering the last
-// subject parsed: a pool's input comes from a few workers, message after
-// message.
+// subjects parsed: a pool's input comes from a few workers, their messages
+// interleaved.
 func (e *epochRun) subjectWorker(subject string) (uint64, error) {
-	if subject == e.lastSubject && subject != "" {
-		return e.lastWorker, nil
+	if w, ok := e.subjects.get(subject); ok {
+		return w, nil
 	}
 	_, _, worker, err := wire.ParseWorkerEventsSubject(subject)
 	if err != nil {
 		return 0, err
 	}
-	e.lastSubject, e.lastWorker = subject, worker
+	e.subjects.put(subject, worker)
 	return worker, nil
+}
+
+// subjectCacheSize is how many workers' subjects subjectCache keeps.
+const subjectCacheSize = 8
+
+// subjectCache maps the last subjectCacheSize distinct valid subjects to
+// their worker ids, replacing round-robin; a lookup compares strings only.
+type subjectCache struct {
+	subjects [subjectCacheSize]string
+	workers  [subjectCacheSize]uint64
+	next     int
+}
+
+func (c *subjectCache) get(subject string) (uint64, bool) {
+	if subject == "" {
+		return 0, false
+	}
+	for i := range c.subjects {
+		if c.subjects[i] == subject {
+			return c.workers[i], true
+		}
+	}
+	return 0, false
+}
+
+func (c *subjectCache) put(subject string, worker uint64) {
+	c.subjects[c.next], c.workers[c.next] = subject, worker
+	c.next = (c.next + 1) % subjectCacheSize
 }
 
 // trackLimit reports the tracked_blocks fault while stored events are being

@@ -1,11 +1,8 @@
 package ckf
 
 import (
-	"encoding/binary"
 	"math"
 	"math/bits"
-
-	"github.com/zeebo/xxh3"
 )
 
 // BucketCount returns the power-of-two bucket count for n expected blocks
@@ -41,7 +38,9 @@ type Probe struct {
 type Addressing struct {
 	bucketMask uint64
 	seed       uint64
-	altSeed    uint64
+	// mixKey and altKey are the seed folded into the XXH3 keys of mix and
+	// offset (hash_fixed.go).
+	mixKey, altKey uint64
 }
 
 // NewAddressing validates that bucketCount is a power of two ≥ 2 that fits
@@ -50,7 +49,8 @@ func NewAddressing(bucketCount, seed uint64) (Addressing, error) {
 	if bucketCount < 2 || bucketCount&(bucketCount-1) != 0 || bucketCount > math.MaxUint32+1 {
 		return Addressing{}, &BuildError{Kind: ErrCapacityOverflow}
 	}
-	return Addressing{bucketMask: bucketCount - 1, seed: seed, altSeed: seed ^ AlternateDomain}, nil
+	mixKey, altKey := addressingKeys(seed)
+	return Addressing{bucketMask: bucketCount - 1, seed: seed, mixKey: mixKey, altKey: altKey}, nil
 }
 
 // BucketCount returns the number of buckets.
@@ -61,24 +61,16 @@ func (a Addressing) Seed() uint64 { return a.seed }
 
 // Prepare computes the probe of a full hash (spec §3.2).
 func (a Addressing) Prepare(fullHash uint64) Probe {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], fullHash)
-	mixed := xxh3.HashSeed(b[:], a.seed)
+	mixed := a.mix(fullHash)
 	fp := uint16(mixed)
 	if fp == 0 {
 		fp = 1
 	}
 	ba := (mixed >> 16) & a.bucketMask
-	return Probe{Fingerprint: fp, BucketA: uint32(ba), BucketB: uint32(a.Alternate(ba, fp))}
+	return Probe{Fingerprint: fp, BucketA: uint32(ba), BucketB: uint32(ba ^ a.offset(fp))}
 }
 
 // Alternate returns the other candidate bucket; it is an involution.
 func (a Addressing) Alternate(bucket uint64, fp uint16) uint64 {
-	var b [2]byte
-	binary.LittleEndian.PutUint16(b[:], fp)
-	d := xxh3.HashSeed(b[:], a.altSeed) & a.bucketMask
-	if d == 0 {
-		d = 1
-	}
-	return bucket ^ d
+	return bucket ^ a.offset(fp)
 }

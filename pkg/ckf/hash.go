@@ -37,14 +37,6 @@ func LocalBlockHashes(dst []LocalBlockHash, tokens []uint32, blockSize int) []Lo
 	return dst
 }
 
-// NextSequenceHash chains one more local hash onto a parent sequence hash.
-func NextSequenceHash(parent SequenceHash, local LocalBlockHash) SequenceHash {
-	var b [16]byte
-	binary.LittleEndian.PutUint64(b[:8], uint64(parent))
-	binary.LittleEndian.PutUint64(b[8:], uint64(local))
-	return SequenceHash(xxh3.HashSeed(b[:], XXH3Seed))
-}
-
 // SequenceHashes computes the chain s0 = h0, si = next(s(i-1), hi), appending
 // to dst (which the caller may reuse to stay allocation-free).
 func SequenceHashes(dst []SequenceHash, locals []LocalBlockHash) []SequenceHash {

@@ -21,9 +21,7 @@ type Indexer struct {
 	manifest   atomic.Pointer[Manifest]
 	table      *table
 	addressing ckf.Addressing
-	// fast is addressing for the query path (hash_fast.go).
-	fast   fastAddressing
-	window int
+	window     int
 	// readyLanes and claimedLanes hold 16-bit masks; atomic Or/And set and
 	// clear single bits.
 	readyLanes   atomic.Uint32
@@ -51,7 +49,7 @@ func NewIndexer(m *Manifest, search ckf.PrefixSearchConfig) (*Indexer, error) {
 	if err != nil {
 		return nil, err
 	}
-	ix := &Indexer{table: t, addressing: addressing, fast: newFastAddressing(addressing), window: search.VerificationWindow}
+	ix := &Indexer{table: t, addressing: addressing, window: search.VerificationWindow}
 	ix.manifest.Store(m)
 	return ix, nil
 }
@@ -170,7 +168,7 @@ type QueryScratch struct {
 // prepared into fingerprints and buckets.
 type queryProber struct {
 	table      *table
-	addressing fastAddressing
+	addressing ckf.Addressing
 	// locals feed the chain; nil when the caller supplied the whole chain.
 	locals []ckf.LocalBlockHash
 	// seq[:hashed] holds the sequence hashes computed so far.
@@ -201,7 +199,7 @@ func (q *queryProber) prepared(pos int) *probeMemo {
 		if pos >= q.hashed {
 			q.extend(pos)
 		}
-		pm.Probe = q.addressing.prepare(uint64(q.seq[pos]))
+		pm.Probe = q.addressing.Prepare(uint64(q.seq[pos]))
 	}
 	return pm
 }
@@ -218,7 +216,7 @@ func (q *queryProber) extend(pos int) {
 		i = 1
 	}
 	for ; i <= pos; i++ {
-		q.seq[i] = nextSequenceHash(q.seq[i-1], q.locals[i])
+		q.seq[i] = ckf.NextSequenceHash(q.seq[i-1], q.locals[i])
 	}
 	q.hashed = pos + 1
 }
@@ -344,7 +342,7 @@ func (ix *Indexer) findWithCapturedReady(n int, captured uint16, s *QueryScratch
 		}
 		q.probes = q.probes[:n]
 		clear(q.probes)
-		q.table, q.addressing = ix.table, ix.fast
+		q.table, q.addressing = ix.table, ix.addressing
 		searchPrefixDepths(n, captured, ix.window, q, &depths)
 	}
 	for mask := captured; mask != 0; mask &= mask - 1 {

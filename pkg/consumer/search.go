@@ -111,6 +111,15 @@ func runPrefixSearch(n int, initialMask uint16, window int, p prober, depths *[c
 	// The verification groups are sized for a window of at most 8.
 	window = min(max(window, 1), ckf.MaxVerificationWindow)
 	active := initialMask & ckf.LaneMask
+	// Position 0 and every exponential position are requested before the
+	// first probe: their positions do not depend on any answer, so position
+	// 0's miss overlaps the hashing and the other requests instead of
+	// costing a round trip of its own. A query that misses at 0 for every
+	// lane wastes those requests.
+	p.prefetch(0, active)
+	for ahead := 1; ahead < n; ahead *= 2 {
+		p.prefetch(ahead, active)
+	}
 	active &= p.probe(0, active)
 	if active == 0 {
 		return
@@ -120,15 +129,10 @@ func runPrefixSearch(n int, initialMask uint16, window int, p prober, depths *[c
 	var groups [ckf.LaneCount]laneGroup
 	ng := 0
 
-	// Exponential phase: 1, 2, 4, ... until every sampling lane has missed.
-	// Its positions do not depend on the answers, so all of them are
-	// requested before the first probe: their misses overlap, and a query
-	// that stops early wastes a few prefetches. The lanes still sampling
-	// share lower and pred; those missing at pos form a group.
+	// Exponential phase: 1, 2, 4, ... until every sampling lane has missed
+	// (its rows were requested above). The lanes still sampling share lower
+	// and pred; those missing at pos form a group.
 	sampling := active
-	for ahead := 1; ahead < n; ahead *= 2 {
-		p.prefetch(ahead, sampling)
-	}
 	lower, pred := 0, 0
 	for pos := 1; pos < n && sampling != 0; pos *= 2 {
 		hits := p.probe(pos, sampling)

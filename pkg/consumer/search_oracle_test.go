@@ -226,7 +226,7 @@ type recordingProber struct {
 // probe answers need's lanes only, like a table reading need's cache lines
 // alone: a search that reads a lane it did not ask for sees a miss there.
 func (r *recordingProber) probe(pos int, need uint16) uint16 {
-	if _, ok := r.touchedAt[pos]; !ok && len(r.probes) > 0 {
+	if _, ok := r.touchedAt[pos]; !ok {
 		r.lateProbe = append(r.lateProbe, pos)
 	}
 	r.probes = append(r.probes, pos)
@@ -329,7 +329,7 @@ func TestSearchMakesTheReferenceProbesInOrder(t *testing.T) {
 }
 
 // TestSearchTouchesEveryRowBeforeProbingIt: on lanes present to the end of
-// a 128-block query, every probe after position 0 (exponential, binary,
+// a 128-block query, every probe (position 0, exponential, binary,
 // verification) reads a row touched earlier, and the six binary rounds
 // cost three subtree touches of 3 positions, not six dependent misses.
 func TestSearchTouchesEveryRowBeforeProbingIt(t *testing.T) {
@@ -346,9 +346,14 @@ func TestSearchTouchesEveryRowBeforeProbingIt(t *testing.T) {
 	if len(r.lateProbe) != 0 {
 		t.Fatalf("positions %v probed before being touched (probes %v, touches %v)", r.lateProbe, r.probes, r.touches)
 	}
-	// 1, 2, 4, ..., 64: 7 exponential touches; (64, 128): three subtrees
-	// shared by all 16 lanes; the window: 126 and 127 again.
-	if len(r.touches) != 7+3*3+2 {
-		t.Fatalf("%d touches, want 18: %v", len(r.touches), r.touches)
+	// 0, then 1, 2, 4, ..., 64: 8 touches before the first probe; (64,
+	// 128): three subtrees shared by all 16 lanes; the window: 126 and 127
+	// again.
+	if len(r.touches) != 8+3*3+2 {
+		t.Fatalf("%d touches, want 19: %v", len(r.touches), r.touches)
+	}
+	// Calls before 64's touch: the touches of 0, 1, ..., 32 and no probe.
+	if at := r.touchedAt[64]; at != 7 {
+		t.Fatalf("position 64 touched after %d calls, want after the 7 touches of 0..32, before any probe", at)
 	}
 }

@@ -231,6 +231,33 @@ func TestCanonicalLongEventUsesScratchMapsConsistently(t *testing.T) {
 	}
 }
 
+// TestCanonicalLongEventsDoNotSeeEachOthersScratch: the long-event scratch
+// tables start empty for every event, after a huge event too. Members 2
+// and 3 store the external hashes member 1 stored, under other tokens:
+// their events must be validated on their own blocks only.
+func TestCanonicalLongEventsDoNotSeeEachOthersScratch(t *testing.T) {
+	s := mustState(t, ckf.NewConfig(1<<14))
+	chain := func(n int, tokens uint64) []routerevent.StoredBlock {
+		b := make([]routerevent.StoredBlock, n)
+		for i := range b {
+			b[i] = routerevent.StoredBlock{BlockHash: uint64(9000 + i), TokensHash: tokens + uint64(i)}
+		}
+		return b
+	}
+	for i, n := range []int{2000, 40, 40} {
+		w := uint64(i + 1)
+		if out := s.ApplyEvent(chainEv(w, 0, nil, chain(n, 100*w)...)); out.FirstError != nil {
+			t.Fatalf("member %d: %v", w, out.FirstError)
+		}
+		if got := s.MemberBlockCount(Member{w, 0}); got != n {
+			t.Fatalf("member %d owns %d blocks, want %d", w, got, n)
+		}
+	}
+	if err := checkInvariants(s); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCanonicalReofferOfResidentBlocksChangesNothing: re-storing a chain
 // whose blocks are all resident writes no bucket, keeps every refcount and
 // adds no fingerprint copy.
@@ -309,5 +336,35 @@ func TestCanonicalZeroParentHeldChains(t *testing.T) {
 	}
 	if s.Contains(uint64(locals[1])) && uint64(locals[1]) != uint64(seq[1]) {
 		t.Fatal("block after the held zero parent was stored as a root")
+	}
+}
+
+// TestLongEventsOfVaryingLengthDoNotAllocate: the long-event scratch keeps
+// its slots across events of 40 to 500 blocks, so re-offering them
+// allocates nothing once the scratch has grown.
+func TestLongEventsOfVaryingLengthDoNotAllocate(t *testing.T) {
+	s := mustState(t, ckf.NewConfig(1<<14))
+	chain := func(n int) *routerevent.RouterEvent {
+		b := make([]routerevent.StoredBlock, n)
+		for i := range b {
+			b[i] = routerevent.StoredBlock{BlockHash: uint64(7000 + i), TokensHash: uint64(i)}
+		}
+		return chainEv(1, 0, nil, b...)
+	}
+	long, short := chain(500), chain(40)
+	for _, ev := range []*routerevent.RouterEvent{long, short} {
+		if out := s.ApplyEvent(ev); out.FirstError != nil {
+			t.Fatal(out.FirstError)
+		}
+	}
+	allocs := testing.AllocsPerRun(50, func() {
+		for _, ev := range []*routerevent.RouterEvent{long, short} {
+			if out := s.ApplyEvent(ev); out.FirstError != nil {
+				panic(out.FirstError)
+			}
+		}
+	})
+	if allocs > 0 {
+		t.Fatalf("%.1f allocations per pair of long events", allocs)
 	}
 }

@@ -505,6 +505,7 @@ func (d *ckptDecoder) members(s *State, budget *slotBudget) error {
 		if _, dup := s.members[m]; dup {
 			continue // already reported as out of order
 		}
+		lineage.sparse = true // as newMember's
 		s.members[m] = &memberState{lineage: lineage}
 	}
 	return nil

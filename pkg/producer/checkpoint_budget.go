@@ -28,8 +28,8 @@ import (
 // bytes) per entry of at least 8 bytes, plus the entries being buffered.
 //
 // Every table grown by inserts fits: it doubled to c slots when it held
-// 3c/8 entries, and 8/3 < budgetSlotsPerEntry, so each such table leaves
-// credit behind. What the base and that credit must cover is capacity
+// 3c/8 entries (5c/16 for member lineage tables, which grow at 5/8 load),
+// and 16/5 < budgetSlotsPerEntry, so each such table leaves credit behind. What the base and that credit must cover is capacity
 // kept after entries left: the owner table's preallocation (at most 8
 // slots per bucket), tables emptied by removals (tables never shrink) and
 // reused pooled tables. A state with more empty capacity than that is

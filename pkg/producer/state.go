@@ -83,8 +83,8 @@ type State struct {
 	// Reused scratch for one stored event / lifecycle op.
 	evBlocks   []eventBlock
 	evCands    []candidate
-	evExt      map[uint64]int
-	evCanon    map[uint64]int
+	evExt      u64Table // long events: external hash → block index
+	evCanon    u64Table // long events: canonical hash → candidate index
 	freeMember []*memberState
 	memberList []Member
 	extScratch []uint64
@@ -293,11 +293,8 @@ func (s *State) storeCanonical(m Member, d *routerevent.StoreData) (zeroRoot boo
 
 	long := len(d.Blocks) > linearScanLimit
 	if long {
-		if s.evExt == nil {
-			s.evExt = make(map[uint64]int)
-			s.evCanon = make(map[uint64]int)
-		}
-		defer func() { clear(s.evExt); clear(s.evCanon) }()
+		s.evExt.resetFor(len(d.Blocks))
+		s.evCanon.resetFor(len(d.Blocks))
 	}
 	blocks, cands := s.evBlocks[:0], s.evCands[:0]
 	defer func() { s.evBlocks, s.evCands = blocks[:0], cands[:0] }()
@@ -342,14 +339,14 @@ func (s *State) storeCanonical(m Member, d *routerevent.StoreData) (zeroRoot boo
 			continue
 		}
 		if long {
-			s.evExt[b.ext] = i
+			s.evExt.put(b.ext, uint64(i))
 		}
 		b.kind = blockNew
 		if j := s.findCand(cands, c, long); j >= 0 {
 			cands[j].inc++
 		} else {
 			if long {
-				s.evCanon[c] = len(cands)
+				s.evCanon.put(c, uint64(len(cands)))
 			}
 			b.admit = true
 			cands = append(cands, candidate{canon: c, inc: 1})
@@ -408,8 +405,8 @@ func (s *State) storeCanonical(m Member, d *routerevent.StoreData) (zeroRoot boo
 
 func (s *State) findExt(blocks []eventBlock, ext uint64, long bool) int {
 	if long {
-		if j, ok := s.evExt[ext]; ok {
-			return j
+		if j, ok := s.evExt.get(ext); ok {
+			return int(j)
 		}
 		return -1
 	}
@@ -423,8 +420,8 @@ func (s *State) findExt(blocks []eventBlock, ext uint64, long bool) int {
 
 func (s *State) findCand(cands []candidate, canon uint64, long bool) int {
 	if long {
-		if j, ok := s.evCanon[canon]; ok {
-			return j
+		if j, ok := s.evCanon.get(canon); ok {
+			return int(j)
 		}
 		return -1
 	}
@@ -508,7 +505,7 @@ func (s *State) removeBlocks(m Member, exts []uint64) (unknown uint64, first err
 // is expected to map to and p its probe (recomputed if the guess is wrong).
 // It returns m's state afterwards, nil once m owns nothing.
 func (s *State) removeEdge(m Member, ms *memberState, ext, guess uint64, p ckf.Probe) (_ *memberState, unknown bool, err error) {
-	h, ok := ms.lineage.get(ext)
+	slot, h, ok := ms.lineage.find(ext)
 	if !ok {
 		return ms, true, nil
 	}
@@ -535,7 +532,7 @@ func (s *State) removeEdge(m Member, ms *memberState, ext, guess uint64, p ckf.P
 		o.Refcount--
 		s.owners.put(h, o.pack())
 	}
-	ms.lineage.del(ext)
+	ms.lineage.delAt(slot) // the lineage is unchanged since find
 	if ms.lineage.len() == 0 {
 		s.dropMember(m, ms)
 		return nil, false, nil
@@ -589,6 +586,7 @@ func (s *State) newMember(m Member) *memberState {
 	} else {
 		ms = &memberState{lineage: newU64Table(0)}
 	}
+	ms.lineage.sparse = true
 	s.members[m] = ms
 	return ms
 }

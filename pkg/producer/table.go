@@ -15,19 +15,36 @@ type u64Table struct {
 	n       int // entries with a non-zero key
 	hasZero bool
 	zeroVal uint64
+	// sparse makes the table grow at 5/8 load instead of 3/4: for tables
+	// that churn at a constant size (a member's lineage under LRU eviction
+	// stays at its cache's size), where at 3/4 load linear probing's runs,
+	// and with them every lookup and backward-shift deletion, are about
+	// twice as long. (The restore budget needs a grown table to hold more
+	// than 1/budgetSlotsPerEntry of its slots: 5/16 does, 1/4 would not.)
+	sparse bool
 }
 
 type tableEntry struct{ key, val uint64 }
 
 const tableMinSlots = 8
 
+// scratchKeepSlots is the size up to which resetFor always keeps a table
+// (16 KiB of slots, cleared in well under a microsecond).
+const scratchKeepSlots = 1 << 10
+
 // newU64Table sizes the table for hint entries without growing.
 func newU64Table(hint int) u64Table {
+	return makeU64Table(newU64TableSize(hint))
+}
+
+// newU64TableSize is the slot count that holds hint entries within the
+// load bound.
+func newU64TableSize(hint int) uint64 {
 	size := uint64(tableMinSlots)
 	for size*3/4 < uint64(hint) {
 		size <<= 1
 	}
-	return makeU64Table(size)
+	return size
 }
 
 func makeU64Table(size uint64) u64Table {
@@ -78,7 +95,11 @@ func (t *u64Table) put(k, v uint64) {
 		t.hasZero, t.zeroVal = true, v
 		return
 	}
-	if uint64(t.n+1) > uint64(len(t.slots))*3/4 {
+	limit := uint64(len(t.slots)) * 3 / 4
+	if t.sparse {
+		limit = uint64(len(t.slots)) * 5 / 8
+	}
+	if uint64(t.n+1) > limit {
 		t.grow()
 	}
 	for i := t.home(k); ; i = (i + 1) & t.mask {
@@ -97,7 +118,7 @@ func (t *u64Table) put(k, v uint64) {
 
 func (t *u64Table) grow() {
 	next := makeU64Table(uint64(len(t.slots)) * 2)
-	next.hasZero, next.zeroVal = t.hasZero, t.zeroVal
+	next.hasZero, next.zeroVal, next.sparse = t.hasZero, t.zeroVal, t.sparse
 	for _, e := range t.slots {
 		if e.key == 0 {
 			continue
@@ -115,22 +136,41 @@ func (t *u64Table) grow() {
 
 // del removes k and reports whether it was present.
 func (t *u64Table) del(k uint64) bool {
+	slot, _, ok := t.find(k)
+	if ok {
+		t.delAt(slot)
+	}
+	return ok
+}
+
+// find returns k's slot (zeroSlot for key 0) and value, so that a caller
+// that reads an entry and then deletes it walks the probe run once.
+func (t *u64Table) find(k uint64) (slot int, v uint64, ok bool) {
 	if k == 0 {
-		had := t.hasZero
+		return zeroSlot, t.zeroVal, t.hasZero
+	}
+	for i := t.home(k); ; i = (i + 1) & t.mask {
+		e := &t.slots[i]
+		if e.key == k {
+			return int(i), e.val, true
+		}
+		if e.key == 0 {
+			return 0, 0, false
+		}
+	}
+}
+
+// zeroSlot is find's slot for key 0, which lives outside the slots.
+const zeroSlot = -1
+
+// delAt removes the entry find returned; the table must not have changed
+// since.
+func (t *u64Table) delAt(slot int) {
+	if slot == zeroSlot {
 		t.hasZero, t.zeroVal = false, 0
-		return had
+		return
 	}
-	i := t.home(k)
-	for {
-		key := t.slots[i].key
-		if key == 0 {
-			return false
-		}
-		if key == k {
-			break
-		}
-		i = (i + 1) & t.mask
-	}
+	i := uint64(slot)
 	// Backward shift: pull later entries of the probe run into the hole
 	// unless their home lies cyclically in (hole, j].
 	for j := (i + 1) & t.mask; t.slots[j].key != 0; j = (j + 1) & t.mask {
@@ -148,7 +188,6 @@ func (t *u64Table) del(k uint64) bool {
 	}
 	t.slots[i] = tableEntry{}
 	t.n--
-	return true
 }
 
 // all iterates every entry; the table must not change meanwhile.
@@ -169,6 +208,20 @@ func (t *u64Table) clone() u64Table {
 	c := *t
 	c.slots = append([]tableEntry(nil), t.slots...)
 	return c
+}
+
+// resetFor empties the table and sizes it for hint entries without
+// growing. It keeps its slots unless they are too few, or both large and
+// more than four times what hint needs (so one huge event does not make
+// every later reset clear a huge table, and events of varying length do
+// not reallocate).
+func (t *u64Table) resetFor(hint int) {
+	want := newU64TableSize(hint)
+	if n := uint64(len(t.slots)); n < want || n > max(4*want, scratchKeepSlots) {
+		*t = makeU64Table(want)
+		return
+	}
+	t.reset()
 }
 
 // reset empties the table, keeping its capacity.

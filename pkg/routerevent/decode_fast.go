@@ -118,7 +118,14 @@ func (d *fastDecoder) routerEvent(e *RouterEvent) bool {
 	var seen uint8
 	tier := TierDevice
 	for {
-		k, ok := d.key()
+		// Canonical order (see keyOr): worker_id, storage_tier, event.
+		next := `"worker_id":`
+		if seen&seenTier != 0 {
+			next = `"event":`
+		} else if seen&seenWorker != 0 {
+			next = `"storage_tier":`
+		}
+		k, ok := d.keyOr(next)
 		if !ok {
 			return false
 		}
@@ -176,7 +183,14 @@ func (d *fastDecoder) kvEvent(ev *KvCacheEvent) bool {
 	var seen uint8
 	ev.EventID, ev.DpRank = 0, 0
 	for {
-		k, ok := d.key()
+		// Canonical order: event_id, data, dp_rank.
+		next := `"event_id":`
+		if seen&seenData != 0 {
+			next = `"dp_rank":`
+		} else if seen&seenID != 0 {
+			next = `"data":`
+		}
+		k, ok := d.keyOr(next)
 		if !ok {
 			return false
 		}
@@ -282,7 +296,12 @@ func (d *fastDecoder) stored(sd *StoreData) bool {
 	)
 	blocks := sd.Blocks[:0]
 	for {
-		k, kok := d.key()
+		// Canonical order: parent_hash, blocks (start_position is rare).
+		next := `"parent_hash":`
+		if seen&seenParent != 0 {
+			next = `"blocks":`
+		}
+		k, kok := d.keyOr(next)
 		if !kok {
 			return false
 		}
@@ -403,7 +422,14 @@ func (d *fastDecoder) block(sb *StoredBlock) bool {
 	)
 	var seen uint8
 	for {
-		k, ok := d.key()
+		// Canonical encoders write block_hash, tokens_hash, mm_extra_info.
+		next := `"block_hash":`
+		if seen&seenTokens != 0 {
+			next = `"mm_extra_info":`
+		} else if seen&seenBlock != 0 {
+			next = `"tokens_hash":`
+		}
+		k, ok := d.keyOr(next)
 		if !ok {
 			return false
 		}
@@ -465,7 +491,7 @@ func (d *fastDecoder) removed(rd *RemoveData) bool {
 		hashes []uint64
 	)
 	for {
-		k, ok := d.key()
+		k, ok := d.keyOr(`"block_hashes":`)
 		if !ok {
 			return false
 		}

@@ -472,3 +472,30 @@ func BenchmarkDecodeRouterEvents(b *testing.B) {
 		})
 	}
 }
+
+// TestDecodeRouterEventsIntoNumbersOfEveryLength: numbers of 1 to 21
+// digits, cut or continued at every offset of the eight-digit steps, and
+// the keys a canonical encoder writes in an unusual order or spacing,
+// decode as the reference does.
+func TestDecodeRouterEventsIntoNumbersOfEveryLength(t *testing.T) {
+	const digits = "184467440737095516159876"
+	var nums []string
+	for n := 1; n <= 21; n++ {
+		nums = append(nums, digits[:n], "9"+strings.Repeat("0", n-1), strings.Repeat("9", n))
+		for _, tail := range []string{".5", "e3", "0x", "a", " "} {
+			nums = append(nums, digits[:n]+tail)
+		}
+	}
+	nums = append(nums, "18446744073709551615", "18446744073709551616", "99999999999999999999", "0123", "00", "1234567812345678"+"1")
+	for _, n := range nums {
+		for _, blk := range []string{
+			`{"block_hash":` + n + `,"tokens_hash":` + n + `}`,
+			`{"tokens_hash":` + n + `,"block_hash":1}`,
+			`{"block_hash" :` + n + `, "tokens_hash": 2,"mm_extra_info":null}`,
+			`{"mm_extra_info":{},"tokens_hash":` + n + `,"block_hash":` + n + `}`,
+		} {
+			checkAgainstReference(t, []byte(`{"worker_id":1,"event":{"data":{"stored":{"blocks":[`+blk+`]}}}}`))
+		}
+		checkAgainstReference(t, []byte(`{"worker_id":1,"event":{"data":{"removed":{"block_hashes":[`+n+`,`+n+`]}}}}`))
+	}
+}

@@ -1,6 +1,9 @@
 package routerevent
 
-import "strings"
+import (
+	"encoding/binary"
+	"strings"
+)
 
 // The fast decoder's lexical primitives: strings, keys, numbers, literals,
 // skipping ignored values and whitespace. Each returns false for "not
@@ -41,6 +44,19 @@ func (d *fastDecoder) key() ([]byte, bool) {
 	}
 	k, ok := d.plainString()
 	return k, ok && d.eat(':')
+}
+
+// keyOr is key, but first tries lit (a key with its quotes and colon, as
+// canonical encoders write it) verbatim: one compare instead of a scan
+// byte by byte, for the keys every block repeats.
+func (d *fastDecoder) keyOr(lit string) ([]byte, bool) {
+	d.ws()
+	if n := len(lit); len(d.b)-d.i >= n && string(d.b[d.i:d.i+n]) == lit {
+		k := d.b[d.i+1 : d.i+n-2]
+		d.i += n
+		return k, true
+	}
+	return d.key()
 }
 
 // ignore skips the value of an unknown key, as encoding/json does for
@@ -104,6 +120,16 @@ func (d *fastDecoder) u64() (uint64, bool) {
 	case c == '0':
 		i++
 	case '1' <= c && c <= '9':
+		// Block hashes are 19–20 digits: take the first 16 eight at a
+		// time (below 10^16, so no overflow), the rest one at a time.
+		for n := 0; n < 16 && len(b)-i >= 8; n += 8 {
+			w := binary.LittleEndian.Uint64(b[i:])
+			if !eightDigits(w) {
+				break
+			}
+			v = v*1e8 + parseEightDigits(w)
+			i += 8
+		}
 		for i < len(b) {
 			c := b[i] - '0'
 			if c > 9 {
@@ -126,6 +152,21 @@ func (d *fastDecoder) u64() (uint64, bool) {
 	}
 	d.i = i
 	return v, true
+}
+
+// eightDigits reports whether all 8 bytes of w (little-endian) are ASCII
+// digits: each high nibble is 3, and adding 6 carries no low nibble into it.
+func eightDigits(w uint64) bool {
+	return (w&0xF0F0F0F0F0F0F0F0)|((w+0x0606060606060606)&0xF0F0F0F0F0F0F0F0)>>4 == 0x3333333333333333
+}
+
+// parseEightDigits is the value of 8 ASCII digits loaded little-endian (the
+// first digit in the low byte): pairs, then quads, then the whole, each
+// step one multiply that combines neighbours as high*10^k + low.
+func parseEightDigits(w uint64) uint64 {
+	w = (w & 0x0F0F0F0F0F0F0F0F) * (10<<8 + 1) >> 8
+	w = (w & 0x00FF00FF00FF00FF) * (100<<16 + 1) >> 16
+	return (w & 0x0000FFFF0000FFFF) * (10000<<32 + 1) >> 32
 }
 
 func (d *fastDecoder) u32() (uint32, bool) {
@@ -329,7 +370,9 @@ func (d *fastDecoder) peek() byte {
 
 // ws skips JSON whitespace only.
 func (d *fastDecoder) ws() {
-	for d.i < len(d.b) {
+	// Every JSON whitespace byte is ≤ ' ': one compare settles the usual
+	// case, no whitespace at all.
+	for d.i < len(d.b) && d.b[d.i] <= ' ' {
 		switch d.b[d.i] {
 		case ' ', '\t', '\n', '\r':
 			d.i++
