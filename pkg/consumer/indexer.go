@@ -232,7 +232,7 @@ func (q *queryProber) extendKeyed(pos int) {
 	}
 	prev := q.seq[i-1]
 	for ; i <= pos; i++ {
-		prev = nextSequenceHash(prev, q.locals[i])
+		prev = ckf.NextSequenceHash(prev, q.locals[i])
 		q.seq[i] = prev
 		k.Add(uint64(prev))
 	}
