@@ -51,7 +51,7 @@ func TestMirrorFollowsSeveralDomains(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runUntilCleanup(t, "mirror", m.Run)
+	testenv.Background(t, m.Run)
 	if got := m.Domains(); !slices.Equal(got, []string{"llama", "qwen"}) {
 		t.Fatalf("mirror domains %v", got)
 	}

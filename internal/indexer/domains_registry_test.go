@@ -96,27 +96,8 @@ func (e *env) start(t testing.TB, cfg domains.Config) *domains.Registry {
 	if err != nil {
 		t.Fatal(err)
 	}
-	runUntilCleanup(t, "registry", r.Run)
+	testenv.Background(t, r.Run)
 	return r
-}
-
-// runUntilCleanup runs run until the test ends, then expects it to return
-// nil soon.
-func runUntilCleanup(t testing.TB, what string, run func(context.Context) error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			if err != nil {
-				t.Errorf("%s Run: %v", what, err)
-			}
-		case <-time.After(waitTotal):
-			t.Errorf("%s Run did not return; goroutines:\n%s", what, testenv.Goroutines())
-		}
-	})
 }
 
 // runningRelay is a real relay of one pool on its own connection; kill
