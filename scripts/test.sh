@@ -10,6 +10,11 @@ export PATH=$PATH:/usr/local/go/bin
 # version and Go release into the tool directory (CKF_TOOLS_DIR, default
 # ~/.cache/ckfrelay-tools), not rebuilt by `go run` on every call.
 STATICCHECK_VERSION=v0.8.2
+# The module's dependencies download (network-bound) while staticcheck
+# builds (CPU-bound): on a fresh machine the two overlap instead of
+# queueing. Its failure fails the script at the wait below.
+go mod download &
+download=$!
 tools=${CKF_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/ckfrelay-tools}
 staticcheck=$tools/staticcheck-$STATICCHECK_VERSION-$(go env GOVERSION)
 if [ ! -x "$staticcheck" ]; then
@@ -20,6 +25,8 @@ if [ ! -x "$staticcheck" ]; then
   mv "$gobin/staticcheck" "$staticcheck"
   rmdir "$gobin"
 fi
+
+wait "$download"
 
 unformatted=$(gofmt -l $(find . -name '*.go' -not -path './.git/*'))
 if [ -n "$unformatted" ]; then
