@@ -3,6 +3,7 @@ package relay
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -77,4 +78,45 @@ func TestParseAckReplyForms(t *testing.T) {
 			t.Errorf("%q accepted: %+v", reply, got)
 		}
 	}
+}
+
+// refAckReply is parseAckReply written the plain way (split, then index),
+// as nats.go's Metadata reads the subject: the reference the fuzz target
+// holds the in-place parser to.
+func refAckReply(reply string) (ackMeta, bool) {
+	toks := strings.Split(reply, ".")
+	if len(toks) < 2 || toks[0] != "$JS" || toks[1] != "ACK" {
+		return ackMeta{}, false
+	}
+	var seq, tm, pending int
+	switch n := len(toks); {
+	case n == 9:
+		seq, tm, pending = 5, 7, 8
+	case n >= 11:
+		seq, tm, pending = 7, 9, 10
+	default:
+		return ackMeta{}, false
+	}
+	return ackMeta{streamSeq: ackNum(toks[seq]), pending: ackNum(toks[pending]),
+		timestamp: time.Unix(0, int64(ackNum(toks[tm])))}, true
+}
+
+// FuzzParseAckReply: any reply subject, forged, truncated or with numbers
+// past 64 bits, parses as the reference does and never panics.
+func FuzzParseAckReply(f *testing.F) {
+	for _, s := range []string{
+		"$JS.ACK.S.C.1.42.7.1700000000123456789.3",
+		"$JS.ACK.D.H.S.C.1.42.7.1700000000123456789.3.rnd",
+		"$JS.ACK.S.C.1.99999999999999999999999.7.99999999999999999999.18446744073709551616",
+		"$JS.ACK.......", "$JS.ACK", "$JS.ACKX.S.C.1.2.3.4.5", "",
+	} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, reply string) {
+		got, ok := parseAckReply(reply)
+		want, wantOK := refAckReply(reply)
+		if ok != wantOK || got.streamSeq != want.streamSeq || got.pending != want.pending || !got.timestamp.Equal(want.timestamp) {
+			t.Fatalf("%q: %+v, %v; the reference reads %+v, %v", reply, got, ok, want, wantOK)
+		}
+	})
 }
