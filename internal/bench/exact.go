@@ -4,7 +4,6 @@ import (
 	"math/bits"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
-	"github.com/ckfrelay/ckfrelay/pkg/consumer"
 )
 
 // ExactIndex is the exact global index the CKF is compared with: a Go map
@@ -58,7 +57,7 @@ func (x *ExactIndex) AddShard(shard, dc int, locals []ckf.LocalBlockHash) (added
 		if i == 0 {
 			h = ckf.SequenceHash(l)
 		} else {
-			h = consumer.NextSequenceHash(h, l)
+			h = ckf.NextSequenceHash(h, l)
 		}
 		if shardOf(uint64(h)) != shard {
 			continue
@@ -96,7 +95,7 @@ func (s *ExactScratch) hashAt(pos int) uint64 {
 		if s.hashed == 0 {
 			s.seq[0] = ckf.SequenceHash(s.locals[0])
 		} else {
-			s.seq[s.hashed] = consumer.NextSequenceHash(s.seq[s.hashed-1], s.locals[s.hashed])
+			s.seq[s.hashed] = ckf.NextSequenceHash(s.seq[s.hashed-1], s.locals[s.hashed])
 		}
 	}
 	return uint64(s.seq[pos])

@@ -255,7 +255,7 @@ func buildScaleLane(ts *traceStream, dc int, target uint64, ing *consumer.LaneIn
 			if k == 0 {
 				h = ckf.SequenceHash(l)
 			} else {
-				h = consumer.NextSequenceHash(h, l)
+				h = ckf.NextSequenceHash(h, l)
 			}
 			blocks = append(blocks, routerevent.StoredBlock{BlockHash: mix64(uint64(h) ^ 0xb10c), TokensHash: uint64(l)})
 		}
