@@ -766,6 +766,8 @@ func TestConcurrentLanesWithQueries(t *testing.T) {
 	}
 
 	var submitters sync.WaitGroup
+	var firstQueries sync.WaitGroup
+	firstQueries.Add(2) // one per querier below
 	stop := make(chan struct{})
 	errs := make(chan error, lanes)
 	for l := range lanes {
@@ -781,6 +783,9 @@ func TestConcurrentLanesWithQueries(t *testing.T) {
 		submitters.Add(1)
 		go func() {
 			defer submitters.Done()
+			// The lanes start once every querier has run, so queries
+			// overlap the applies whatever the scheduler does.
+			firstQueries.Wait()
 			errs <- driveLane(p, id, lease, addressing, seq, deltas, drainEvery, uint64(l))
 		}()
 	}
@@ -793,6 +798,9 @@ func TestConcurrentLanesWithQueries(t *testing.T) {
 			defer queries.Done()
 			var scratch QueryScratch
 			var out QueryResult
+			// The first query, or an early return, lets the lanes start.
+			var once sync.Once
+			defer once.Do(firstQueries.Done)
 			for {
 				select {
 				case <-stop:
@@ -805,6 +813,7 @@ func TestConcurrentLanesWithQueries(t *testing.T) {
 					return
 				}
 				queried.Add(1)
+				once.Do(firstQueries.Done)
 			}
 		}()
 	}
