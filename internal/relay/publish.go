@@ -301,6 +301,9 @@ func (e *epochRun) flush() error {
 // cut cuts the publication window into the outbox as one or more
 // consecutive deltas and starts their flight. No flight may be out.
 func (e *epochRun) cut() error {
+	if hook := e.r.onCut; hook != nil {
+		hook()
+	}
 	batch := e.state.Flush()
 	if e.windowEvents > 0 {
 		e.r.m.cutEvents.Observe(float64(e.windowEvents))
