@@ -46,7 +46,10 @@ func TestProbeTimerSleepsFarBelowAMillisecond(t *testing.T) {
 	if testing.Short() || probeTimerIsGoTimer {
 		return
 	}
-	if med := d[len(d)/2]; med >= 500*time.Microsecond {
+	// A Go timer this short takes a whole netpoller millisecond here; a
+	// timerfd takes tens of microseconds, and the margin is for a loaded
+	// machine.
+	if med := d[len(d)/2]; med >= 900*time.Microsecond {
 		t.Fatalf("median pause %v for %v: the poll is as coarse as a Go timer", med, probePoll)
 	}
 }
