@@ -718,8 +718,8 @@ func quantile(s []time.Duration, q float64) time.Duration {
 // Latency measures event→queryable: one stored event of fresh blocks at a
 // time, on a probe worker of the first DC, timed from before its publish
 // until the indexer answers the full prefix on that DC's lane (Match
-// polled every 25µs by awaitProbe). Each probe's blocks are removed afterwards and the
-// next probe waits gap, so the rate stays modest.
+// polled every 25µs by awaitProbe). Each probe's blocks are removed
+// afterwards and the next probe waits gap, so the rate stays modest.
 func (e *Env) Latency(ctx context.Context, samples int, gap time.Duration) (Latency, error) {
 	if e.ix == nil {
 		return Latency{}, errors.New("bench: pipeline not started")

@@ -221,7 +221,8 @@ func (e *Env) probeWhile(ctx context.Context, gap time.Duration) (*[]time.Durati
 
 // RateRaw is RatePipeline's baseline: the same kind of payloads paced into
 // a plain stream, drained by one pull consumer, while probe messages on
-// their own subject are timed publish → receipt by a second consumer.
+// their own subject are timed publish → receipt by a second consumer
+// (polled like the pipeline's probes, see awaitProbe).
 func (e *Env) RateRaw(ctx context.Context, b *Batch, rate float64, gap time.Duration) (RateSide, error) {
 	load, stopLoad, err := e.newRawConsumer(ctx, rawPrefix+".load.>", len(b.Msgs)+1)
 	if err != nil {
