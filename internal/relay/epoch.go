@@ -334,8 +334,11 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 		case msg := <-in.msgs:
 			e.windowEvents += e.applyMessage(msg)
 			if resting && e.windowEvents > 0 {
+				// The ticker rested on a tick at least an interval after the
+				// last cut, so a slow lane's interval has passed: the window
+				// is due as soon as the input is drained.
 				flush.Reset(r.cfg.PublishInterval)
-				resting = false
+				resting, due = false, true
 			}
 			if e.flight != nil {
 				continue // merged into the cut at the landing

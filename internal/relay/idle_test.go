@@ -8,6 +8,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ckfrelay/ckfrelay/internal/relay"
+	"github.com/ckfrelay/ckfrelay/internal/replay"
+	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
 	"github.com/ckfrelay/ckfrelay/testenv/promtest"
 )
@@ -46,5 +48,61 @@ func TestAnIdleRelayDoesNotCutOnEveryPublishInterval(t *testing.T) {
 		if n := cuts.Load() - start; n > 3 {
 			t.Fatalf("round %d: %d cuts in 300 ms of idle at a 1 ms publish interval", round, n)
 		}
+	}
+}
+
+// On a slow lane (a WAN: each delta outlasts the publish interval) a
+// window is cut once the interval since the last cut has passed. After a
+// rest it has: the first event is cut as soon as it is applied, not an
+// interval after the ticker restarts.
+func TestASlowLaneCutsTheFirstEventAfterARestAtOnce(t *testing.T) {
+	srv := testenv.StartServer(t)
+	nc, js := srv.Connect(t), srv.JetStream(t)
+	cfg := testConfig("a")
+	cfg.PublishInterval = 100 * time.Millisecond
+	cfg.HeartbeatInterval = time.Hour
+	const delay = 150 * time.Millisecond // every delta outlasts the interval: the lane is slow
+	deltas := make(chan time.Time, 16)
+	r, _ := startRelayWith(t, nc, js, cfg, func(r *relay.Relay) {
+		relay.SetBeforePublish(r, func(k wire.MessageKind) error {
+			if k == wire.KindDelta {
+				deltas <- time.Now()
+				time.Sleep(delay)
+			}
+			return nil
+		})
+	})
+	testenv.WaitFor(t, 0, "active", func() bool { return r.Status().State == relay.StateActive })
+	steps := traceEvents(t, 6)
+	next := func() []replay.Step {
+		for i, st := range steps {
+			if len(st.Events) > 0 {
+				steps = steps[i+1:]
+				return []replay.Step{st}
+			}
+		}
+		t.Fatal("out of events")
+		return nil
+	}
+	publishEvents(t, js, "a", next())
+	select {
+	case <-deltas: // its landing marks the lane slow
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delta")
+	}
+	// The flight lands, a tick finds the window empty, the ticker rests.
+	time.Sleep(delay + 3*cfg.PublishInterval)
+	for len(deltas) > 0 {
+		<-deltas
+	}
+	sent := time.Now()
+	publishEvents(t, js, "a", next())
+	select {
+	case at := <-deltas:
+		if took := at.Sub(sent); took >= cfg.PublishInterval/2 {
+			t.Fatalf("the first event after a rest was cut %v after its publish; the interval had passed", took)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("no delta after the rest")
 	}
 }
