@@ -718,8 +718,8 @@ func quantile(s []time.Duration, q float64) time.Duration {
 // Latency measures event→queryable: one stored event of fresh blocks at a
 // time, on a probe worker of the first DC, timed from before its publish
 // until the indexer answers the full prefix on that DC's lane (Match
-// polled every 25µs). Each probe's blocks are removed afterwards and the
-// next probe waits gap, so the rate stays modest.
+// polled every 25µs by awaitProbe). Each probe's blocks are removed
+// afterwards and the next probe waits gap, so the rate stays modest.
 func (e *Env) Latency(ctx context.Context, samples int, gap time.Duration) (Latency, error) {
 	if e.ix == nil {
 		return Latency{}, errors.New("bench: pipeline not started")
@@ -736,20 +736,18 @@ func (e *Env) Latency(ctx context.Context, samples int, gap time.Duration) (Late
 			return Latency{}, err
 		}
 		start := time.Now()
-		if _, err := e.pubJS.Publish(ctx, subj, store); err != nil {
-			return Latency{}, fmt.Errorf("bench: publish probe: %w", err)
+		f, err := e.publishProbe(ctx, subj, store)
+		if err != nil {
+			return Latency{}, err
 		}
-		deadline := start.Add(e.cfg.Timeout)
-		for !e.visible(locals, dc) {
-			if time.Now().After(deadline) {
-				return Latency{}, fmt.Errorf("bench: probe not queryable within %s", e.cfg.Timeout)
-			}
-			if err := e.pipelineErr(); err != nil {
-				return Latency{}, err
-			}
-			time.Sleep(25 * time.Microsecond)
+		lat, err := awaitProbe(ctx, start, e.cfg.Timeout, func() bool { return e.visible(locals, dc) }, e.pipelineErr)
+		if err != nil {
+			return Latency{}, fmt.Errorf("bench: pipeline probe: %w", err)
 		}
-		out = append(out, time.Since(start))
+		out = append(out, lat)
+		if err := e.ackProbe(ctx, f); err != nil {
+			return Latency{}, err
+		}
 		if _, err := e.pubJS.Publish(ctx, subj, remove); err != nil {
 			return Latency{}, fmt.Errorf("bench: publish probe removal: %w", err)
 		}
@@ -800,7 +798,8 @@ func (e *Env) visible(locals []ckf.LocalBlockHash, dc string) bool {
 
 // RawLatency is the baseline of Latency: single messages published to a
 // plain stream, timed from before the publish until a pull consumer on
-// another connection receives them, at the same pace.
+// another connection has received them (polled like Latency's Match), at
+// the same pace.
 func (e *Env) RawLatency(ctx context.Context, samples int, gap time.Duration) (Latency, error) {
 	rc, stop, err := e.newRawConsumer(ctx, rawLatSubject, 1)
 	if err != nil {
@@ -814,16 +813,17 @@ func (e *Env) RawLatency(ctx context.Context, samples int, gap time.Duration) (L
 	out := make([]time.Duration, 0, samples)
 	for range samples {
 		start := time.Now()
-		if _, err := e.pubJS.Publish(ctx, rawLatSubject, store); err != nil {
-			return Latency{}, fmt.Errorf("bench: raw publish: %w", err)
+		f, err := e.publishProbe(ctx, rawLatSubject, store)
+		if err != nil {
+			return Latency{}, err
 		}
-		select {
-		case at := <-rc.at:
-			out = append(out, at.Sub(start))
-		case <-time.After(e.cfg.Timeout):
-			return Latency{}, fmt.Errorf("bench: raw message not received within %s", e.cfg.Timeout)
-		case <-ctx.Done():
-			return Latency{}, ctx.Err()
+		lat, err := awaitProbe(ctx, start, e.cfg.Timeout, rc.received, nil)
+		if err != nil {
+			return Latency{}, fmt.Errorf("bench: raw probe: %w", err)
+		}
+		out = append(out, lat)
+		if err := e.ackProbe(ctx, f); err != nil {
+			return Latency{}, err
 		}
 		if !ctxwait.Sleep(ctx, gap) {
 			return Latency{}, ctx.Err()

@@ -192,21 +192,22 @@ func (e *Env) probeWhile(ctx context.Context, gap time.Duration) (*[]time.Durati
 				return
 			}
 			t0 := time.Now()
-			if _, err := e.pubJS.Publish(pctx, subj, store); err != nil {
+			f, err := e.publishProbe(pctx, subj, store)
+			if err != nil {
 				break // stopped mid-publish
 			}
-			deadline := t0.Add(e.cfg.Timeout)
-			for !e.visible(locals, dc) && pctx.Err() == nil {
-				if time.Now().After(deadline) {
-					errc <- fmt.Errorf("bench: paced probe not queryable within %s", e.cfg.Timeout)
-					return
-				}
-				time.Sleep(25 * time.Microsecond)
-			}
+			lat, err := awaitProbe(pctx, t0, e.cfg.Timeout, func() bool { return e.visible(locals, dc) }, nil)
 			if pctx.Err() != nil {
 				break
 			}
-			out = append(out, time.Since(t0))
+			if err != nil {
+				errc <- fmt.Errorf("bench: paced pipeline probe: %w", err)
+				return
+			}
+			out = append(out, lat)
+			if err := e.ackProbe(pctx, f); err != nil {
+				break
+			}
 			if _, err := e.pubJS.Publish(pctx, subj, remove); err != nil {
 				break
 			}
@@ -220,7 +221,8 @@ func (e *Env) probeWhile(ctx context.Context, gap time.Duration) (*[]time.Durati
 
 // RateRaw is RatePipeline's baseline: the same kind of payloads paced into
 // a plain stream, drained by one pull consumer, while probe messages on
-// their own subject are timed publish → receipt by a second consumer.
+// their own subject are timed publish → receipt by a second consumer
+// (polled like the pipeline's probes, see awaitProbe).
 func (e *Env) RateRaw(ctx context.Context, b *Batch, rate float64, gap time.Duration) (RateSide, error) {
 	load, stopLoad, err := e.newRawConsumer(ctx, rawPrefix+".load.>", len(b.Msgs)+1)
 	if err != nil {
@@ -236,22 +238,27 @@ func (e *Env) RateRaw(ctx context.Context, b *Batch, rate float64, gap time.Dura
 	if err != nil {
 		return RateSide{}, err
 	}
-	var lat []time.Duration
+	var lats []time.Duration
 	pctx, cancel := context.WithCancel(ctx)
 	probeDone := make(chan error, 1)
 	go func() {
 		for pctx.Err() == nil {
 			t0 := time.Now()
-			if _, err := e.pubJS.Publish(pctx, rawLatSubject, payload); err != nil {
+			f, err := e.publishProbe(pctx, rawLatSubject, payload)
+			if err != nil {
+				break // stopped mid-publish
+			}
+			lat, err := awaitProbe(pctx, t0, e.cfg.Timeout, probe.received, nil)
+			if pctx.Err() != nil {
 				break
 			}
-			select {
-			case at := <-probe.at:
-				lat = append(lat, at.Sub(t0))
-			case <-time.After(e.cfg.Timeout):
-				probeDone <- fmt.Errorf("bench: raw probe not received within %s", e.cfg.Timeout)
+			if err != nil {
+				probeDone <- fmt.Errorf("bench: paced raw probe: %w", err)
 				return
-			case <-pctx.Done():
+			}
+			lats = append(lats, lat)
+			if err := e.ackProbe(pctx, f); err != nil {
+				break
 			}
 			ctxwait.Sleep(pctx, gap)
 		}
@@ -283,7 +290,7 @@ func (e *Env) RateRaw(ctx context.Context, b *Batch, rate float64, gap time.Dura
 	if err := <-probeDone; err != nil {
 		return RateSide{}, err
 	}
-	return rateSide(b.Events, rate, start, last, done, lat), nil
+	return rateSide(b.Events, rate, start, last, done, lats), nil
 }
 
 func maxTime(a, b time.Time) time.Time {

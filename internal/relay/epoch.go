@@ -300,6 +300,10 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 	// slow lane is cut once the interval has passed and the backlog that
 	// queued during the flight is in, or at FlushEvents.
 	slow, due := false, false
+	// resting: the flush ticker is stopped while the window is empty, and
+	// the first event applied into it starts it again, so an idle relay
+	// does not wake every PublishInterval to cut nothing.
+	resting := false
 	cut := func() error {
 		if e.flight != nil {
 			due = true // at the landing
@@ -329,6 +333,13 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 			return err
 		case msg := <-in.msgs:
 			e.windowEvents += e.applyMessage(msg)
+			if resting && e.windowEvents > 0 {
+				// The ticker rested on a tick at least an interval after the
+				// last cut, so a slow lane's interval has passed: the window
+				// is due as soon as the input is drained.
+				flush.Reset(r.cfg.PublishInterval)
+				resting, due = false, true
+			}
 			if e.flight != nil {
 				continue // merged into the cut at the landing
 			}
@@ -352,6 +363,11 @@ func (e *epochRun) publishLoop(parent context.Context, in *input, snapReqs <-cha
 				}
 			}
 		case <-flush.C:
+			if e.flight == nil && e.windowEvents == 0 {
+				flush.Stop()
+				resting, due = true, false
+				continue
+			}
 			if e.flight != nil {
 				due = true
 				continue

@@ -30,3 +30,7 @@ func SetRebuildTarget(r *Relay, fn func(target uint64)) { r.rebuildTarget = fn }
 // SetClock replaces the relay's clock (load windows, refusal window)
 // before Run.
 func SetClock(r *Relay, now func() time.Time) { r.now = now }
+
+// SetOnCut installs a hook run on the actor at every cut of the
+// publication window, empty or not.
+func SetOnCut(r *Relay, fn func()) { r.onCut = fn }

@@ -204,14 +204,19 @@ func (e *epochRun) startPublishSpan(bodySize int, msgID string, attrs ...attribu
 			parent = sc
 		}
 	}
+	if parent.IsValid() {
+		ctx = trace.ContextWithSpanContext(ctx, parent)
+	}
+	if span := trace.SpanFromContext(ctx); e.r.cfg.Tracer == nil && !span.IsRecording() {
+		// What the noop tracer would return (the parent's context, carried
+		// on to the lane), without building links and attributes per delta.
+		return ctx, span
+	}
 	links := make([]trace.Link, 0, len(e.applySpans))
 	for _, sc := range e.applySpans {
 		if !sc.Equal(parent) {
 			links = append(links, trace.Link{SpanContext: sc})
 		}
-	}
-	if parent.IsValid() {
-		ctx = trace.ContextWithSpanContext(ctx, parent)
 	}
 	attrs = append(attrs,
 		semconv.MessagingSystemKey.String("nats"),
@@ -296,6 +301,9 @@ func (e *epochRun) flush() error {
 // cut cuts the publication window into the outbox as one or more
 // consecutive deltas and starts their flight. No flight may be out.
 func (e *epochRun) cut() error {
+	if hook := e.r.onCut; hook != nil {
+		hook()
+	}
 	batch := e.state.Flush()
 	if e.windowEvents > 0 {
 		e.r.m.cutEvents.Observe(float64(e.windowEvents))

@@ -65,6 +65,7 @@ type Relay struct {
 	beforePublish        func(kind wire.MessageKind) error
 	beforeCheckpointLoad func(ctx context.Context) error
 	rebuildTarget        func(target uint64)
+	onCut                func()
 
 	// Bounds of the checkpoint's metadata lookup (checkpointInfo);
 	// tests shorten them.

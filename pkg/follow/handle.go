@@ -324,19 +324,7 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 	}
 	cd := d.ToCkf(r.cur.lease)
 	pctx := propagation.TraceContext{}.Extract(ctx, streams.HeaderCarrier(m.Headers()))
-	_, span := r.svc.tracer.Start(pctx, SpanLaneApply,
-		trace.WithSpanKind(trace.SpanKindConsumer),
-		trace.WithAttributes(
-			semconv.MessagingSystemKey.String("nats"),
-			semconv.MessagingOperationTypeProcess,
-			semconv.MessagingOperationName("apply"),
-			semconv.MessagingDestinationName(m.Subject()),
-			semconv.MessagingMessageBodySize(len(m.Data())),
-			attribute.Int("lane", r.lane),
-			attribute.String("dc", r.dc),
-			attribute.Int64("sequence", int64(d.Sequence)),
-			attribute.Int("images", len(d.Images)),
-		))
+	span := r.startApplySpan(pctx, m, d)
 	err := r.gen.pool.SubmitDelta(&cd)
 	admitted := time.Now()
 	if err != nil {
@@ -358,6 +346,30 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 		}
 	}
 	return outcome{}, false
+}
+
+// startApplySpan starts the lane_apply span of delta d, the child of the
+// relay's publish span in ctx. Without a tracer provider it is the noop
+// tracer's span, the relay's context itself, without the attributes
+// built per delta.
+func (r *laneRunner) startApplySpan(ctx context.Context, m jetstream.Msg, d *wire.Delta) trace.Span {
+	if span := trace.SpanFromContext(ctx); r.svc.cfg.Tracer == nil && !span.IsRecording() {
+		return span
+	}
+	_, span := r.svc.tracer.Start(ctx, SpanLaneApply,
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithAttributes(
+			semconv.MessagingSystemKey.String("nats"),
+			semconv.MessagingOperationTypeProcess,
+			semconv.MessagingOperationName("apply"),
+			semconv.MessagingDestinationName(m.Subject()),
+			semconv.MessagingMessageBodySize(len(m.Data())),
+			attribute.Int("lane", r.lane),
+			attribute.String("dc", r.dc),
+			attribute.Int64("sequence", int64(d.Sequence)),
+			attribute.Int("images", len(d.Images)),
+		))
+	return span
 }
 
 // submitFaultKind names a SubmitDelta refusal for the fault metric.
