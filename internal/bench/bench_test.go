@@ -286,3 +286,43 @@ func TestQueryUnderIngestRejectsABadRateAndAClosedPool(t *testing.T) {
 		t.Fatal("a pass over a closed pool reported figures")
 	}
 }
+
+// TestQueryUnderIngestReArmsRetiredLanes: a pool that falls behind (here a
+// 1µs dirty-to-applied bound no worker can meet) retires lanes; the pass
+// re-arms them, counts the retirements, keeps only queries over all 16
+// lanes, and leaves every lane ready for the next pass instead of aborting.
+func TestQueryUnderIngestReArmsRetiredLanes(t *testing.T) {
+	fx, err := NewSearchFixture(SearchConfig{Buckets: 1 << 12, Blocks: 32, Queries: 16, HotQueries: 4, Seed: 7, PoolMaxDirtyAge: time.Microsecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fx.Close()
+	eq0, total0, err := fx.CompareDepths()
+	if err != nil {
+		t.Fatal(err)
+	}
+	retired := 0
+	for pass := 0; pass < 3 || retired == 0 && pass < 50; pass++ {
+		ui, err := fx.QueryUnderIngest(16, 20000, 1e6)
+		if err != nil {
+			t.Fatalf("pass %d: %v", pass, err)
+		}
+		retired += ui.Retirements
+		if ui.KeptPace() != (ui.Retirements == 0 && ui.Faults == 0) {
+			t.Errorf("pass %d: KeptPace %v for %+v", pass, ui.KeptPace(), ui)
+		}
+		if ui.Queries+ui.DegradedQueries < 100 || ui.AllReadyFraction < 0 || ui.AllReadyFraction > 1 || ui.P99Ns < ui.P50Ns {
+			t.Errorf("pass %d: %+v", pass, ui)
+		}
+		if ready := fx.ix.ReadyLanes(); ready != ckf.LaneMask {
+			t.Errorf("pass %d: ready lanes %016b after the pass, want all 16", pass, ready)
+		}
+	}
+	if retired == 0 {
+		t.Fatal("no lane retired under a 1µs dirty-to-applied bound")
+	}
+	// Re-armed lanes hold the same words: the search answers as before.
+	if eq, total, err := fx.CompareDepths(); err != nil || eq != eq0 || total != total0 {
+		t.Errorf("after re-arming: %d of %d depths equal to the linear probe's (%d of %d before), %v", eq, total, eq0, total0, err)
+	}
+}

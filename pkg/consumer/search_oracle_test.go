@@ -221,6 +221,21 @@ type recordingProber struct {
 	touches   []int
 	touchedAt map[int]int // position → calls made before its first touch
 	lateProbe []int       // positions probed before any touch of them
+	// A memory model counting dependent round trips: a row requested at
+	// round trip c arrives at c+1, and a probe of a row not yet arrived
+	// waits for it (compute is free). waits is the round trips the search
+	// waited for in all.
+	arrives map[int]int
+	waits   int
+}
+
+func (r *recordingProber) request(pos int) {
+	if r.arrives == nil {
+		r.arrives = map[int]int{}
+	}
+	if _, ok := r.arrives[pos]; !ok {
+		r.arrives[pos] = r.waits + 1
+	}
 }
 
 // probe answers need's lanes only, like a table reading need's cache lines
@@ -229,6 +244,8 @@ func (r *recordingProber) probe(pos int, need uint16) uint16 {
 	if _, ok := r.touchedAt[pos]; !ok {
 		r.lateProbe = append(r.lateProbe, pos)
 	}
+	r.request(pos)
+	r.waits = max(r.waits, r.arrives[pos])
 	r.probes = append(r.probes, pos)
 	for m := need; m != 0; m &= m - 1 {
 		l := lanesOf(m)
@@ -245,6 +262,7 @@ func (r *recordingProber) prefetch(pos int, _ uint16) {
 		r.touchedAt[pos] = len(r.probes) + len(r.touches)
 	}
 	r.touches = append(r.touches, pos)
+	r.request(pos)
 }
 
 // randomLaneMasks draws a query of random length whose lanes hold random
@@ -355,5 +373,54 @@ func TestSearchTouchesEveryRowBeforeProbingIt(t *testing.T) {
 	// Calls before 64's touch: the touches of 0, 1, ..., 32 and no probe.
 	if at := r.touchedAt[64]; at != 7 {
 		t.Fatalf("position 64 touched after %d calls, want after the 7 touches of 0..32, before any probe", at)
+	}
+}
+
+// TestSearchRoundTrips pins the search's dependent round trips in the
+// memory model of recordingProber (compute free, a row requested at round
+// trip c arriving at c+1): on a 128-block query, position 0 with the
+// exponential rows costs one, each subtree of two binary levels one, and
+// the verification one more when its rows were not read before. Lanes all
+// at one depth: at most five, exactly four when every lane matches the
+// whole query (its window was read by the binary phase). 16 lanes at
+// random depths as in BenchmarkFindPrefixMatches (uniform in 0..512,
+// clipped): at most five, and the mean (4.72 for this seed) must not grow.
+func TestSearchRoundTrips(t *testing.T) {
+	roundTrips := func(masks []uint16) (int, *recordingProber) {
+		r := &recordingProber{masks: masks}
+		var d [ckf.LaneCount]uint32
+		runPrefixSearch(len(masks), ckf.LaneMask, ckf.DefaultVerificationWindow, r, &d, true, nil)
+		return r.waits, r
+	}
+	for depth := 0; depth <= 128; depth++ {
+		masks := make([]uint16, 128)
+		for i := range depth {
+			masks[i] = ckf.LaneMask
+		}
+		waits, r := roundTrips(masks)
+		if waits > 5 || depth == 128 && waits != 4 {
+			t.Errorf("depth %d: %d dependent round trips, want at most 5, and 4 at depth 128 (probes %v, touches %v)", depth, waits, r.probes, r.touches)
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 5))
+	const queries = 2000
+	total := 0
+	for iter := range queries {
+		masks := make([]uint16, 128)
+		for l := range ckf.LaneCount {
+			for i := range min(rng.IntN(513), 128) {
+				masks[i] |= 1 << l
+			}
+		}
+		waits, r := roundTrips(masks)
+		if waits > 5 {
+			t.Fatalf("query %d: %d dependent round trips, want at most 5 (probes %v, touches %v)", iter, waits, r.probes, r.touches)
+		}
+		total += waits
+	}
+	mean := float64(total) / queries
+	t.Logf("%.3f dependent round trips per query on average", mean)
+	if mean > 4.75 {
+		t.Errorf("%.3f dependent round trips per query on average, want at most 4.75", mean)
 	}
 }
