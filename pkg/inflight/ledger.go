@@ -95,9 +95,9 @@ func (p *prefilling) add(d drain) (dropped bool) {
 	p.heap = append(p.heap, d)
 	p.sumRF += d.rate * float64(d.finish)
 	p.sumR += d.rate
-	for i := len(p.heap) - 1; i > 0; {
+	for i := len(p.heap) - 1; i != 0; {
 		parent := (i - 1) / 2
-		if p.heap[parent].finish <= p.heap[i].finish {
+		if !p.heap[i].before(p.heap[parent]) {
 			break
 		}
 		p.heap[parent], p.heap[i] = p.heap[i], p.heap[parent]
@@ -105,6 +105,10 @@ func (p *prefilling) add(d drain) (dropped bool) {
 	}
 	return dropped
 }
+
+// before orders the heap. Entries finishing at the same instant may go in
+// either order: they hold the same tokens from then on (none).
+func (d drain) before(e drain) bool { return d.finish < e.finish }
 
 // pop removes the entry finishing first.
 func (p *prefilling) pop() {
@@ -114,10 +118,10 @@ func (p *prefilling) pop() {
 	p.heap = p.heap[:last]
 	for i := 0; ; {
 		small, l, r := i, 2*i+1, 2*i+2
-		if l < last && p.heap[l].finish < p.heap[small].finish {
+		if l < last && p.heap[l].before(p.heap[small]) {
 			small = l
 		}
-		if r < last && p.heap[r].finish < p.heap[small].finish {
+		if r < last && p.heap[r].before(p.heap[small]) {
 			small = r
 		}
 		if small == i {
@@ -148,10 +152,9 @@ func (p *prefilling) expire(now int64) int {
 // tokens is what the entries not finished at now still hold (expire(now)
 // first).
 func (p *prefilling) tokens(now int64) uint64 {
-	v := p.sumRF - float64(now)*p.sumR
-	if !(v > 0) {
-		return 0
-	}
+	// Rounding can leave the sums a hair below zero, never NaN (finite
+	// rates and instants).
+	v := max(p.sumRF-float64(now)*p.sumR, 0)
 	return uint64(min(math.Round(v), float64(MaxTokens)*float64(p.maxEntries)))
 }
 
@@ -324,10 +327,9 @@ func (l *Ledger) prefill(r *ring, e entry, rate float64, w int64) {
 // expirePrefilling drops r's prefilling entries finished at now. Called
 // with mu held.
 func (l *Ledger) expirePrefilling(r *ring, now int64) {
-	if n := r.pre.expire(now); n > 0 {
-		l.st.Drained += uint64(n)
-		l.st.Prefilling -= n
-	}
+	n := r.pre.expire(now)
+	l.st.Drained += uint64(n)
+	l.st.Prefilling -= n
 }
 
 // Pending is lane's tokens not yet covered at now, plus what its

@@ -24,6 +24,9 @@ func TestCoverPrefillingDrains(t *testing.T) {
 		if p := l.Pending(0, at(c.ms)); p != uint64(c.want) {
 			t.Errorf("pending at %d ms = %d, want %d", c.ms, p, c.want)
 		}
+		if st := l.Stats(); (st.Drained == 1) != (c.ms >= 150) {
+			t.Errorf("at %d ms: stats %+v (drained at 150 ms, not before)", c.ms, st)
+		}
 	}
 	if p := l.Pending(1, at(400)); p != 7 {
 		t.Errorf("the other lane's pending = %d, want 7", p)
@@ -182,5 +185,27 @@ func TestPrefillingMatchesReference(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// An entry that finishes draining exactly at the covering window's instant
+// leaves at the cover.
+func TestPrefillingEntryDrainedAtTheCoverLeaves(t *testing.T) {
+	l := newLedger(t, Config{Lanes: 1})
+	l.Add(0, 10, at(0), 0)
+	l.CoverPrefilling(0, at(10), 1000) // 1 token/ms from 0: drained at 10 ms
+	if st := l.Stats(); st.Drained != 1 || st.Prefilling != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A lane's prefilling sum is not capped below what its entries can hold:
+// MaxEntries entries of MaxTokens each.
+func TestPrefillingHoldsLargeSums(t *testing.T) {
+	l := newLedger(t, Config{Lanes: 1, MaxAge: time.Hour})
+	l.Add(0, 1<<31, at(0), 0)
+	l.CoverPrefilling(0, at(0), 1e9) // 1M tokens/ms: drains in about 2 s
+	if p := l.Pending(0, at(0)); p != 1<<31 {
+		t.Fatalf("pending %d, want %d", p, uint64(1<<31))
 	}
 }
