@@ -115,7 +115,7 @@ func (b *Bridge) scrapeWorker(ctx context.Context, worker uint64, urls []string,
 	if sum.Flags.Has(wire.LoadRequests) {
 		rep.Serving.Running, rep.Serving.Waiting = sum.Running, sum.Waiting
 		if sum.HasCounters {
-			rep.Flags |= wire.LoadPrefill
+			rep.Flags |= wire.LoadPrefill | wire.LoadPrefillEstimated
 			rep.Serving.ActivePrefillTokens = est.Observe(sum.Waiting, sum.Counters, true)
 		}
 	}

@@ -85,7 +85,7 @@ func TestBridgeReportsEachWorkersServingLoadFromItsEnginesMetrics(t *testing.T) 
 			// Prompt tokens to prefill: 10 waiting × the mean prompt of
 			// the finished requests (360,000 tokens over 120).
 			want := wire.ServingLoad{Running: 10, Waiting: 10, ActiveDecodeBlocks: 12000, ActivePrefillTokens: 30000}
-			if w.Flags != wire.LoadRequests|wire.LoadKV|wire.LoadDecode|wire.LoadPrefill || w.Serving != want || w.KVCapacityBlocks != 32000 || w.Sequence <= last {
+			if w.Flags != wire.LoadRequests|wire.LoadKV|wire.LoadDecode|wire.LoadPrefill|wire.LoadPrefillEstimated || w.Serving != want || w.KVCapacityBlocks != 32000 || w.Sequence <= last {
 				t.Fatalf("report %+v: want twice one engine's load, a rising sequence", w)
 			}
 			last = w.Sequence
@@ -172,7 +172,7 @@ func TestBridgeEstimatesPendingPrefillFromCounterDeltas(t *testing.T) {
 	} {
 		body.Store(c.page)
 		rep, ok := br.scrapeWorker(context.Background(), 1, []string{srv.URL}, &est)
-		if !ok || rep.Flags.Has(wire.LoadPrefill) != c.flag || rep.Serving.ActivePrefillTokens != c.want {
+		if !ok || rep.Flags.Has(wire.LoadPrefill) != c.flag || rep.Flags.Has(wire.LoadPrefillEstimated) != c.flag || rep.Serving.ActivePrefillTokens != c.want {
 			t.Fatalf("scrape %d: %+v %v, want prefill %d (flag %v)", i, rep, ok, c.want, c.flag)
 		}
 	}

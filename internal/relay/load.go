@@ -87,7 +87,10 @@ func (w *workerLoads) aggregate(now time.Time, fresh time.Duration, members map[
 		return a // nobody, or a worker of the exact state that never reported
 	}
 	a.flags = wire.LoadServing | wire.LoadKV
+	// One estimated worker makes the pool's prefill an estimate.
+	estimated := false
 	for _, r := range w.m {
+		estimated = estimated || r.rep.Flags.Has(wire.LoadPrefillEstimated)
 		if now.Sub(r.at) > fresh {
 			a.flags &^= wire.LoadServing
 		}
@@ -118,6 +121,8 @@ func (w *workerLoads) aggregate(now time.Time, fresh time.Duration, members map[
 	}
 	if !a.flags.Has(wire.LoadPrefill) {
 		a.serving.ActivePrefillTokens = 0
+	} else if estimated {
+		a.flags |= wire.LoadPrefillEstimated
 	}
 	if !a.flags.Has(wire.LoadDecode) {
 		a.serving.ActiveDecodeBlocks = 0

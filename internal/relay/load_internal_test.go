@@ -56,3 +56,34 @@ func TestServingLoadSumsSaturateAtTheWireBounds(t *testing.T) {
 		t.Fatalf("sums %+v capacity %d workers %d, want each at its bound", a.serving, a.capacity, a.workers)
 	}
 }
+
+// One worker whose prefill is an estimate makes the pool's an estimate; the
+// mark never goes out without the prefill it qualifies.
+func TestServingLoadIsEstimatedWhenAnyWorkersIs(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	exact := wire.LoadRequests | wire.LoadPrefill
+	for _, c := range []struct {
+		name   string
+		flags  [2]wire.LoadFlags
+		want   bool
+		prefil bool
+	}{
+		{"both exact", [2]wire.LoadFlags{exact, exact}, false, true},
+		{"one estimated", [2]wire.LoadFlags{exact, exact | wire.LoadPrefillEstimated}, true, true},
+		{"both estimated", [2]wire.LoadFlags{exact | wire.LoadPrefillEstimated, exact | wire.LoadPrefillEstimated}, true, true},
+		{"estimated but a worker without prefill", [2]wire.LoadFlags{wire.LoadRequests, exact | wire.LoadPrefillEstimated}, false, false},
+	} {
+		var w workerLoads
+		for i, f := range c.flags {
+			rep := wire.WorkerLoad{WorkerID: uint64(i + 1), Time: t0, Flags: f, Serving: wire.ServingLoad{Running: 1}}
+			if f.Has(wire.LoadPrefill) {
+				rep.Serving.ActivePrefillTokens = 100
+			}
+			w.put(rep, t0)
+		}
+		a := w.aggregate(t0, time.Second, nil)
+		if a.flags.Has(wire.LoadPrefillEstimated) != c.want || a.flags.Has(wire.LoadPrefill) != c.prefil {
+			t.Errorf("%s: flags %v", c.name, a.flags)
+		}
+	}
+}

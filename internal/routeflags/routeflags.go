@@ -39,6 +39,7 @@ type Flags struct {
 	loadMaxAge   time.Duration
 	inflight     bool
 	inflightMax  int
+	prefillSlow  float64
 }
 
 // Register defines the flags on fs with the product's defaults.
@@ -57,6 +58,7 @@ func (f *Flags) Register(fs *flag.FlagSet) {
 	fs.StringVar(&f.blockSize, "route-block-size", strconv.Itoa(follow.DefaultRouteBlockSize), "tokens per block of a route request given as hashes (a tokens request carries its own): a default, then per domain, e.g. 16,demo-2=32")
 	fs.BoolVar(&f.inflight, "route-inflight", true, "count each route's prompt tokens against the chosen DC until its load windows can show them, shared with the domain's other routers on ckfload.<domain>.<dc>.inflight (false: a route sees the last window only)")
 	fs.IntVar(&f.inflightMax, "route-inflight-max-entries", inflight.DefaultMaxEntries, "in-flight entries kept per lane; past it a route drops the lane's oldest")
+	fs.Float64Var(&f.prefillSlow, "route-inflight-prefill-slowdown", follow.DefaultInflightPrefillSlowdown, "for a DC whose load estimates its prefill from request counts (vLLM's and SGLang's /metrics), a routed prompt stays in the in-flight account while it is prefilled, at one worker's prefill rate ÷ this (1 to 100)")
 	fs.DurationVar(&f.loadMaxAge, "load-max-age", follow.DefaultLoadMaxAge,
 		"drop a lane's load (from its relay's load windows or kvrelay load streams) older than this, by local receive time; it then counts as missing, never as zero")
 }
@@ -172,6 +174,8 @@ func (f *Flags) Settings() (Settings, error) {
 		return Settings{}, bad("load-max-age", "%s: want a positive duration", f.loadMaxAge)
 	case f.inflightMax < 1 || f.inflightMax > inflight.MaxEntriesLimit:
 		return Settings{}, bad("route-inflight-max-entries", "%d: want 1..%d", f.inflightMax, inflight.MaxEntriesLimit)
+	case !(f.prefillSlow >= 1 && f.prefillSlow <= follow.MaxInflightPrefillSlowdown):
+		return Settings{}, bad("route-inflight-prefill-slowdown", "%v: want 1..%v", f.prefillSlow, follow.MaxInflightPrefillSlowdown)
 	}
 	pc := route.DefaultConfig()
 	pc.Policy, pc.Stale, pc.Temperature, pc.DefaultRTT, pc.RTT = pol, stale, f.temperature, f.defaultRTT, rtts
@@ -190,7 +194,7 @@ func (f *Flags) Settings() (Settings, error) {
 	pc.DefaultQueueTokensPerSec, pc.QueueTokensPerSec = f.queueRate, queues
 	return Settings{
 		Route: follow.RouteConfig{Policy: pc, PrefillRate: rates, BlockSize: bs, DomainBlockSize: domainBS,
-			Inflight: follow.InflightConfig{Off: !f.inflight, MaxEntries: f.inflightMax}},
+			Inflight: follow.InflightConfig{Off: !f.inflight, MaxEntries: f.inflightMax, PrefillSlowdown: f.prefillSlow}},
 		LoadMaxAge: f.loadMaxAge,
 	}, nil
 }

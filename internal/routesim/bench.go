@@ -219,6 +219,15 @@ func rowOf(runs []*Run, signal Signal) Row {
 	row.E2EP99Ms = mean(func(r *Run) float64 { return r.E2EP99Ms })
 	row.Imbalance = mean(func(r *Run) float64 { return r.Imbalance })
 	row.RemoteShare = mean(func(r *Run) float64 { return r.RemoteShare })
+	row.Tail = Tail{
+		Requests:     runs[0].Tail.Requests,
+		InputTokens:  mean(func(r *Run) float64 { return r.Tail.InputTokens }),
+		CachedTokens: mean(func(r *Run) float64 { return r.Tail.CachedTokens }),
+		TTFTMs:       mean(func(r *Run) float64 { return r.Tail.TTFTMs }),
+		RTTMs:        mean(func(r *Run) float64 { return r.Tail.RTTMs }),
+		PrefillMs:    mean(func(r *Run) float64 { return r.Tail.PrefillMs }),
+		WaitMs:       mean(func(r *Run) float64 { return r.Tail.WaitMs }),
+	}
 	for name, f := range map[string]func(*Run) float64{
 		StatTTFTP50: func(r *Run) float64 { return r.TTFTP50Ms }, StatTTFTP99: func(r *Run) float64 { return r.TTFTP99Ms },
 		StatE2EP50: func(r *Run) float64 { return r.E2EP50Ms }, StatE2EP99: func(r *Run) float64 { return r.E2EP99Ms },
@@ -256,6 +265,14 @@ func (r *Report) WriteTable(w io.Writer) {
 	if r.Seeds > 1 {
 		fmt.Fprintf(w, "(mean over %d seeds ± the half-width of its 95%% t-interval)\n", r.Seeds)
 	}
+	fmt.Fprintf(w, "\nthe tail: the slowest %.0f%% of the requests by TTFT, their mean TTFT split into the RTT, the prefill of their uncached tokens on an idle worker, and the rest (waiting for and sharing a worker)\n", TailShare*100)
+	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "load\tpolicy\trequests\tinput tokens\tcached\tTTFT ms\tRTT\tprefill\twait\t")
+	for _, c := range r.Sweep {
+		t := c.Tail
+		fmt.Fprintf(tw, "%.2f\t%s\t%d\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t%.0f\t\n", c.Load, c.Policy, t.Requests, t.InputTokens, t.CachedTokens, t.TTFTMs, t.RTTMs, t.PrefillMs, t.WaitMs)
+	}
+	tw.Flush()
 	fmt.Fprintf(w, "\ncost against the others, per load (mean ratios; < 1 favours cost):\n")
 	tw = tabwriter.NewWriter(w, 2, 4, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "load\tprefill vs oracle\tTTFT p50 vs oracle\tp50 vs least-load\tp99 vs least-load\tp50 vs prefix\tp99 vs prefix\tp50 vs best other\tp99 vs best other\tleast-load p50 / cost p50\t")

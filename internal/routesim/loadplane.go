@@ -149,6 +149,7 @@ func (p *loadPlane) window(d int) {
 		l.Workers = uint64(len(p.scraped[d]))
 		l.HasRequests, l.HasPrefill = true, true
 		l.HasDecode = f.cfg.Signal != SignalCounts
+		l.PrefillEstimated = f.cfg.Signal == SignalCounts
 	} else {
 		l.Running, l.Waiting, l.ActivePrefillTokens, l.ActiveDecodeBlocks = 0, 0, 0, 0
 	}
@@ -166,7 +167,12 @@ func (p *loadPlane) deliver() {
 			p.last[d] = q[n]
 			p.lastArrival[d] = q[n].arrive
 			if p.ledger != nil {
-				p.ledger.Cover(d, simTime(q[n].arrive-min(q[n].lag, p.maxAge)))
+				observed := simTime(q[n].arrive - min(q[n].lag, p.maxAge))
+				if q[n].report.PrefillEstimated {
+					p.ledger.CoverPrefilling(d, observed, p.f.settings.Route.InflightDrainRate(p.f.cfg.DCs[d].Name))
+				} else {
+					p.ledger.Cover(d, observed)
+				}
 			}
 			n++
 		}

@@ -28,6 +28,7 @@
 package routesim
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -232,6 +233,26 @@ type Result struct {
 	E2EP99Ms      float64 `json:"e2e_p99_ms"`
 	Imbalance     float64 `json:"imbalance"`
 	RemoteShare   float64 `json:"remote_share"`
+	// Tail is what the slowest requests' TTFT is made of.
+	Tail Tail `json:"tail"`
+}
+
+// TailShare is the share of the requests, the slowest by TTFT, that Tail
+// describes: the requests at and above the TTFT p99.
+const TailShare = 0.01
+
+// Tail splits the mean TTFT of the slowest TailShare of the requests into
+// the network, the prefill of their uncached tokens at one idle worker's
+// calibrated rate (what no placement saves once the prefix is missing),
+// and the rest: waiting for and sharing a worker.
+type Tail struct {
+	Requests     int     `json:"requests"`
+	InputTokens  float64 `json:"input_tokens"`
+	CachedTokens float64 `json:"cached_tokens"`
+	TTFTMs       float64 `json:"ttft_ms"`
+	RTTMs        float64 `json:"rtt_ms"`
+	PrefillMs    float64 `json:"prefill_ms"`
+	WaitMs       float64 `json:"wait_ms"`
 }
 
 // Run is one run's full measure.
@@ -428,6 +449,7 @@ func (f *fleet) measure(load float64) *Run {
 		ttft[i] = time.Duration(r.firstToken+h-r.arrival) * time.Microsecond
 		e2e[i] = time.Duration(r.done+h-r.arrival) * time.Microsecond
 	}
+	run.Tail = f.tail(ttft)
 	for d := range run.DCShare {
 		run.DCShare[d] /= float64(len(f.reqs))
 	}
@@ -452,6 +474,53 @@ func (f *fleet) measure(load float64) *Run {
 		}
 	}
 	return run
+}
+
+// tail describes the slowest TailShare of the requests, ttft in request
+// order (before sorting).
+func (f *fleet) tail(ttft []time.Duration) Tail {
+	n := len(ttft)
+	k := max(int(math.Ceil(TailShare*float64(n))), 1)
+	if n == 0 {
+		return Tail{}
+	}
+	idx := make([]int, n)
+	for i := range idx {
+		idx[i] = i
+	}
+	// Slowest first; equal TTFTs by request index, so the set is the same
+	// on every run of a seed.
+	slices.SortFunc(idx, func(a, b int) int {
+		if c := cmp.Compare(ttft[b], ttft[a]); c != 0 {
+			return c
+		}
+		return cmp.Compare(a, b)
+	})
+	var t Tail
+	rate := f.cfg.workerPrefillRate
+	for _, i := range idx[:k] {
+		r := &f.reqs[i]
+		cached := min(r.hitBlocks*f.cfg.BlockSize, r.tr.input-1)
+		rtt := 2 * f.halfRTT[r.dc] // µs: to the DC and back
+		prefill := 0.0
+		if rate > 0 {
+			prefill = float64(r.tr.input-cached) / rate * 1e6
+		}
+		t.InputTokens += float64(r.tr.input)
+		t.CachedTokens += float64(cached)
+		t.TTFTMs += float64(ttft[i].Microseconds())
+		t.RTTMs += float64(rtt)
+		t.PrefillMs += prefill
+	}
+	kf := float64(k)
+	t.Requests = k
+	t.InputTokens /= kf
+	t.CachedTokens /= kf
+	t.TTFTMs /= kf * 1e3
+	t.RTTMs /= kf * 1e3
+	t.PrefillMs /= kf * 1e3
+	t.WaitMs = t.TTFTMs - t.RTTMs - t.PrefillMs
+	return t
 }
 
 // pct is the nearest-rank percentile of sorted s.

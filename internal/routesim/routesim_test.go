@@ -67,6 +67,19 @@ func TestInvariants(t *testing.T) {
 		if run.Reuse <= 0 || run.PrefillTokens <= 0 || run.TTFTP50Ms <= 0 || run.TTFTP99Ms < run.TTFTP50Ms || run.E2EP99Ms < run.TTFTP99Ms {
 			t.Errorf("%s: implausible measures %+v", p, run.Result)
 		}
+		// The tail is the slowest 1% (3 of 300): their mean TTFT is at
+		// least the p99 and at most the slowest request's.
+		tl := run.Tail
+		slowest := float64(run.TTFT[len(run.TTFT)-1].Microseconds()) / 1e3
+		if tl.Requests != 3 || tl.TTFTMs < run.TTFTP99Ms-0.01 || tl.TTFTMs > slowest+0.01 {
+			t.Errorf("%s: tail %+v against p99 %.2f ms and slowest %.2f ms", p, tl, run.TTFTP99Ms, slowest)
+		}
+		if tl.InputTokens <= 0 || tl.CachedTokens < 0 || tl.CachedTokens >= tl.InputTokens || tl.PrefillMs <= 0 || tl.RTTMs < 10 || tl.RTTMs > 300 {
+			t.Errorf("%s: implausible tail %+v", p, tl)
+		}
+		if d := tl.RTTMs + tl.PrefillMs + tl.WaitMs - tl.TTFTMs; d > 0.01 || d < -0.01 {
+			t.Errorf("%s: tail parts sum to %.3f ms more than its TTFT", p, d)
+		}
 	}
 }
 
@@ -251,7 +264,7 @@ func TestResultJSONKeys(t *testing.T) {
 	}
 	sort.Strings(keys)
 	want := []string{"e2e_p50_ms", "e2e_p99_ms", "imbalance", "load", "policy", "prefill_tokens", "remote_share", "reuse",
-		"ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"}
+		"tail", "ttft_p50_ms", "ttft_p90_ms", "ttft_p99_ms"}
 	if !reflect.DeepEqual(keys, want) {
 		t.Fatalf("keys %v, want %v", keys, want)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/inflight"
+	"github.com/ckfrelay/ckfrelay/pkg/route"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 )
 
@@ -33,13 +34,52 @@ type InflightConfig struct {
 	// a route past it drops the lane's oldest entry. Entries live at most
 	// Config.LoadMaxAge.
 	MaxEntries int
+	// PrefillSlowdown applies to lanes whose windows estimate their
+	// prefill from request counts (wire.LoadPrefillEstimated: vLLM's and
+	// SGLang's /metrics), which cannot show the prompts being prefilled: a
+	// covered entry stays in the account while its prompt is prefilled, at
+	// one worker's prefill rate ÷ PrefillSlowdown (the worker is shared
+	// with decodes and other prefills). 0 takes
+	// DefaultInflightPrefillSlowdown; from 1 to MaxInflightPrefillSlowdown.
+	PrefillSlowdown float64
 }
+
+// Bounds of InflightConfig.PrefillSlowdown.
+const (
+	// DefaultInflightPrefillSlowdown: a prompt drains at one worker's
+	// prefill rate. The routing benchmark's conversation trace chose it
+	// among 1 to 3 (docs/benchmarks.md).
+	DefaultInflightPrefillSlowdown = 1.0
+	MaxInflightPrefillSlowdown     = 100.0
+)
 
 func (c InflightConfig) validate() error {
 	if c.MaxEntries < 0 || c.MaxEntries > inflight.MaxEntriesLimit {
 		return configError("route.inflight.max_entries", "%d: want 0..%d", c.MaxEntries, inflight.MaxEntriesLimit)
 	}
+	if c.PrefillSlowdown != 0 && !(c.PrefillSlowdown >= 1 && c.PrefillSlowdown <= MaxInflightPrefillSlowdown) {
+		return configError("route.inflight.prefill_slowdown", "%v: want 1..%v (0: %v)", c.PrefillSlowdown, MaxInflightPrefillSlowdown, DefaultInflightPrefillSlowdown)
+	}
 	return nil
+}
+
+// InflightDrainRate is how fast, in tokens/s, an in-flight entry of DC dc
+// drains while its prompt is prefilled, when the DC's windows estimate
+// their prefill from request counts: the DC's prefill rate of one worker
+// ÷ Inflight.PrefillSlowdown (each with its default).
+func (c RouteConfig) InflightDrainRate(dc string) float64 {
+	rate := c.PrefillRate[dc]
+	if !(rate > 0) {
+		rate = c.Policy.DefaultPrefillTokensPerSec
+	}
+	if !(rate > 0) {
+		rate = route.DefaultConfig().DefaultPrefillTokensPerSec
+	}
+	slow := c.Inflight.PrefillSlowdown
+	if slow == 0 {
+		slow = DefaultInflightPrefillSlowdown
+	}
+	return rate / slow
 }
 
 // In-flight metric names.
@@ -47,11 +87,14 @@ const (
 	// MetricInflightPending is each lane's uncovered routed prompt tokens
 	// {lane, dc}.
 	MetricInflightPending = "ckf_indexer_inflight_pending_tokens"
-	// MetricInflightEntries is the number of entries held.
+	// MetricInflightEntries is the number of entries held {state}: pending
+	// (waiting for a window) or prefilling (covered by a window that
+	// estimates its prefill from request counts, still draining).
 	MetricInflightEntries = "ckf_indexer_inflight_entries"
 	// MetricInflightEvents counts entries by what became of them {outcome}:
 	// added, covered (a window showed them), expired (no window within
-	// --load-max-age), dropped (past the lane's maximum entries).
+	// --load-max-age), dropped (past the lane's maximum entries), drained
+	// (a prefilling entry left).
 	MetricInflightEvents = "ckf_indexer_inflight_entries_total"
 	// MetricInflightAccounts counts route accounts {direction, outcome}:
 	// published ok|error; received applied|own|malformed|subject|unknown_dc.
@@ -93,11 +136,12 @@ func (c *inflightCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	st := l.Stats()
-	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(st.Entries))
+	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(st.Entries), "pending")
+	ch <- prometheus.MustNewConstMetric(c.entries, prometheus.GaugeValue, float64(st.Prefilling), "prefilling")
 	for _, o := range []struct {
 		name string
 		v    uint64
-	}{{"added", st.Added}, {"covered", st.Covered}, {"expired", st.Expired}, {"dropped", st.Dropped}} {
+	}{{"added", st.Added}, {"covered", st.Covered}, {"expired", st.Expired}, {"dropped", st.Dropped}, {"drained", st.Drained}} {
 		ch <- prometheus.MustNewConstMetric(c.total, prometheus.CounterValue, float64(o.v), o.name)
 	}
 }
@@ -149,8 +193,8 @@ func newInflight(s *Service, reg prometheus.Registerer) (*inflight.Ledger, *infl
 	st.applied, st.own, st.malformed, st.subject, st.unknown = recv("applied"), recv("own"), recv("malformed"), recv("subject"), recv("unknown_dc")
 	st.publishedDropped = st.accounts.WithLabelValues("published", "dropped")
 	col := &inflightCollector{s: s, l: l,
-		pending: prometheus.NewDesc(MetricInflightPending, "Routed prompt tokens no load window of the lane has covered yet.", []string{"lane", "dc"}, nil),
-		entries: prometheus.NewDesc(MetricInflightEntries, "In-flight entries held over every lane.", nil, nil),
+		pending: prometheus.NewDesc(MetricInflightPending, "Routed prompt tokens no load window of the lane has covered yet, plus those still prefilling where the lane's windows estimate their prefill.", []string{"lane", "dc"}, nil),
+		entries: prometheus.NewDesc(MetricInflightEntries, "In-flight entries held over every lane, by state.", []string{"state"}, nil),
 		total:   prometheus.NewDesc(MetricInflightEvents, "In-flight entries by what became of them.", []string{"outcome"}, nil),
 	}
 	for _, c := range []prometheus.Collector{st.accounts, col} {
@@ -288,11 +332,19 @@ func (s *Service) onRouteAccount(m *nats.Msg) {
 }
 
 // coverInflight tells the ledger that a load window of lane was observed
-// at the DC at observed (on this process's clock).
-func (s *Service) coverInflight(lane int, observed time.Time) {
-	if s.ledger != nil {
-		s.ledger.Cover(lane, observed)
+// at the DC at observed (on this process's clock); estimated says the
+// window's prefill is an estimate from request counts, so what it covers
+// stays in the account while it is prefilled.
+func (s *Service) coverInflight(lane int, observed time.Time, estimated bool) {
+	if s.ledger == nil {
+		return
 	}
+	if !estimated {
+		s.ledger.Cover(lane, observed)
+		return
+	}
+	dc := s.labels.Load()[lane&(ckf.LaneCount-1)].dc
+	s.ledger.CoverPrefilling(lane, observed, s.cfg.Route.InflightDrainRate(dc))
 }
 
 // windowObserved is when a NATS window's serving load was read at the DC,

@@ -2,6 +2,7 @@ package follow
 
 import (
 	"fmt"
+	"math"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -267,5 +268,96 @@ func TestInflightConfigIsValidated(t *testing.T) {
 	cfg.Route.Inflight.MaxEntries = -1
 	if err := cfg.Validate(); err == nil {
 		t.Fatal("negative max entries accepted")
+	}
+}
+
+// A window whose prefill is estimated from request counts cannot show a
+// prompt its DC is prefilling: the entries it covers stay in the account,
+// draining from their due instant at the DC's prefill rate ÷ the slowdown.
+func TestInflightStaysWhilePrefillingWhenTheWindowEstimates(t *testing.T) {
+	ie := newInflightEnv(t)
+	clock := &setClock{}
+	cfg := testConfig(t)
+	cfg.Route.PrefillRate = map[string]float64{"dc-a": 2000, "dc-b": 2000}
+	cfg.Route.Inflight.PrefillSlowdown = 2 // 1 token/ms
+	s := ie.start(t, cfg, clock)
+	ie.windows(t, 1, s)
+	t0 := time.Now()
+	clock.set(t0)
+	q := api.Query{Locals: chain(9, 62)}
+	opts := api.RouteOptions{InputTokens: 1000, RTTMs: map[string]float64{"dc-a": 5, "dc-b": 1000}}
+	if resp, err := s.Route(q, opts); err != nil || resp.Chosen().DC != "dc-a" {
+		t.Fatalf("%+v %v", resp, err)
+	}
+	estimated := func(seq uint64) wire.PoolLoad {
+		w := prefillWindow(ie.a, seq, 0)
+		w.Flags |= wire.LoadPrefillEstimated
+		return w
+	}
+	clock.set(t0.Add(10 * time.Millisecond))
+	ie.a.sendWindow(ie.e, estimated(2))
+	testenv.WaitFor(t, waitTotal, "window 2", func() bool { return loadWindowCount(s.Service, ie.a.lane, "accepted") == 2 })
+	// Due at 5 ms, so 5 tokens have drained at 10 ms.
+	if p := s.ledger.Pending(ie.a.lane, clock.now()); p != 995 {
+		t.Fatalf("pending %d after the estimating window, want 995", p)
+	}
+	if n := promtest.Count(s.reg, MetricInflightEntries+`{state="prefilling"}`); n != 1 {
+		t.Fatalf("prefilling entries %d, want 1", n)
+	}
+	probe := opts
+	probe.Probe = true
+	resp, err := s.Route(q, probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l := laneOf(t, resp, "dc-a").Load; !l.HasPrefill || l.ActivePrefillTokens != 995 {
+		t.Fatalf("dc-a's load %+v, want the estimated window's 0 + 995 prefilling", l)
+	}
+	clock.set(t0.Add(505 * time.Millisecond))
+	if p := s.ledger.Pending(ie.a.lane, clock.now()); p != 500 {
+		t.Fatalf("pending %d at 505 ms, want 500", p)
+	}
+	clock.set(t0.Add(1005 * time.Millisecond))
+	if p := s.ledger.Pending(ie.a.lane, clock.now()); p != 0 {
+		t.Fatalf("pending %d once drained", p)
+	}
+	if n := promtest.Count(s.reg, MetricInflightEvents+`{outcome="drained"}`); n != 1 {
+		t.Fatalf("drained %d", n)
+	}
+	// An exact window covers at once, as before.
+	s.Route(q, opts) //nolint:errcheck // checked by the pending count
+	clock.set(t0.Add(1100 * time.Millisecond))
+	ie.a.sendWindow(ie.e, prefillWindow(ie.a, 3, 0))
+	testenv.WaitFor(t, waitTotal, "window 3", func() bool { return loadWindowCount(s.Service, ie.a.lane, "accepted") == 3 })
+	if p := s.ledger.Pending(ie.a.lane, clock.now()); p != 0 {
+		t.Fatalf("pending %d after an exact window", p)
+	}
+}
+
+func TestInflightPrefillSlowdownIsValidated(t *testing.T) {
+	for _, v := range []float64{0.5, -1, MaxInflightPrefillSlowdown + 1, math.NaN(), math.Inf(1)} {
+		cfg := testConfig(t)
+		cfg.Route.Inflight.PrefillSlowdown = v
+		if err := cfg.Validate(); err == nil {
+			t.Errorf("prefill slowdown %v accepted", v)
+		}
+	}
+	for _, v := range []float64{0, 1, 2.5, MaxInflightPrefillSlowdown} {
+		cfg := testConfig(t)
+		cfg.Route.Inflight.PrefillSlowdown = v
+		if err := cfg.Validate(); err != nil {
+			t.Errorf("prefill slowdown %v: %v", v, err)
+		}
+	}
+	rc := RouteConfig{PrefillRate: map[string]float64{"dc-a": 3000}, Inflight: InflightConfig{PrefillSlowdown: 3}}
+	if r := rc.InflightDrainRate("dc-a"); r != 1000 {
+		t.Errorf("drain rate %v, want 1000", r)
+	}
+	if r := rc.InflightDrainRate("dc-x"); r != 10000.0/3 {
+		t.Errorf("drain rate of an unlisted DC %v, want the default rate ÷ 3", r)
+	}
+	rc = RouteConfig{}
+	if r := rc.InflightDrainRate("dc-a"); r != 10000/DefaultInflightPrefillSlowdown {
+		t.Errorf("default drain rate %v", r)
 	}
 }

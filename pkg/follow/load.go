@@ -210,14 +210,14 @@ func (s *Service) onPoolLoad(m *nats.Msg) {
 	at := s.now()
 	kv := &loadPart{epoch: p.Lease.Epoch, seq: p.WindowSequence, at: at, flags: p.Flags & wire.LoadKV,
 		kvUsed: p.KVUsedBlocks, kvCap: p.KVCapacityBlocks, workers: p.KVWorkers}
-	serving := &loadPart{epoch: p.Lease.Epoch, seq: p.WindowSequence, at: at, flags: p.Flags & wire.LoadServing, serving: p.Serving,
+	serving := &loadPart{epoch: p.Lease.Epoch, seq: p.WindowSequence, at: at, flags: p.Flags & (wire.LoadServing | wire.LoadPrefillEstimated), serving: p.Serving,
 		workers: p.ServingWorkers}
 	if !storePart(&s.loads[r.lane].kv, kv) {
 		count("out_of_order")
 		return
 	}
 	storePart(&s.loads[r.lane].serving, serving)
-	s.coverInflight(r.lane, windowObserved(&p, at, s.cfg.LoadMaxAge))
+	s.coverInflight(r.lane, windowObserved(&p, at, s.cfg.LoadMaxAge), p.Flags.Has(wire.LoadPrefillEstimated))
 	count("accepted")
 }
 
@@ -244,7 +244,7 @@ func (s *Service) laneLoad(lane int, now time.Time) Load {
 		l.Workers = p.workers
 	}
 	if p := s.usablePart(lane, &s.loads[lane].serving, o.epoch, now, "serving"); p != nil && p.flags&wire.LoadServing != 0 {
-		l.Flags |= p.flags & wire.LoadServing
+		l.Flags |= p.flags & (wire.LoadServing | wire.LoadPrefillEstimated)
 		l.Serving, l.ServingAge = p.serving, now.Sub(p.at)
 		if p.workers > 0 {
 			l.Workers = p.workers
@@ -283,7 +283,7 @@ func (k *kvLane) KvPoolLoad(key kvrelay.ProducerKey, seq uint64, l client.KvLoad
 	// from the relay's current window, so the last one received wins.
 	r.svc.loads[r.lane].kv.Store(p)
 	if l.Complete {
-		r.svc.coverInflight(r.lane, p.at)
+		r.svc.coverInflight(r.lane, p.at, false)
 	}
 	r.svc.lm.windows.WithLabelValues(strconv.Itoa(r.lane), r.dc, loadSourceKvRelayKV, outcome).Inc()
 }
@@ -300,7 +300,7 @@ func (k *kvLane) ServingLoad(key kvrelay.ProducerKey, seq uint64, l client.Servi
 	}
 	r.svc.loads[r.lane].serving.Store(p)
 	if l.Complete {
-		r.svc.coverInflight(r.lane, p.at)
+		r.svc.coverInflight(r.lane, p.at, false)
 	}
 	r.svc.lm.windows.WithLabelValues(strconv.Itoa(r.lane), r.dc, loadSourceKvRelayServing, outcome).Inc()
 }

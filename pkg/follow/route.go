@@ -321,6 +321,7 @@ func loadReport(l *Load) route.LoadReport {
 	}
 	if l.Flags.Has(wire.LoadPrefill) {
 		r.HasPrefill, r.ActivePrefillTokens = true, l.Serving.ActivePrefillTokens
+		r.PrefillEstimated = l.Flags.Has(wire.LoadPrefillEstimated)
 	}
 	if l.Flags.Has(wire.LoadDecode) {
 		r.HasDecode, r.ActiveDecodeBlocks = true, l.Serving.ActiveDecodeBlocks

@@ -25,6 +25,13 @@
 //
 //	l.Cover(lane, w)
 //
+// A window whose prefill is an estimate from request counts (vLLM's and
+// SGLang's /metrics give the waiting requests, not the prompts the running
+// ones are still prefilling) covers with CoverPrefilling instead: each
+// entry it covers stays in the lane's pending tokens, draining from its due
+// instant at the rate given (one worker's prefill rate ÷ a slowdown, since
+// the prompt shares its worker), until it has drained.
+//
 // Accounts from other routers sharing the DCs (indexer replicas) are added
 // with Add at their receive time and the RTT they carry.
 //
@@ -35,6 +42,9 @@
 //   - An entry lives at most Config.MaxAge: when no window covers it by
 //     then (the DC's load went missing, or its clock runs late), it expires
 //     (Stats.Expired). The router's load age bound should not exceed it.
+//   - A prefilling entry drains for at most Config.MaxAge from the window
+//     that covered it, and a lane holds at most Config.MaxEntries of them
+//     (past that, the one nearest to drained leaves first).
 //   - An entry's tokens are capped at MaxTokens, so a lane's sum cannot
 //     overflow (MaxEntries × MaxTokens < 2⁶³).
 //
@@ -50,7 +60,9 @@
 // # Concurrency
 //
 // A Ledger is safe for concurrent use: one mutex guards it, held for O(1)
-// on Add and Pending (plus the entries expiring) and for one pass over the
-// lane's entries on Cover. No method allocates, except the first Add to a
-// lane, which allocates that lane's ring once.
+// on Add and Pending (plus the entries expiring, and O(log n) per drained
+// prefilling entry) and for one pass over the lane's entries on Cover. No
+// method allocates, except the first Add to a lane and the first
+// CoverPrefilling of a lane, which allocate that lane's ring and its
+// prefilling set once.
 package inflight

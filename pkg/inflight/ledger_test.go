@@ -191,8 +191,10 @@ func TestConcurrent(t *testing.T) {
 			for i := range 1000 {
 				l.Add(g, 1, at(i), time.Millisecond)
 				l.PendingInto(at(i), dst[:])
-				if i%10 == 0 {
+				if i%10 == 0 && g%2 == 0 {
 					l.Cover(g, at(i))
+				} else if i%10 == 0 {
+					l.CoverPrefilling(g, at(i), 1000)
 				}
 			}
 		}()

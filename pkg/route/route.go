@@ -88,8 +88,12 @@ type LoadReport struct {
 	Running     uint64 `json:"running"`
 	Waiting     uint64 `json:"waiting"`
 	// Prompt tokens still to be prefilled across the DC, queued or running.
+	// PrefillEstimated: estimated from request counts, so the prompts the
+	// running requests are still prefilling are left out (an in-flight
+	// account adds its own estimate of them, package inflight).
 	HasPrefill          bool   `json:"has_prefill"`
 	ActivePrefillTokens uint64 `json:"active_prefill_tokens"`
+	PrefillEstimated    bool   `json:"prefill_estimated,omitempty"`
 	// KV blocks of requests in decode.
 	HasDecode          bool   `json:"has_decode"`
 	ActiveDecodeBlocks uint64 `json:"active_decode_blocks"`

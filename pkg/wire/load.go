@@ -42,9 +42,16 @@ const (
 	LoadPrefill
 	// LoadDecode: KV blocks of requests in decode.
 	LoadDecode
+	// LoadPrefillEstimated (only with LoadPrefill): the prompt tokens to
+	// prefill are estimated from request counts (waiting requests × a mean
+	// prompt, as from vLLM's or SGLang's /metrics), so they leave out the
+	// prompts the running requests are still prefilling. A pool's window
+	// carries it when any of its workers' reports does.
+	LoadPrefillEstimated
 
-	loadFlagsAll = LoadKV | LoadRequests | LoadPrefill | LoadDecode
-	// LoadServing are the flags of serving load (everything but KV).
+	loadFlagsAll = LoadKV | LoadRequests | LoadPrefill | LoadDecode | LoadPrefillEstimated
+	// LoadServing are the flags of the serving load's values (everything
+	// but KV and the estimate's mark).
 	LoadServing = LoadRequests | LoadPrefill | LoadDecode
 )
 
@@ -170,6 +177,9 @@ func checkServing(f LoadFlags, s *ServingLoad, prefix string) error {
 func checkFlags(f LoadFlags, field string) error {
 	if f&^loadFlagsAll != 0 {
 		return decodeErr(ErrUnknownEnum, field, "unknown flag bits %#x", uint64(f&^loadFlagsAll))
+	}
+	if f.Has(LoadPrefillEstimated) && !f.Has(LoadPrefill) {
+		return decodeErr(ErrMalformed, field, "prefill estimated without the prefill flag")
 	}
 	return nil
 }

@@ -88,6 +88,10 @@ func TestLoadRefusesValuesWithoutTheirFlag(t *testing.T) {
 		"prefill without flag":    {func(p *PoolLoad) { p.Serving.ActivePrefillTokens = 5 }, "load.active_prefill_tokens", ErrMalformed},
 		"serving without workers": {func(p *PoolLoad) { p.ServingWorkers = 0 }, "load.serving_workers", ErrMalformed},
 		"unknown flag":            {func(p *PoolLoad) { p.Flags |= 1 << 9 }, "load.flags", ErrUnknownEnum},
+		"estimate without prefill": {func(p *PoolLoad) {
+			p.Flags = p.Flags&^LoadPrefill | LoadPrefillEstimated
+			p.Serving.ActivePrefillTokens = 0
+		}, "load.flags", ErrMalformed},
 		"serving time alone": {func(p *PoolLoad) {
 			p.Flags &^= LoadServing
 			p.Serving, p.ServingWorkers = ServingLoad{}, 0
@@ -198,4 +202,33 @@ func FuzzDecodeWorkerLoad(f *testing.F) {
 	f.Fuzz(func(t *testing.T, in []byte) {
 		fuzzRoundTrip(t, in, DecodeWorkerLoadInto, AppendWorkerLoad)
 	})
+}
+
+// The estimate's mark travels with the prefill it qualifies.
+func TestPoolLoadCarriesThePrefillEstimate(t *testing.T) {
+	p := testPoolLoad()
+	p.Flags |= LoadPrefill | LoadPrefillEstimated
+	b, err := AppendPoolLoad(nil, &p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := DecodePoolLoad(b)
+	if err != nil || !got.Flags.Has(LoadPrefillEstimated) || got.Flags != p.Flags {
+		t.Fatalf("decoded flags %v (%v), want %v", got.Flags, err, p.Flags)
+	}
+	w := WorkerLoad{WorkerID: 3, Time: p.Time, Flags: LoadRequests | LoadPrefill | LoadPrefillEstimated,
+		Serving: ServingLoad{Waiting: 2, ActivePrefillTokens: 900}}
+	b, err = AppendWorkerLoad(nil, &w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gw, err := DecodeWorkerLoad(b)
+	if err != nil || gw.Flags != w.Flags {
+		t.Fatalf("worker report flags %v (%v), want %v", gw.Flags, err, w.Flags)
+	}
+	w.Flags &^= LoadPrefill
+	w.Serving.ActivePrefillTokens = 0
+	if _, err := AppendWorkerLoad(nil, &w); err == nil {
+		t.Fatal("a worker report with the estimate's mark and no prefill encoded")
+	}
 }
