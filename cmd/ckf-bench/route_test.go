@@ -65,7 +65,8 @@ func TestRouteBench(t *testing.T) {
 	for _, r := range doc.Rows {
 		stats, _ := r["stats"].(map[string]any)
 		p50, _ := stats["ttft_p50_ms"].(map[string]any)
-		if len(r) != 14 || r["policy"] == nil || r["ttft_p99_ms"] == nil || r["remote_share"] == nil || r["seeds"] != 2.0 || r["signal"] != "prefill" ||
+		tail, _ := r["tail"].(map[string]any)
+		if len(r) != 15 || len(tail) != 7 || tail["wait_ms"] == nil || r["policy"] == nil || r["ttft_p99_ms"] == nil || r["remote_share"] == nil || r["seeds"] != 2.0 || r["signal"] != "prefill" ||
 			len(stats) != 7 || p50["mean"] != r["ttft_p50_ms"] || p50["ci95"] == nil {
 			t.Fatalf("row %v", r)
 		}
