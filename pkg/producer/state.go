@@ -417,14 +417,15 @@ func (s *State) storeCanonical(m Member, d *routerevent.StoreData) (zeroRoot boo
 		if b.kind != blockReoffer {
 			continue
 		}
-		o, _ := s.owner(b.canon)
+		slot, v, _ := s.owners.lookup(b.canon)
+		o := unpackOwnership(v)
 		if o.Resident {
 			continue
 		}
 		if touched, err := s.mut.insertProbe(b.probe, 0); err == nil {
 			s.markTouched(touched)
 			o.Resident = true
-			s.owners.put(b.canon, o.pack())
+			s.owners.storeAt(slot, b.canon, o.pack())
 		}
 	}
 	return zeroRoot, first
