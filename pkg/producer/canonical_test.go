@@ -368,3 +368,46 @@ func TestLongEventsOfVaryingLengthDoNotAllocate(t *testing.T) {
 		t.Fatalf("%.1f allocations per pair of long events", allocs)
 	}
 }
+
+// TestCanonicalEventsFindTheirOwnDuplicates: an external hash repeated
+// within one event under another canonical hash refuses the whole event,
+// wherever the two copies sit, in short events (scanned) and long ones
+// (hash tables filled on a filter hit), for a new member and for a member
+// whose lineage does not hold the hash; the same events without the repeat
+// are stored whole.
+func TestCanonicalEventsFindTheirOwnDuplicates(t *testing.T) {
+	for _, n := range []int{2, 10, 32, 33, 40, 300, 2000} {
+		for _, pos := range [][2]int{{0, 1}, {0, n - 1}, {n / 2, n - 1}, {n - 2, n - 1}, {1, n / 2}} {
+			i, j := pos[0], pos[1]
+			if i >= j || j >= n {
+				continue
+			}
+			blocks := make([]routerevent.StoredBlock, n)
+			for k := range blocks {
+				blocks[k] = routerevent.StoredBlock{BlockHash: 1<<40 + uint64(k)*0x9E3779B97F4A7C15, TokensHash: uint64(k)}
+			}
+			dup := slices.Clone(blocks)
+			dup[j].BlockHash = dup[i].BlockHash
+			s := mustState(t, ckf.NewConfig(1<<14))
+			s.ApplyEvent(storedEv(2, 0, 7)) // member 2 holds an unrelated block
+			for _, w := range []uint64{1, 2} {
+				before := s.MemberBlockCount(Member{w, 0})
+				if out := s.ApplyEvent(chainEv(w, 0, nil, dup...)); !errors.Is(out.FirstError, ckf.ErrInvalidBlockSequence) {
+					t.Fatalf("n=%d, repeat at %d and %d, member %d: %v", n, i, j, w, out.FirstError)
+				}
+				if got := s.MemberBlockCount(Member{w, 0}); got != before {
+					t.Fatalf("n=%d: a refused event changed member %d's blocks: %d → %d", n, w, before, got)
+				}
+				if out := s.ApplyEvent(chainEv(w, 0, nil, blocks...)); out.FirstError != nil {
+					t.Fatalf("n=%d, member %d: %v", n, w, out.FirstError)
+				}
+				if got := s.MemberBlockCount(Member{w, 0}); got != before+n {
+					t.Fatalf("n=%d: member %d owns %d blocks, want %d", n, w, got, before+n)
+				}
+			}
+			if err := checkInvariants(s); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+}

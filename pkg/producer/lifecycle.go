@@ -104,15 +104,21 @@ func (s *State) storeOne(m Member, ext, h uint64) error {
 // storeEdge is storeOne for m's known state ms (nil if m owns nothing yet)
 // and h's probe p. It returns m's state afterwards.
 func (s *State) storeEdge(m Member, ms *memberState, ext, h uint64, p ckf.Probe) (*memberState, error) {
+	// Each table is walked once: the slot a lookup returns is where the
+	// entry is written (nothing else changes either table in between).
+	lslot := 0
 	if ms != nil {
-		if cur, dup := ms.lineage.get(ext); dup {
+		slot, cur, dup := ms.lineage.lookup(ext)
+		if dup {
 			if cur != h {
 				return ms, ckf.ErrInvalidBlockSequence
 			}
 			return ms, nil
 		}
+		lslot = slot
 	}
-	o, owned := s.owner(h)
+	oslot, v, owned := s.owners.lookup(h)
+	o := unpackOwnership(v)
 	if owned && o.Refcount == math.MaxUint32 {
 		return ms, ckf.ErrOwnershipDegreeOverflow
 	}
@@ -126,11 +132,13 @@ func (s *State) storeEdge(m Member, ms *memberState, ext, h uint64, p ckf.Probe)
 		o.Resident = true
 	}
 	o.Refcount++
-	s.owners.put(h, o.pack())
+	s.owners.storeAt(oslot, h, o.pack())
 	if ms == nil {
 		ms = s.newMember(m)
+		ms.lineage.put(ext, h)
+		return ms, nil
 	}
-	ms.lineage.put(ext, h)
+	ms.lineage.storeAt(lslot, ext, h)
 	return ms, nil
 }
 

@@ -83,8 +83,7 @@ type State struct {
 	// Reused scratch for one stored event / lifecycle op.
 	evBlocks   []eventBlock
 	evCands    []candidate
-	evExt      u64Table // long events: external hash → block index
-	evCanon    u64Table // long events: canonical hash → candidate index
+	evDedup    eventDedup
 	freeMember []*memberState
 	memberList []Member
 	extScratch []uint64
@@ -94,6 +93,7 @@ type State struct {
 	// (its value means nothing). See warmBatch.
 	warmProbes [warmBatch]ckf.Probe
 	warmHashes [warmBatch]uint64
+	warmSlots  [warmBatch]int
 	warmSink   uint64
 
 	// failNextSnapshotAlloc is a test hook: the next BarrierSnapshot fails
@@ -243,22 +243,27 @@ const (
 
 type eventBlock struct {
 	ext, canon uint64
-	kind       blockKind
-	// probe is canon's lane probe, computed by the warm-up pass.
-	probe ckf.Probe
+	// lslot is where the validation's lookup of ext in the member's lineage
+	// ended (the insertion slot of a new edge); the commit walks on from
+	// there (see u64Table.lookupFrom).
+	lslot int
+	// cand indexes the candidate of canon (new edges only).
+	cand int32
+	kind blockKind
 	// admit marks the first new edge of a canonical hash in the event: the
 	// deduplicated admission candidate.
 	admit bool
+	// probe is canon's lane probe, computed by the warm-up pass.
+	probe ckf.Probe
 }
 
 type candidate struct {
 	canon uint64
+	// oslot is where the validation's lookup of canon in the owner table
+	// ended; the commit walks on from there.
+	oslot int
 	inc   uint32
 }
-
-// linearScanLimit bounds the per-event duplicate scans; longer events use
-// scratch maps so validation stays linear.
-const linearScanLimit = 32
 
 // storeCanonical applies a stored event in canonical lineage mode (spec
 // §6.9): validate the whole event first, then commit lineage and ownership,
@@ -291,11 +296,6 @@ func (s *State) storeCanonical(m Member, d *routerevent.StoreData) (zeroRoot boo
 		return zeroRoot, ckf.ErrInvalidBlockSequence
 	}
 
-	long := len(d.Blocks) > linearScanLimit
-	if long {
-		s.evExt.resetFor(len(d.Blocks))
-		s.evCanon.resetFor(len(d.Blocks))
-	}
 	blocks, cands := s.evBlocks[:0], s.evCands[:0]
 	defer func() { s.evBlocks, s.evCands = blocks[:0], cands[:0] }()
 
@@ -319,15 +319,27 @@ func (s *State) storeCanonical(m Member, d *routerevent.StoreData) (zeroRoot boo
 	}
 	s.warmSink ^= sink
 
+	// Validate. The lookups remember where they ended, so that the commit
+	// below, which only inserts and overwrites, walks no run twice (unless a
+	// table grows in between, which the slot counts detect).
+	dd := &s.evDedup
+	dd.reset(len(blocks))
+	lineageSlots := 0
+	if ms != nil {
+		lineageSlots = len(ms.lineage.slots)
+	}
 	for i := range blocks {
 		b := &blocks[i]
+		if i > 0 {
+			dd.noteBlock(blocks[i-1].ext)
+		}
 		c := b.canon
 		existing, seen := uint64(0), false
 		if ms != nil {
-			existing, seen = ms.lineage.get(b.ext)
+			b.lslot, existing, seen = ms.lineage.lookup(b.ext)
 		}
 		if !seen {
-			if j := s.findExt(blocks[:i], b.ext, long); j >= 0 {
+			if j := dd.findExt(blocks[:i], b.ext); j >= 0 {
 				existing, seen = blocks[j].canon, true
 			}
 		}
@@ -338,38 +350,53 @@ func (s *State) storeCanonical(m Member, d *routerevent.StoreData) (zeroRoot boo
 			b.kind = blockReoffer
 			continue
 		}
-		if long {
-			s.evExt.put(b.ext, uint64(i))
-		}
 		b.kind = blockNew
-		if j := s.findCand(cands, c, long); j >= 0 {
+		if j := dd.findCand(cands, c); j >= 0 {
 			cands[j].inc++
+			b.cand = int32(j)
 		} else {
-			if long {
-				s.evCanon.put(c, uint64(len(cands)))
-			}
+			b.cand = int32(len(cands))
+			dd.noteCand(c)
 			b.admit = true
 			cands = append(cands, candidate{canon: c, inc: 1})
 		}
 	}
-	for _, cd := range cands {
-		if o, _ := s.owner(cd.canon); o.Refcount > math.MaxUint32-cd.inc {
+	ownerSlots := len(s.owners.slots)
+	for j := range cands {
+		cd := &cands[j]
+		slot, v, _ := s.owners.lookup(cd.canon)
+		cd.oslot = slot
+		if unpackOwnership(v).Refcount > math.MaxUint32-cd.inc {
 			return zeroRoot, ckf.ErrOwnershipDegreeOverflow
 		}
 	}
 
 	// Commit all new edges; validation above guarantees no error below
 	// except a capacity omission, which keeps the committed ownership.
+	hinted := ms != nil
 	if len(cands) > 0 && ms == nil {
 		ms = s.newMember(m)
 	}
 	var first error
-	for _, b := range blocks {
+	for i := range blocks {
+		b := &blocks[i]
 		if b.kind != blockNew {
 			continue
 		}
-		ms.lineage.put(b.ext, b.canon)
-		o, _ := s.owner(b.canon)
+		if hinted && len(ms.lineage.slots) == lineageSlots {
+			slot, _, _ := ms.lineage.lookupFrom(b.lslot, b.ext)
+			ms.lineage.storeAt(slot, b.ext, b.canon)
+		} else {
+			ms.lineage.put(b.ext, b.canon)
+		}
+		var oslot int
+		var v uint64
+		if len(s.owners.slots) == ownerSlots {
+			oslot, v, _ = s.owners.lookupFrom(cands[b.cand].oslot, b.canon)
+		} else {
+			oslot, v, _ = s.owners.lookup(b.canon)
+		}
+		o := unpackOwnership(v)
 		o.Refcount++
 		// Admitting while committing is equivalent to the spec's two passes:
 		// committing never touches the lane and validation is already done.
@@ -384,53 +411,24 @@ func (s *State) storeCanonical(m Member, d *routerevent.StoreData) (zeroRoot boo
 				}
 			}
 		}
-		s.owners.put(b.canon, o.pack())
+		s.owners.storeAt(oslot, b.canon, o.pack())
 	}
 	for _, b := range blocks {
 		if b.kind != blockReoffer {
 			continue
 		}
-		o, _ := s.owner(b.canon)
+		slot, v, _ := s.owners.lookup(b.canon)
+		o := unpackOwnership(v)
 		if o.Resident {
 			continue
 		}
 		if touched, err := s.mut.insertProbe(b.probe, 0); err == nil {
 			s.markTouched(touched)
 			o.Resident = true
-			s.owners.put(b.canon, o.pack())
+			s.owners.storeAt(slot, b.canon, o.pack())
 		}
 	}
 	return zeroRoot, first
-}
-
-func (s *State) findExt(blocks []eventBlock, ext uint64, long bool) int {
-	if long {
-		if j, ok := s.evExt.get(ext); ok {
-			return int(j)
-		}
-		return -1
-	}
-	for j := range blocks {
-		if blocks[j].ext == ext {
-			return j
-		}
-	}
-	return -1
-}
-
-func (s *State) findCand(cands []candidate, canon uint64, long bool) int {
-	if long {
-		if j, ok := s.evCanon.get(canon); ok {
-			return int(j)
-		}
-		return -1
-	}
-	for j := range cands {
-		if cands[j].canon == canon {
-			return j
-		}
-	}
-	return -1
 }
 
 // remove drops member m's edge for external hash ext (spec §6.3 / §6.9).
@@ -445,7 +443,7 @@ func (s *State) remove(m Member, ext uint64) (unknown bool, err error) {
 	if !ok {
 		return true, nil
 	}
-	_, unknown, err = s.removeEdge(m, ms, ext, h, s.mut.addr.Prepare(h))
+	_, unknown, err = s.removeEdge(m, ms, ext, h, s.mut.addr.Prepare(h), noSlot)
 	return unknown, err
 }
 
@@ -458,14 +456,15 @@ func (s *State) removeBlocks(m Member, exts []uint64) (unknown uint64, first err
 	for len(exts) > 0 && ms != nil {
 		chunk := exts[:min(len(exts), warmBatch)]
 		exts = exts[len(chunk):]
-		probes, hashes := s.warmProbes[:len(chunk)], s.warmHashes[:len(chunk)]
+		probes, hashes, slots := s.warmProbes[:len(chunk)], s.warmHashes[:len(chunk)], s.warmSlots[:len(chunk)]
 		// Warm-up (see warmBatch). In verbatim mode ext is the full hash, so
 		// every line can be requested at once; in canonical mode the full
-		// hash comes from the lineage entry, which is warmed first.
+		// hash comes from the lineage entry, which is warmed first, and the
+		// entry's slot is kept for the removal (see removeEdge).
 		sink := uint64(0)
 		if verbatim {
 			for i, ext := range chunk {
-				hashes[i], probes[i] = ext, s.mut.addr.Prepare(ext)
+				hashes[i], probes[i], slots[i] = ext, s.mut.addr.Prepare(ext), noSlot
 				sink ^= ms.lineage.touch(ext) ^ s.owners.touch(ext) ^ s.mut.touch(probes[i])
 			}
 		} else {
@@ -473,8 +472,8 @@ func (s *State) removeBlocks(m Member, exts []uint64) (unknown uint64, first err
 				sink ^= ms.lineage.touch(ext)
 			}
 			for i, ext := range chunk {
-				h, _ := ms.lineage.get(ext)
-				hashes[i], probes[i] = h, s.mut.addr.Prepare(h)
+				slot, h, _ := ms.lineage.lookup(ext)
+				hashes[i], probes[i], slots[i] = h, s.mut.addr.Prepare(h), slot
 				sink ^= s.owners.touch(h) ^ s.mut.touch(probes[i])
 			}
 		}
@@ -486,7 +485,7 @@ func (s *State) removeBlocks(m Member, exts []uint64) (unknown uint64, first err
 			}
 			var u bool
 			var err error
-			ms, u, err = s.removeEdge(m, ms, ext, hashes[i], probes[i])
+			ms, u, err = s.removeEdge(m, ms, ext, hashes[i], probes[i], slots[i])
 			if u {
 				unknown++
 			}
@@ -501,11 +500,15 @@ func (s *State) removeBlocks(m Member, exts []uint64) (unknown uint64, first err
 	return unknown, first
 }
 
+// noSlot is a lineage slot hint that names no slot (see removeEdge).
+const noSlot = -2
+
 // removeEdge is remove for m's known state ms; guess is the full hash ext
-// is expected to map to and p its probe (recomputed if the guess is wrong).
-// It returns m's state afterwards, nil once m owns nothing.
-func (s *State) removeEdge(m Member, ms *memberState, ext, guess uint64, p ckf.Probe) (_ *memberState, unknown bool, err error) {
-	slot, h, ok := ms.lineage.find(ext)
+// is expected to map to and p its probe (recomputed if the guess is wrong);
+// hint is the lineage slot an earlier lookup found ext at, or noSlot. It
+// returns m's state afterwards, nil once m owns nothing.
+func (s *State) removeEdge(m Member, ms *memberState, ext, guess uint64, p ckf.Probe, hint int) (_ *memberState, unknown bool, err error) {
+	slot, h, ok := ms.lineage.lookupHint(hint, ext)
 	if !ok {
 		return ms, true, nil
 	}
@@ -514,7 +517,10 @@ func (s *State) removeEdge(m Member, ms *memberState, ext, guess uint64, p ckf.P
 		// so this only guards that invariant.
 		p = s.mut.addr.Prepare(h)
 	}
-	o, ok := s.owner(h)
+	// One walk of the owner's run: the entry is changed or deleted at the
+	// slot found (the lane write in between does not touch the table).
+	oslot, v, ok := s.owners.lookup(h)
+	o := unpackOwnership(v)
 	if !ok || o.Refcount == 0 {
 		return ms, false, ckf.ErrIndexerInvariantViolation
 	}
@@ -527,12 +533,12 @@ func (s *State) removeEdge(m Member, ms *memberState, ext, guess uint64, p ckf.P
 			s.tel.physicalTouches++
 			s.dirty.mark(t.Bucket, t.Original)
 		}
-		s.owners.del(h)
+		s.owners.delAt(oslot)
 	} else {
 		o.Refcount--
-		s.owners.put(h, o.pack())
+		s.owners.storeAt(oslot, h, o.pack())
 	}
-	ms.lineage.delAt(slot) // the lineage is unchanged since find
+	ms.lineage.delAt(slot) // the lineage is unchanged since the lookup
 	if ms.lineage.len() == 0 {
 		s.dropMember(m, ms)
 		return nil, false, nil

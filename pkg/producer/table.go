@@ -95,14 +95,75 @@ func (t *u64Table) put(k, v uint64) {
 		t.hasZero, t.zeroVal = true, v
 		return
 	}
+	if t.full() {
+		t.grow()
+	}
+	t.putFrom(t.home(k), k, v)
+}
+
+// full reports that the next put grows the table first (put checks before
+// it looks for the key, so even an overwrite grows a table at its limit).
+func (t *u64Table) full() bool {
 	limit := uint64(len(t.slots)) * 3 / 4
 	if t.sparse {
 		limit = uint64(len(t.slots)) * 5 / 8
 	}
-	if uint64(t.n+1) > limit {
-		t.grow()
+	return uint64(t.n+1) > limit
+}
+
+// lookup is get that also returns k's slot, or, when k is absent, the slot
+// put would insert it at (zeroSlot for key 0). A caller that reads an entry
+// and then writes it passes the slot to storeAt and walks the probe run
+// once.
+func (t *u64Table) lookup(k uint64) (slot int, v uint64, ok bool) {
+	return t.lookupFrom(int(t.home(k)), k)
+}
+
+// lookupFrom is lookup starting the walk at slot from instead of k's home.
+// Every slot from k's home up to from must hold another key: from is a slot
+// an earlier lookup of k returned, and since then the table has neither
+// grown nor lost an entry (inserts only fill empty slots, so the run before
+// from stays full, and k, if inserted meanwhile, lies at or after from).
+func (t *u64Table) lookupFrom(from int, k uint64) (slot int, v uint64, ok bool) {
+	if k == 0 {
+		return zeroSlot, t.zeroVal, t.hasZero
 	}
-	for i := t.home(k); ; i = (i + 1) & t.mask {
+	for i := uint64(from) & t.mask; ; i = (i + 1) & t.mask {
+		e := &t.slots[i]
+		if e.key == k {
+			return int(i), e.val, true
+		}
+		if e.key == 0 {
+			return int(i), 0, false
+		}
+	}
+}
+
+// storeAt writes k → v at the slot lookup returned for k, the table
+// unchanged since. It grows the table exactly when put would, and then
+// places k by a fresh walk, so the layout is the one put leaves.
+func (t *u64Table) storeAt(slot int, k, v uint64) {
+	if slot == zeroSlot {
+		t.hasZero, t.zeroVal = true, v
+		return
+	}
+	if t.full() {
+		t.grow()
+		t.putFrom(t.home(k), k, v)
+		return
+	}
+	e := &t.slots[slot]
+	if e.key == 0 {
+		t.n++
+	}
+	*e = tableEntry{key: k, val: v}
+}
+
+// putFrom inserts or overwrites non-zero k walking from slot i, on a table
+// with room for one more entry; the slots before i in k's run must hold
+// other keys (see lookupFrom).
+func (t *u64Table) putFrom(i uint64, k, v uint64) {
+	for ; ; i = (i + 1) & t.mask {
 		e := &t.slots[i]
 		if e.key == k {
 			e.val = v
@@ -136,34 +197,27 @@ func (t *u64Table) grow() {
 
 // del removes k and reports whether it was present.
 func (t *u64Table) del(k uint64) bool {
-	slot, _, ok := t.find(k)
+	slot, _, ok := t.lookup(k)
 	if ok {
 		t.delAt(slot)
 	}
 	return ok
 }
 
-// find returns k's slot (zeroSlot for key 0) and value, so that a caller
-// that reads an entry and then deletes it walks the probe run once.
-func (t *u64Table) find(k uint64) (slot int, v uint64, ok bool) {
-	if k == 0 {
-		return zeroSlot, t.zeroVal, t.hasZero
+// lookupHint is lookup for a k that an earlier lookup found at slot hint:
+// if the slot still holds k (entries move when others are deleted) the walk
+// is skipped.
+func (t *u64Table) lookupHint(hint int, k uint64) (slot int, v uint64, ok bool) {
+	if k != 0 && uint(hint) < uint(len(t.slots)) && t.slots[hint].key == k {
+		return hint, t.slots[hint].val, true
 	}
-	for i := t.home(k); ; i = (i + 1) & t.mask {
-		e := &t.slots[i]
-		if e.key == k {
-			return int(i), e.val, true
-		}
-		if e.key == 0 {
-			return 0, 0, false
-		}
-	}
+	return t.lookup(k)
 }
 
-// zeroSlot is find's slot for key 0, which lives outside the slots.
+// zeroSlot is lookup's slot for key 0, which lives outside the slots.
 const zeroSlot = -1
 
-// delAt removes the entry find returned; the table must not have changed
+// delAt removes the entry lookup found; the table must not have changed
 // since.
 func (t *u64Table) delAt(slot int) {
 	if slot == zeroSlot {

@@ -3,6 +3,7 @@ package producer
 import (
 	"maps"
 	"math/rand/v2"
+	"slices"
 	"testing"
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
@@ -76,4 +77,103 @@ func TestLineageTablesGrowAtFiveEighthsLoad(t *testing.T) {
 	if err := checkInvariants(got); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestSlotAccessLeavesTheLayoutPutAndDelLeave: the slot-keeping accesses
+// the hot paths use (lookup then storeAt or delAt; lookups of a batch of
+// keys first, then their inserts walking on from the recorded slots; a
+// batch of deletes from hinted slots while earlier deletes shift entries)
+// leave every slot, the count and the zero entry exactly as get, put and
+// del do on a twin table, across growth at both load limits.
+func TestSlotAccessLeavesTheLayoutPutAndDelLeave(t *testing.T) {
+	r := rand.New(rand.NewPCG(3, 4))
+	for _, sparse := range []bool{false, true} {
+		for _, keySpace := range []uint64{24, 400, 1 << 40} {
+			a, b := newU64Table(0), newU64Table(0)
+			a.sparse, b.sparse = sparse, sparse
+			same := func(op string) {
+				t.Helper()
+				if !slices.Equal(a.slots, b.slots) || a.n != b.n || a.hasZero != b.hasZero || a.zeroVal != b.zeroVal {
+					t.Fatalf("sparse=%v keys=%d: layouts differ after %s", sparse, keySpace, op)
+				}
+			}
+			// Half the keys are recent ones, so overwrites and deletes of
+			// present keys happen at every load, the limits included.
+			var recent []uint64
+			pick := func() uint64 {
+				if len(recent) > 0 && r.IntN(2) == 0 {
+					return recent[r.IntN(len(recent))]
+				}
+				k := r.Uint64N(keySpace)
+				if len(recent) < 64 {
+					recent = append(recent, k)
+				} else {
+					recent[r.IntN(64)] = k
+				}
+				return k
+			}
+			for i := range 6000 {
+				k := pick()
+				switch r.IntN(4) {
+				case 0: // read-modify-write of one key
+					v, _ := a.get(k)
+					a.put(k, v+uint64(i))
+					slot, w, _ := b.lookup(k)
+					b.storeAt(slot, k, w+uint64(i))
+					same("storeAt")
+				case 1: // delete one key
+					a.del(k)
+					if slot, _, ok := b.lookup(k); ok {
+						b.delAt(slot)
+					}
+					same("delAt")
+				case 2: // a batch of distinct absent keys: look all up, then insert
+					keys := distinctKeys(pick, 1+r.IntN(12), func(k uint64) bool { _, ok := b.get(k); return !ok })
+					slots := make([]int, len(keys))
+					for j, k := range keys {
+						slots[j], _, _ = b.lookup(k)
+					}
+					size := len(b.slots)
+					for j, k := range keys {
+						a.put(k, uint64(i+j))
+						slot, _, _ := b.lookup(k)
+						if len(b.slots) == size {
+							slot, _, _ = b.lookupFrom(slots[j], k)
+						}
+						b.storeAt(slot, k, uint64(i+j))
+						same("lookupFrom")
+					}
+				case 3: // a batch of deletes from hinted slots
+					keys := distinctKeys(pick, 1+r.IntN(12), func(uint64) bool { return true })
+					hints := make([]int, len(keys))
+					for j, k := range keys {
+						hints[j] = noSlot
+						if slot, _, ok := b.lookup(k); ok {
+							hints[j] = slot
+						}
+					}
+					for j, k := range keys {
+						a.del(k)
+						if slot, _, ok := b.lookupHint(hints[j], k); ok {
+							b.delAt(slot)
+						}
+						same("lookupHint")
+					}
+				}
+			}
+		}
+	}
+}
+
+func distinctKeys(pick func() uint64, n int, keep func(uint64) bool) []uint64 {
+	var keys []uint64
+	for range 4 * n {
+		if k := pick(); keep(k) && !slices.Contains(keys, k) {
+			keys = append(keys, k)
+		}
+		if len(keys) == n {
+			break
+		}
+	}
+	return keys
 }

@@ -393,7 +393,14 @@ func (d *fastDecoder) blocks(blocks []StoredBlock) ([]StoredBlock, bool) {
 		} else {
 			blocks = append(blocks, StoredBlock{})
 		}
-		if !d.block(&blocks[len(blocks)-1]) {
+		sb := &blocks[len(blocks)-1]
+		if d.compactBlock(sb) {
+			// The separator too, without whitespace (more's general case).
+			if d.i < len(d.b) && d.b[d.i] == ',' {
+				d.i++
+				continue
+			}
+		} else if !d.block(sb) {
 			return nil, false
 		}
 		more, ok := d.more(']')
@@ -404,6 +411,45 @@ func (d *fastDecoder) blocks(blocks []StoredBlock) ([]StoredBlock, bool) {
 			return blocks, true
 		}
 	}
+}
+
+// compactBlock reads a block as canonical encoders write it, with no
+// whitespace: {"block_hash":N,"tokens_hash":N}, or the same with
+// ,"mm_extra_info":null before the brace. The literals compare as a few
+// word loads each, and the scan skips block's per-key dispatch and
+// whitespace checks. On anything else it consumes nothing and returns false,
+// and block reads the same bytes in full.
+func (d *fastDecoder) compactBlock(sb *StoredBlock) bool {
+	const (
+		blockKey  = `{"block_hash":`
+		tokensKey = `,"tokens_hash":`
+		mmNull    = `,"mm_extra_info":null}`
+	)
+	b, i := d.b, d.i
+	if len(b)-i < len(blockKey) || string(b[i:i+len(blockKey)]) != blockKey {
+		return false
+	}
+	bh, i, ok := parseU64(b, i+len(blockKey))
+	if !ok || len(b)-i < len(tokensKey) || string(b[i:i+len(tokensKey)]) != tokensKey {
+		return false
+	}
+	th, i, ok := parseU64(b, i+len(tokensKey))
+	switch {
+	case !ok || i >= len(b):
+		return false
+	case b[i] == '}':
+		i++
+		sb.MmExtraInfo = nil
+	case len(b)-i >= len(mmNull) && string(b[i:i+len(mmNull)]) == mmNull:
+		i += len(mmNull)
+		// As block stores it: the raw value, copied.
+		sb.MmExtraInfo = append(sb.MmExtraInfo[:0], "null"...)
+	default:
+		return false
+	}
+	sb.BlockHash, sb.TokensHash = bh, th
+	d.i = i
+	return true
 }
 
 func (d *fastDecoder) block(sb *StoredBlock) bool {
@@ -535,6 +581,18 @@ func (d *fastDecoder) hashes(hs []uint64) ([]uint64, bool) {
 		return hs, true
 	}
 	for {
+		// Compact input first: the number and its separator, no whitespace.
+		if h, next, ok := parseU64(d.b, d.i); ok && next < len(d.b) {
+			switch d.b[next] {
+			case ',':
+				hs = append(hs, h)
+				d.i = next + 1
+				continue
+			case ']':
+				d.i = next + 1
+				return append(hs, h), true
+			}
+		}
 		h, ok := d.u64()
 		if !ok {
 			return nil, false

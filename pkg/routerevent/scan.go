@@ -2,6 +2,7 @@ package routerevent
 
 import (
 	"encoding/binary"
+	"math/bits"
 	"strings"
 )
 
@@ -111,53 +112,106 @@ func upperASCII(c byte) byte {
 // digits only, no leading zero, no sign, fraction or exponent, in range.
 func (d *fastDecoder) u64() (uint64, bool) {
 	d.ws()
-	i, b := d.i, d.b
-	if i >= len(b) {
-		return 0, false
+	v, next, ok := parseU64(d.b, d.i)
+	if ok {
+		d.i = next
 	}
-	var v uint64
+	return v, ok
+}
+
+// parseU64 is u64 at b[i:] with no whitespace before the number: it returns
+// the value and the index just past the number.
+func parseU64(b []byte, i int) (v uint64, next int, ok bool) {
+	if i >= len(b) {
+		return 0, 0, false
+	}
 	switch c := b[i]; {
 	case c == '0':
 		i++
 	case '1' <= c && c <= '9':
-		// Block hashes are 19–20 digits: take the first 16 eight at a
-		// time (below 10^16, so no overflow), the rest one at a time.
-		for n := 0; n < 16 && len(b)-i >= 8; n += 8 {
-			w := binary.LittleEndian.Uint64(b[i:])
-			if !eightDigits(w) {
-				break
-			}
-			v = v*1e8 + parseEightDigits(w)
-			i += 8
+		if n, ok := parseDigitsSWAR(b[i:], &v); ok {
+			i += n
+			break
 		}
+		// Near the end of the input: one digit at a time.
+		v = 0
 		for i < len(b) {
 			c := b[i] - '0'
 			if c > 9 {
 				break
 			}
 			if v > (1<<64-1-uint64(c))/10 {
-				return 0, false
+				return 0, 0, false
 			}
 			v = v*10 + uint64(c)
 			i++
 		}
 	default:
-		return 0, false
+		return 0, 0, false
 	}
 	if i < len(b) {
 		switch c := b[i]; {
 		case c == '.' || c == 'e' || c == 'E' || ('0' <= c && c <= '9'):
-			return 0, false
+			return 0, 0, false
 		}
 	}
-	d.i = i
-	return v, true
+	return v, i, true
 }
 
-// eightDigits reports whether all 8 bytes of w (little-endian) are ASCII
-// digits: each high nibble is 3, and adding 6 carries no low nibble into it.
-func eightDigits(w uint64) bool {
-	return (w&0xF0F0F0F0F0F0F0F0)|((w+0x0606060606060606)&0xF0F0F0F0F0F0F0F0)>>4 == 0x3333333333333333
+// pow10 holds 10^n for n < 16 (indexed with n&15 to drop the bounds check).
+var pow10 = [16]uint64{1, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15}
+
+// parseDigitsSWAR reads the run of ASCII digits at the start of b (whose
+// first byte is a digit) into *v, eight bytes per load with no loop: block
+// hashes are 19–20 digits, so the whole run is two full words and the head
+// of a third. It returns the run's length, or false when b is too short for
+// the words it needs (the caller then reads byte by byte) or when the run
+// does not fit a uint64 (the caller's byte loop reports that). *v is
+// unspecified when it returns false.
+func parseDigitsSWAR(b []byte, v *uint64) (int, bool) {
+	if len(b) < 8 {
+		return 0, false
+	}
+	w0 := binary.LittleEndian.Uint64(b)
+	if n := digitRun(w0); n < 8 {
+		*v = parseEightDigits(w0 << (64 - 8*n))
+		return n, true
+	}
+	if len(b) < 16 {
+		return 0, false
+	}
+	w1 := binary.LittleEndian.Uint64(b[8:])
+	if n := digitRun(w1); n < 8 {
+		*v = parseEightDigits(w0)*pow10[n&15] + parseEightDigits(w1<<(64-8*n))
+		return 8 + n, true
+	}
+	if len(b) < 24 {
+		return 0, false
+	}
+	w2 := binary.LittleEndian.Uint64(b[16:])
+	n := digitRun(w2)
+	if n > 4 {
+		return 0, false // 21 digits or more: above 2^64-1
+	}
+	// Below 10^16 times at most 10^4, plus the tail: only a 20-digit run can
+	// overflow, and the carry-out shows it.
+	hi, lo := bits.Mul64(parseEightDigits(w0)*1e8+parseEightDigits(w1), pow10[n&15])
+	sum, carry := bits.Add64(lo, parseEightDigits(w2<<(64-8*n)), 0)
+	if hi|carry != 0 {
+		return 0, false
+	}
+	*v = sum
+	return 16 + n, true
+}
+
+// digitRun is how many of w's bytes (loaded little-endian, the first byte
+// low) are ASCII digits before the first one that is not, 0–8. Per byte, the
+// high nibble must be 3 and the low nibble plus 6 must not reach 16; the
+// nibbles are added apart, so no carry crosses a byte.
+func digitRun(w uint64) int {
+	const nib = 0x0F0F0F0F0F0F0F0F
+	bad := (w &^ nib) ^ 0x3030303030303030 | ((w&nib)+0x0606060606060606)&^nib
+	return bits.TrailingZeros64(bad) >> 3
 }
 
 // parseEightDigits is the value of 8 ASCII digits loaded little-endian (the
