@@ -13,6 +13,7 @@ import (
 	"github.com/ckfrelay/ckfrelay/pkg/producer"
 	"github.com/ckfrelay/ckfrelay/pkg/wire"
 	"github.com/ckfrelay/ckfrelay/testenv"
+	"github.com/ckfrelay/ckfrelay/testenv/cputime"
 )
 
 // BenchmarkApplyMessage times the relay's input path per input message
@@ -91,7 +92,7 @@ func BenchmarkApplyMessage(b *testing.B) {
 	e := &epochRun{r: r, ctx: ctx, state: state}
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := processCPUTime()
+	cpu0 := cputime.Process()
 	applied := 0
 	for i := range b.N {
 		applied += e.applyMessage(msgs[i%n])
@@ -100,7 +101,7 @@ func BenchmarkApplyMessage(b *testing.B) {
 			e.applySpans, e.oldestEvent = e.applySpans[:0], time.Time{}
 		}
 	}
-	cpu := processCPUTime() - cpu0
+	cpu := cputime.Process() - cpu0
 	b.StopTimer()
 	if applied > 0 {
 		// The process's CPU time, robust to a shared machine (the server's

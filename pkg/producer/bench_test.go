@@ -6,6 +6,7 @@ import (
 
 	"github.com/ckfrelay/ckfrelay/pkg/ckf"
 	"github.com/ckfrelay/ckfrelay/pkg/routerevent"
+	"github.com/ckfrelay/ckfrelay/testenv/cputime"
 )
 
 const benchBlocksPerEvent = 16
@@ -78,7 +79,7 @@ func BenchmarkProducerApplyEvent(b *testing.B) {
 			}
 			b.ReportAllocs()
 			var failures uint64
-			cpu0 := processCPUTime()
+			cpu0 := cputime.Process()
 			for b.Loop() {
 				if out := d.storeNext(); out.FirstError != nil {
 					failures++
@@ -87,7 +88,7 @@ func BenchmarkProducerApplyEvent(b *testing.B) {
 					b.Fatalf("remove: %v", out.FirstError)
 				}
 			}
-			cpu := processCPUTime() - cpu0
+			cpu := cputime.Process() - cpu0
 			blocks := float64(b.N) * 2 * benchBlocksPerEvent
 			b.ReportMetric(blocks/b.Elapsed().Seconds(), "blocks/s")
 			if cpu > 0 {

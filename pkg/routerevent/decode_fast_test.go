@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ckfrelay/ckfrelay/testenv/cputime"
 )
 
 const (
@@ -464,7 +466,7 @@ func BenchmarkDecodeRouterEvents(b *testing.B) {
 			b.SetBytes(int64(len(in.data)))
 			var buf []RouterEvent
 			var err error
-			cpu0 := processCPUTime()
+			cpu0 := cputime.Process()
 			for b.Loop() {
 				if buf, err = DecodeRouterEventsInto(buf, in.data); err != nil {
 					b.Fatal(err)
@@ -472,7 +474,7 @@ func BenchmarkDecodeRouterEvents(b *testing.B) {
 			}
 			// CPU time per decode is robust to waiting for a core on a
 			// shared machine (the decode allocates nothing, so no GC).
-			if cpu := processCPUTime() - cpu0; cpu > 0 {
+			if cpu := cputime.Process() - cpu0; cpu > 0 {
 				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N), "cpu-ns/op")
 			}
 		})

@@ -1,15 +1,15 @@
 //go:build unix
 
-package relay
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPUTime is user+system CPU time of the process; benchmarks use it
-// to report a throughput that is robust to a shared, oversubscribed machine.
-func processCPUTime() time.Duration {
+// Process is the user+system CPU time of the process so far (0 when the
+// system does not say).
+func Process() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
