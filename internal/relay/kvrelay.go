@@ -75,7 +75,8 @@ func (p *kvPublication) Load() server.PoolLoad { return kvPoolLoad(p.r.lastLoad.
 
 // ServingLoad is the pool's serving load of the last window (§6.4) when it
 // is complete and holds both token gauges; false otherwise (sent as
-// DATA_STATUS_UNAVAILABLE).
+// DATA_STATUS_UNAVAILABLE). An estimated prefill is marked, and sent as
+// DATA_STATUS_DEGRADED.
 func (p *kvPublication) ServingLoad() (server.ServingLoad, bool) {
 	return servingPoolLoad(p.r.lastLoad.Load(), 2*p.r.cfg.loadInterval(), p.r.now())
 }

@@ -222,11 +222,13 @@ func kvPoolLoad(p *wire.PoolLoad) server.PoolLoad {
 }
 
 // servingPoolLoad is the §6.4 pool view of the last window: complete only
-// with both token gauges (a pool's view carries no request counts).
+// with both token gauges (a pool's view carries no request counts), and
+// marked when any worker estimated its prefill, which the server exports
+// as DEGRADED rather than COMPLETE.
 func servingPoolLoad(p *wire.PoolLoad, maxAge time.Duration, now time.Time) (server.ServingLoad, bool) {
 	if p == nil || !p.Flags.Has(wire.LoadPrefill|wire.LoadDecode) || now.Sub(p.Time) > maxAge {
 		return server.ServingLoad{}, false
 	}
 	return server.ServingLoad{ActivePrefillTokens: p.Serving.ActivePrefillTokens, ActiveDecodeBlocks: p.Serving.ActiveDecodeBlocks,
-		SourceTime: p.ServingTime, Workers: p.ServingWorkers}, true
+		SourceTime: p.ServingTime, Workers: p.ServingWorkers, PrefillEstimated: p.Flags.Has(wire.LoadPrefillEstimated)}, true
 }

@@ -87,3 +87,19 @@ func TestServingLoadIsEstimatedWhenAnyWorkersIs(t *testing.T) {
 		}
 	}
 }
+
+// The §6.4 pool view carries the window's estimated mark, which the
+// kvrelay server exports as DEGRADED; a measured window's view is unmarked.
+func TestServingPoolLoadCarriesAnEstimatedPrefill(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	w := wire.PoolLoad{Time: t0, ServingTime: t0, ServingWorkers: 2, Flags: wire.LoadRequests | wire.LoadPrefill | wire.LoadDecode,
+		Serving: wire.ServingLoad{Running: 1, Waiting: 3, ActivePrefillTokens: 3000, ActiveDecodeBlocks: 8}}
+	l, ok := servingPoolLoad(&w, time.Second, t0)
+	if !ok || l.PrefillEstimated || l.ActivePrefillTokens != 3000 || l.Workers != 2 {
+		t.Fatalf("measured: %+v %v", l, ok)
+	}
+	w.Flags |= wire.LoadPrefillEstimated
+	if l, ok = servingPoolLoad(&w, time.Second, t0); !ok || !l.PrefillEstimated || l.ActivePrefillTokens != 3000 || l.Workers != 2 || !l.SourceTime.Equal(t0) {
+		t.Fatalf("estimated: %+v %v", l, ok)
+	}
+}

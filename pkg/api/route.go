@@ -248,7 +248,11 @@ type RouteLoad struct {
 	HasPrefill       bool
 	// ActivePrefillTokens are prompt tokens still to prefill in the DC.
 	ActivePrefillTokens uint64
-	HasDecode           bool
+	// PrefillEstimated (only with HasPrefill): ActivePrefillTokens was
+	// estimated from request counts (waiting × the mean prompt), not
+	// measured, so a caller does not take it for the engines' own figure.
+	PrefillEstimated bool
+	HasDecode        bool
 	// ActiveDecodeBlocks are the KV blocks held by running requests.
 	ActiveDecodeBlocks uint64
 	// AgeMs is how old the oldest part is, by the indexer's receive time.
@@ -264,6 +268,7 @@ type routeLoadJSON struct {
 	Running             *uint64 `json:"running,omitempty"`
 	Waiting             *uint64 `json:"waiting,omitempty"`
 	ActivePrefillTokens *uint64 `json:"active_prefill_tokens,omitempty"`
+	PrefillEstimated    bool    `json:"prefill_estimated,omitempty"`
 	ActiveDecodeBlocks  *uint64 `json:"active_decode_blocks,omitempty"`
 	AgeMs               int64   `json:"age_ms"`
 }
@@ -284,6 +289,9 @@ func (l *RouteLoad) UnmarshalJSON(b []byte) error {
 	if (j.KVUsedBlocks == nil) != (j.KVCapacityBlocks == nil) || (j.Running == nil) != (j.Waiting == nil) {
 		return fmt.Errorf("route load: used and capacity blocks, running and waiting, come in pairs")
 	}
+	if j.PrefillEstimated && j.ActivePrefillTokens == nil {
+		return fmt.Errorf("route load: prefill_estimated without active_prefill_tokens")
+	}
 	if j.KVUsedBlocks != nil {
 		l.HasKV, l.KVUsedBlocks, l.KVCapacityBlocks = true, *j.KVUsedBlocks, *j.KVCapacityBlocks
 	}
@@ -291,7 +299,7 @@ func (l *RouteLoad) UnmarshalJSON(b []byte) error {
 		l.HasRequests, l.Running, l.Waiting = true, *j.Running, *j.Waiting
 	}
 	if j.ActivePrefillTokens != nil {
-		l.HasPrefill, l.ActivePrefillTokens = true, *j.ActivePrefillTokens
+		l.HasPrefill, l.ActivePrefillTokens, l.PrefillEstimated = true, *j.ActivePrefillTokens, j.PrefillEstimated
 	}
 	if j.ActiveDecodeBlocks != nil {
 		l.HasDecode, l.ActiveDecodeBlocks = true, *j.ActiveDecodeBlocks
@@ -325,6 +333,11 @@ func (l *RouteLoad) appendJSON(dst []byte) []byte {
 	}
 	if l.HasPrefill {
 		field("active_prefill_tokens", l.ActivePrefillTokens)
+		// Absent when measured, as the object's other values are absent
+		// when unknown: a flag that qualifies the figure goes with it.
+		if l.PrefillEstimated {
+			dst = append(dst, `"prefill_estimated":true,`...)
+		}
 	}
 	if l.HasDecode {
 		field("active_decode_blocks", l.ActiveDecodeBlocks)

@@ -21,6 +21,8 @@ func testRouteResponse() RouteResponse {
 			Load:  RouteLoad{HasKV: true, KVUsedBlocks: 30, KVCapacityBlocks: 100, HasRequests: true, Running: 2, Waiting: 0, AgeMs: 400}},
 		{Lane: 0, DC: "dc-a", Pool: "p0", Depth: 0, Ready: true, AgeMs: 3, CostMs: 125.000001, Terms: RouteTerms{RTTMs: 5, QueueMs: 100.000001, PrefillMs: 20},
 			LoadMissing: true, RTTUnknown: true},
+		{Lane: 2, DC: "dc-d", Pool: "p2", Ready: true, AgeMs: 7, CostMs: 9, Terms: RouteTerms{QueueMs: 9},
+			Load: RouteLoad{HasRequests: true, Running: 1, Waiting: 3, HasPrefill: true, ActivePrefillTokens: 3072, PrefillEstimated: true, AgeMs: 20}},
 		{Lane: 15, DC: "dc-c", Pool: "p15", AgeMs: -1, Stale: true, Excluded: true, Reason: "unready", Load: RouteLoad{HasPrefill: true, ActivePrefillTokens: 0, HasDecode: true, ActiveDecodeBlocks: 7}},
 	}}
 }
@@ -47,7 +49,8 @@ func TestRouteResponseJSON(t *testing.T) {
 		bytes.Contains(want[bytes.Index(want, []byte(`"lane":15`)):], []byte(`"running"`)) {
 		t.Fatalf("unknown load must be absent (null when nothing is known), a known 0 present: %s", want)
 	}
-	for _, bad := range []string{`{}`, `{"kv_used_blocks":1,"age_ms":0}`, `{"running":1,"age_ms":0}`} {
+	for _, bad := range []string{`{}`, `{"kv_used_blocks":1,"age_ms":0}`, `{"running":1,"age_ms":0}`,
+		`{"running":1,"waiting":0,"prefill_estimated":true,"age_ms":0}`} {
 		var l RouteLoad
 		if err := json.Unmarshal([]byte(bad), &l); err == nil {
 			t.Fatalf("load %s accepted", bad)
@@ -88,7 +91,7 @@ func TestRouteResponseJSONRandom(t *testing.T) {
 				LoadMissing: flag(), RTTUnknown: flag(), Excluded: flag(),
 				Load: RouteLoad{HasKV: flag(), KVUsedBlocks: rng.Uint64(), KVCapacityBlocks: uint64(rng.IntN(100)),
 					HasRequests: flag(), Running: uint64(rng.IntN(10)), Waiting: rng.Uint64() >> uint(rng.IntN(64)),
-					HasPrefill: flag(), ActivePrefillTokens: uint64(rng.IntN(1000)), HasDecode: flag(), ActiveDecodeBlocks: 99, AgeMs: num()}})
+					HasPrefill: flag(), ActivePrefillTokens: uint64(rng.IntN(1000)), PrefillEstimated: flag(), HasDecode: flag(), ActiveDecodeBlocks: 99, AgeMs: num()}})
 			if l := &r.Ranked[len(r.Ranked)-1]; l.Excluded {
 				l.Reason = route.ReasonStale
 			}
@@ -107,6 +110,51 @@ func TestRouteResponseJSONRandom(t *testing.T) {
 	minInt := int64(math.MinInt64)
 	if got := string(appendUint(nil, uint64(minInt), true)); got != "-9223372036854775808" {
 		t.Fatalf("MinInt64: %s", got)
+	}
+}
+
+// A lane's estimated prefill says so next to the figure it qualifies
+// (prefill_estimated, where encoding/json puts it), reads back, and is
+// absent when the prefill is measured or unknown.
+func TestRouteLoadPrefillEstimated(t *testing.T) {
+	est := RouteLoad{HasRequests: true, Running: 1, Waiting: 2, HasPrefill: true, ActivePrefillTokens: 2048, PrefillEstimated: true, AgeMs: 5}
+	got := est.appendJSON(nil)
+	n, w, p := uint64(1), uint64(2), uint64(2048)
+	want, err := json.Marshal(routeLoadJSON{Running: &n, Waiting: &w, ActivePrefillTokens: &p, PrefillEstimated: true, AgeMs: 5})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) || !bytes.Contains(got, []byte(`"active_prefill_tokens":2048,"prefill_estimated":true,`)) {
+		t.Fatalf("estimated prefill: %s, encoding/json %s", got, want)
+	}
+	var back RouteLoad
+	if err := json.Unmarshal(got, &back); err != nil || back != est {
+		t.Fatalf("read back %+v %v, want %+v", back, err, est)
+	}
+	measured := est
+	measured.PrefillEstimated = false
+	unknown := est
+	unknown.HasPrefill, unknown.ActivePrefillTokens = false, 0 // the mark never goes without its figure
+	for name, l := range map[string]RouteLoad{"measured": measured, "no prefill": unknown} {
+		b := l.appendJSON(nil)
+		if bytes.Contains(b, []byte("prefill_estimated")) {
+			t.Fatalf("%s: %s carries prefill_estimated", name, b)
+		}
+		if err := json.Unmarshal(b, &back); err != nil || back.PrefillEstimated {
+			t.Fatalf("%s: read back %+v %v", name, back, err)
+		}
+	}
+}
+
+// The route answer, estimated prefill and all, is written without an
+// allocation into a buffer of room enough (names without characters to
+// escape: appendJSONString's escaping path may allocate).
+func TestRouteAppendJSONAllocatesNothingIntoABuffer(t *testing.T) {
+	r := testRouteResponse()
+	r.Ranked[0].Pool = "p1"
+	buf := make([]byte, 0, 4096)
+	if n := testing.AllocsPerRun(100, func() { buf = r.AppendJSON(buf[:0]) }); n != 0 {
+		t.Fatalf("%v allocs per answer", n)
 	}
 }
 

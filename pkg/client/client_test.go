@@ -121,3 +121,23 @@ func TestNewHTTPRefusesUnusableURLs(t *testing.T) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// A route answer's estimated prefill reaches the caller with its figure; a
+// lane without the mark reads as measured.
+func TestRouteAnswerKeepsAnEstimatedPrefill(t *testing.T) {
+	lane := func(n int, dc, load string) string {
+		return `{"lane":` + strconv.Itoa(n) + `,"dc":"` + dc + `","pool":"p","depth":0,"ready":true,"age_ms":1,"stale":false,"cached_tokens":0,"cost_ms":1,` +
+			`"terms":{"rtt_ms":1,"queue_ms":0,"prefill_ms":0,"penalty_ms":0},"load_missing":false,"rtt_unknown":false,"load":` + load + `,"excluded":false}`
+	}
+	body := `{"policy":"cost","ready_lanes":2,"blocks":1,"block_size":16,"input_tokens":16,"ranked":[` +
+		lane(0, "a", `{"running":1,"waiting":4,"active_prefill_tokens":4096,"prefill_estimated":true,"age_ms":3}`) + `,` +
+		lane(1, "b", `{"active_prefill_tokens":100,"age_ms":3}`) + `],"best":0}`
+	r, err := answering(t, 200, nil, body).Route(context.Background(), api.RouteRequest{MatchRequest: api.MatchRequest{SequenceHashes: []uint64{1}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a, b := r.Ranked[0].Load, r.Ranked[1].Load; !a.HasPrefill || a.ActivePrefillTokens != 4096 || !a.PrefillEstimated ||
+		!b.HasPrefill || b.PrefillEstimated {
+		t.Fatalf("loads %+v and %+v", a, b)
+	}
+}

@@ -288,7 +288,7 @@ func (s *Service) Route(q api.Query, o api.RouteOptions) (api.RouteResponse, err
 		l, rload := &sd.Load, &rl.Load
 		rload.HasKV, rload.KVUsedBlocks, rload.KVCapacityBlocks = l.HasKV, l.KVUsedBlocks, l.KVCapacityBlocks
 		rload.HasRequests, rload.Running, rload.Waiting = l.HasRequests, l.Running, l.Waiting
-		rload.HasPrefill, rload.ActivePrefillTokens = l.HasPrefill, l.ActivePrefillTokens
+		rload.HasPrefill, rload.ActivePrefillTokens, rload.PrefillEstimated = l.HasPrefill, l.ActivePrefillTokens, l.HasPrefill && l.PrefillEstimated
 		rload.HasDecode, rload.ActiveDecodeBlocks = l.HasDecode, l.ActiveDecodeBlocks
 		if rload.Known() {
 			rload.AgeMs = sc.loadAges[sd.Lane]

@@ -1,6 +1,8 @@
 package follow
 
 import (
+	"bytes"
+	"encoding/json"
 	"errors"
 	"math"
 	"testing"
@@ -261,5 +263,71 @@ func TestLaneChunksTake(t *testing.T) {
 		if z := p.take(2); len(z) != 2 || z[0].DC != "" || z[1].DC != "" {
 			t.Fatalf("take across chunks: %+v", z)
 		}
+	}
+}
+
+// A lane whose window estimated its prefill from request counts says so in
+// the route answer (prefill_estimated, in the JSON the HTTP and NATS
+// endpoints write), as does a lane of request counts that routes turned
+// into prefill tokens; a measured prefill does not.
+func TestRouteAnswerMarksAnEstimatedPrefill(t *testing.T) {
+	e := newEnv(t)
+	a, b, c := e.relay(t, "dc-a"), e.relay(t, "dc-b"), e.relay(t, "dc-c")
+	w := newWorkload(33, 2, 4)
+	for _, r := range []*fakeRelay{a, b, c} {
+		feed(r, w, func(int) int { return 1 })
+	}
+	s := startService(t, e.nc, e.js, testConfig(t))
+	for _, r := range []*fakeRelay{a, b, c} {
+		waitInstalled(t, s.Service, r.lane, r.epoch(), r.pub.LastSequence())
+	}
+	prefill := func(estimated bool) func(*wire.PoolLoad) {
+		return func(p *wire.PoolLoad) {
+			p.Flags |= wire.LoadPrefill
+			p.Serving.ActivePrefillTokens = 2000
+			if estimated {
+				p.Flags |= wire.LoadPrefillEstimated
+			}
+		}
+	}
+	a.sendWindow(e, a.window(1, prefill(false)))
+	b.sendWindow(e, b.window(1, prefill(true)))
+	c.sendWindow(e, c.window(1, nil)) // request counts only
+	testenv.WaitFor(t, waitTotal, "the windows", func() bool {
+		now := time.Now()
+		return s.LaneLoad(a.lane, now).Flags.Has(wire.LoadPrefill) && s.LaneLoad(b.lane, now).Flags.Has(wire.LoadPrefillEstimated) &&
+			s.LaneLoad(c.lane, now).Flags.Has(wire.LoadRequests)
+	})
+	// dc-c, the only one near, takes a request: its counts and the
+	// request's tokens become its prefill, an estimate.
+	q := api.Query{Locals: w.chains[0]}
+	near := api.RouteOptions{InputTokens: 400, RTTMs: map[string]float64{"dc-a": 1000, "dc-b": 1000, "dc-c": 1}}
+	if resp, err := s.Route(q, near); err != nil || resp.Chosen() == nil || resp.Chosen().DC != "dc-c" {
+		t.Fatalf("route to dc-c: %+v %v", resp, err)
+	}
+	resp, err := s.Route(q, api.RouteOptions{InputTokens: 400, Probe: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	la, lb, lc := laneOf(t, resp, "dc-a").Load, laneOf(t, resp, "dc-b").Load, laneOf(t, resp, "dc-c").Load
+	if !la.HasPrefill || la.ActivePrefillTokens != 2000 || la.PrefillEstimated {
+		t.Fatalf("dc-a, measured: %+v", la)
+	}
+	if !lb.HasPrefill || lb.ActivePrefillTokens != 2000 || !lb.PrefillEstimated {
+		t.Fatalf("dc-b, estimated: %+v", lb)
+	}
+	if !lc.HasPrefill || !lc.PrefillEstimated {
+		t.Fatalf("dc-c, counts and a routed request: %+v", lc)
+	}
+	// The endpoints' JSON carries the mark on the estimated lanes alone, and
+	// a client reads it back.
+	body := resp.AppendJSON(nil)
+	var back api.RouteResponse
+	if err := json.Unmarshal(body, &back); err != nil {
+		t.Fatal(err)
+	}
+	if n := bytes.Count(body, []byte(`"prefill_estimated":true`)); n != 2 ||
+		!laneOf(t, back, "dc-b").Load.PrefillEstimated || laneOf(t, back, "dc-a").Load.PrefillEstimated {
+		t.Fatalf("%d lanes marked in %s", n, body)
 	}
 }

@@ -17,7 +17,8 @@ import (
 //   - prompt tokens to prefill (HasPrefill): they add, saturating;
 //   - request counts only: the counts' tokens (waiting × waitingTokens, the
 //     router's Config.WaitingRequestTokens) plus pending become the prefill
-//     tokens, so pending 0 leaves the queue term as it was;
+//     tokens, marked PrefillEstimated, so pending 0 leaves the queue term
+//     as it was;
 //   - KV occupancy only: the pending tokens' blocks (blockSize tokens each)
 //     add to the used blocks, up to the capacity;
 //   - no load: nothing (missing load stays missing, never zero plus pending).
@@ -29,7 +30,8 @@ func Apply(c *route.Candidate, pending uint64, waitingTokens float64, blockSize 
 	if l.HasPrefill {
 		l.ActivePrefillTokens = AddSat(l.ActivePrefillTokens, pending)
 	} else if l.HasRequests {
-		l.HasPrefill = true
+		// Made from the counts, so an estimate as the bridge's is.
+		l.HasPrefill, l.PrefillEstimated = true, true
 		l.ActivePrefillTokens = AddSat(tokensOf(l.Waiting, waitingTokens), pending)
 	} else if l.HasKV && l.KVCapacityBlocks > 0 {
 		bs := uint64(max(blockSize, 1))

@@ -89,6 +89,8 @@ func TestFollowerHandsOverOnlyCompleteLoad(t *testing.T) {
 		"prefill past the bound": {ActivePrefillTokens: wire.MaxLoadTokens + 1, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now()},
 		"decode past the bound":  {ActivePrefillTokens: 900, ActiveDecodeBlocks: 1<<64 - 1, Workers: 2, SourceTime: time.Now()},
 		"workers past the bound": {ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: wire.MaxLoadWorkers + 1, SourceTime: time.Now()},
+		// Sent DEGRADED: an estimate is not the pool's measured gauge.
+		"prefill estimated": {ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now(), PrefillEstimated: true},
 	} {
 		pub.SetLoad(server.PoolLoad{UsedBlocks: 30, TotalBlocks: 100, ObservedRanks: 2, ExpectedRanks: 2}, &server.ServingLoad{ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: time.Now()})
 		waitLoad(t, rec, name+": complete first", func(kv client.KvLoad, sv client.ServingLoad) bool { return kv.Complete && sv.Complete })

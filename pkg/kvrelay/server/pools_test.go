@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	kvrelayv1 "github.com/ckfrelay/ckfrelay/dynamo/kvrelay/v1"
 	"github.com/ckfrelay/ckfrelay/pkg/cbi1"
@@ -308,5 +309,58 @@ func TestServerListsAPoolIDOnce(t *testing.T) {
 	// One model on two endpoints: one entry, two members.
 	if ru := firstReadiness(t, ctx, c); len(ru.Entries) != 1 || len(ru.Entries[0].Members) != 2 {
 		t.Fatalf("readiness %+v", ru.Entries)
+	}
+}
+
+// A pool whose serving load has an estimated prefill goes out DEGRADED
+// (§6.4: gauges only when COMPLETE), its workers and source time still
+// given; a measured one COMPLETE with both gauges; none UNAVAILABLE.
+func TestServingLoadOfAnEstimatedPrefillIsDegraded(t *testing.T) {
+	srv, err := server.New(nil, server.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := time.UnixMilli(1_700_000_000_123)
+	pubs := map[string]*servertest.Pub{}
+	for _, name := range []string{"measured", "estimated", "none"} {
+		p := newLanePub(t, name, "generate", 3)
+		if name != "none" {
+			p.SetLoad(server.PoolLoad{}, &server.ServingLoad{ActivePrefillTokens: 900, ActiveDecodeBlocks: 12, Workers: 2, SourceTime: src,
+				PrefillEstimated: name == "estimated"})
+		}
+		srv.AddPool(name, p)
+		pubs[name] = p
+	}
+	c := serveMulti(t, srv)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ss, err := c.SubscribeServingLoad(ctx, &kvrelayv1.SubscribeServingLoadRequest{SubscriberId: "serving", ContractMarker: kvrelayv1.ContractMarker})
+	su := firstRecv(t, ss, err)
+	if len(su.Pools) != 3 {
+		t.Fatalf("%d pools, want 3", len(su.Pools))
+	}
+	byPool := map[string]*kvrelayv1.PoolServingLoad{}
+	for _, p := range su.Pools {
+		for name, pub := range pubs {
+			if proto.Equal(p.Producer.PoolId, pub.Gen().Descriptor.Producer.PoolId) {
+				byPool[name] = p
+			}
+		}
+	}
+	m, e, n := byPool["measured"], byPool["estimated"], byPool["none"]
+	if m == nil || e == nil || n == nil {
+		t.Fatalf("pools %v", su.Pools)
+	}
+	if l := m.Load; l.Status != kvrelayv1.DataStatus_DATA_STATUS_COMPLETE || l.Tokens.ActivePrefillTokens == nil || *l.Tokens.ActivePrefillTokens != 900 ||
+		l.Tokens.ActiveDecodeBlocks == nil || *l.Tokens.ActiveDecodeBlocks != 12 || m.Deployment.GetLiveWorkers() != 2 {
+		t.Fatalf("measured pool %v", m)
+	}
+	if l := e.Load; l.Status != kvrelayv1.DataStatus_DATA_STATUS_DEGRADED || l.Tokens == nil ||
+		l.Tokens.ActivePrefillTokens != nil || l.Tokens.ActiveDecodeBlocks != nil ||
+		e.Deployment.LiveWorkers == nil || *e.Deployment.LiveWorkers != 2 || l.SourceObservedMs != uint64(src.UnixMilli()) {
+		t.Fatalf("estimated pool %v, want DEGRADED without gauges, with its workers and source time", e)
+	}
+	if l := n.Load; l.Status != kvrelayv1.DataStatus_DATA_STATUS_UNAVAILABLE || l.Tokens.ActivePrefillTokens != nil || n.Deployment.LiveWorkers != nil {
+		t.Fatalf("pool without serving load %v", n)
 	}
 }

@@ -36,7 +36,8 @@ type Publication interface {
 	Load() PoolLoad
 	// ServingLoad returns the pool's serving load for the serving load
 	// windows (§6.4) and true when it is complete; false sends the pool as
-	// DATA_STATUS_UNAVAILABLE.
+	// DATA_STATUS_UNAVAILABLE, and a load whose PrefillEstimated is set
+	// goes out as DATA_STATUS_DEGRADED.
 	ServingLoad() (ServingLoad, bool)
 }
 
@@ -48,6 +49,9 @@ type ServingLoad struct {
 	SourceTime time.Time
 	// Workers is the number of workers the load sums (live_workers).
 	Workers uint64
+	// PrefillEstimated: ActivePrefillTokens was estimated from request
+	// counts by some worker (wire.LoadPrefillEstimated), not measured.
+	PrefillEstimated bool
 }
 
 // Generation is one producer generation of the pool.

@@ -403,8 +403,10 @@ func (s *Server) SubscribeKvPoolLoad(req *kvrelayv1.SubscribeKvPoolLoadRequest, 
 
 // SubscribeServingLoad streams serving-load windows (§6.4). The pool's view
 // is COMPLETE, with its two token gauges, when the relay has a complete
-// serving load from its workers' reports; otherwise UNAVAILABLE. The
-// relay sees no frontend, so the model's view is always UNAVAILABLE.
+// serving load from its workers' reports and measured its prefill;
+// DEGRADED, with live_workers but no gauges, when that prefill was
+// estimated; otherwise UNAVAILABLE. The relay sees no frontend, so the
+// model's view is always UNAVAILABLE.
 func (s *Server) SubscribeServingLoad(req *kvrelayv1.SubscribeServingLoadRequest, ss kvrelayv1.KvEventRelay_SubscribeServingLoadServer) error {
 	const rpc = "SubscribeServingLoad"
 	fail, done, err := s.openStream(rpc, ss, req.GetSubscriberId(), kvrelay.ValidateSubscribeServingLoadRequest(req), &s.servingLoadSubs, "serving load subscriber")
@@ -427,7 +429,24 @@ func (s *Server) SubscribeServingLoad(req *kvrelayv1.SubscribeServingLoadRequest
 				Load:       &kvrelayv1.LoadView{Tokens: &kvrelayv1.TokenLoadStats{}, Status: kvrelayv1.DataStatus_DATA_STATUS_UNAVAILABLE},
 				Deployment: &kvrelayv1.PoolDeploymentStatus{},
 			}
-			if p.servingOK {
+			switch {
+			case p.servingOK && p.serving.PrefillEstimated:
+				// An estimated prefill (waiting × a mean prompt, blind to the
+				// prompts still being prefilled) is partial information, and
+				// COMPLETE would have a consumer take it for the engines'
+				// measured gauge. DEGRADED says the workers are reporting
+				// (live_workers, source_observed_ms) while §6.4 keeps both
+				// gauges for COMPLETE; a consumer then treats the pool's load
+				// as unknown (pkg/kvrelay/client: neutral) rather than as a
+				// queue it would underestimate.
+				workers := p.serving.Workers
+				pool.Load = &kvrelayv1.LoadView{
+					Tokens:           &kvrelayv1.TokenLoadStats{},
+					Status:           kvrelayv1.DataStatus_DATA_STATUS_DEGRADED,
+					SourceObservedMs: ms(p.serving.SourceTime),
+				}
+				pool.Deployment = &kvrelayv1.PoolDeploymentStatus{LiveWorkers: &workers}
+			case p.servingOK:
 				prefill, decode, workers := p.serving.ActivePrefillTokens, p.serving.ActiveDecodeBlocks, p.serving.Workers
 				pool.Load = &kvrelayv1.LoadView{
 					Tokens:           &kvrelayv1.TokenLoadStats{ActivePrefillTokens: &prefill, ActiveDecodeBlocks: &decode},
