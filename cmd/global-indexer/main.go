@@ -65,20 +65,18 @@ type options struct {
 	queue          int
 	maxApplyLag    time.Duration
 	staleAfter     time.Duration
-	// storedDeltasOnly: --lane-stored-deltas-only.
-	storedDeltasOnly bool
-	staleLanes       string
-	controlTimeout   time.Duration
-	fetchTimeout     time.Duration
-	http             httpserve.Config
-	maxMatches       int
-	kv               kvrelayOptions
-	route            routeflags.Flags
-	printRoute       bool
-	domainsFrom      string
-	domainAllow      string
-	maxDomains       int
-	maxTableBytes    uint64
+	staleLanes     string
+	controlTimeout time.Duration
+	fetchTimeout   time.Duration
+	http           httpserve.Config
+	maxMatches     int
+	kv             kvrelayOptions
+	route          routeflags.Flags
+	printRoute     bool
+	domainsFrom    string
+	domainAllow    string
+	maxDomains     int
+	maxTableBytes  uint64
 }
 
 // domainsFromLaneMap is the --domains-from value that serves every domain
@@ -130,8 +128,6 @@ func parseFlags(args []string, env func(string) string, out io.Writer) (options,
 	fs.DurationVar(&o.fetchTimeout, "snapshot-fetch-timeout", def.SnapshotFetchTimeout,
 		fmt.Sprintf("base deadline of one snapshot body read from the Object Store (plus 1s per %d MiB of body); a read that times out is retried %d times", follow.SnapshotFetchBytesPerSecond>>20, follow.DefaultSnapshotFetchAttempts-1))
 
-	fs.BoolVar(&o.storedDeltasOnly, "lane-stored-deltas-only", def.StoredDeltasOnly,
-		"admit lane deltas only once JetStream delivers their stored copies; by default a lane also subscribes to its delta subject and admits the next delta a hop earlier, confirmed by its stored copy")
 	o.kv.register(fs)
 	o.route.Register(fs)
 	fs.BoolVar(&o.printRoute, "print-route-config", false, "print the effective route configuration (the --route-*, --dc-* and --load-max-age flags) as JSON and exit")
@@ -264,7 +260,6 @@ func (o options) rules() lanerules.Rules {
 		ExpectedBlocks: o.expectedBlocks, Workers: o.workers, Queue: o.queue,
 		MaxApplyLag: o.maxApplyLag, ControlTimeout: o.controlTimeout,
 		LaneStaleAfter: o.staleAfter, StaleLanes: o.staleLanes, SnapshotFetchTimeout: o.fetchTimeout,
-		StoredDeltasOnly: o.storedDeltasOnly,
 	}
 }
 

@@ -43,7 +43,7 @@ type MirrorConfig struct {
 	// Rules are the lane rules, one field per global-indexer flag
 	// (--max-apply-lag, --expected-blocks, --lane-stale-after,
 	// --stale-lanes, --workers, --queue, --control-timeout,
-	// --snapshot-fetch-timeout, --lane-stored-deltas-only). A zero field takes the binary's default
+	// --snapshot-fetch-timeout). A zero field takes the binary's default
 	// (lanerules.Defaults), so a mirror keeps and retires lanes as an
 	// indexer run with the same flags does.
 	Rules lanerules.Rules

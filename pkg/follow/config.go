@@ -153,13 +153,6 @@ type Config struct {
 	// KvRelay adds lanes followed over Dynamo's dynamo.kvrelay.v1 gRPC
 	// protocol (kvrelay.go) to the table of the NATS lanes.
 	KvRelay KvRelayConfig
-	// StoredDeltasOnly turns early deltas off: a lane then admits each
-	// delta only once JetStream delivered its stored copy, a hop later
-	// (early.go; docs/protocol.md, "Early deltas"). The subscription early
-	// deltas need is one core NATS subscription per lane on the lane's
-	// delta subject; an account that may not subscribe there gets no
-	// early copies and loses nothing else.
-	StoredDeltasOnly bool
 	// Setup paces the retries of the start-up steps (ensure the lane
 	// stream and snapshot store, open the lease bucket) while NATS or the
 	// hub's JetStream is unreachable. The zero value uses retry's defaults.
@@ -309,6 +302,5 @@ func (c Config) WithRules(r lanerules.Rules) (Config, error) {
 	c.LaneStaleAfter = r.LaneStaleAfter
 	c.StaleLanes = r.StaleLanes
 	c.SnapshotFetchTimeout = r.SnapshotFetchTimeout
-	c.StoredDeltasOnly = r.StoredDeltasOnly
 	return c, nil
 }

@@ -322,12 +322,9 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 		// Past a hole: the lane is out of the ready set until a marker.
 		return outcome{}, false
 	}
-	if out, done, handled := r.confirmEarly(d.Sequence, m.Data()); handled {
-		return out, done
-	}
 	cd := d.ToCkf(r.cur.lease)
 	pctx := propagation.TraceContext{}.Extract(ctx, streams.HeaderCarrier(m.Headers()))
-	span := r.startApplySpan(pctx, m.Subject(), len(m.Data()), d)
+	span := r.startApplySpan(pctx, m, d)
 	err := r.gen.pool.SubmitDelta(&cd)
 	admitted := time.Now()
 	if err != nil {
@@ -355,7 +352,7 @@ func (r *laneRunner) handleDelta(ctx context.Context, m jetstream.Msg, d *wire.D
 // relay's publish span in ctx. Without a tracer provider it is the noop
 // tracer's span, the relay's context itself, without the attributes
 // built per delta.
-func (r *laneRunner) startApplySpan(ctx context.Context, subject string, size int, d *wire.Delta) trace.Span {
+func (r *laneRunner) startApplySpan(ctx context.Context, m jetstream.Msg, d *wire.Delta) trace.Span {
 	if span := trace.SpanFromContext(ctx); r.svc.cfg.Tracer == nil && !span.IsRecording() {
 		return span
 	}
@@ -365,8 +362,8 @@ func (r *laneRunner) startApplySpan(ctx context.Context, subject string, size in
 			semconv.MessagingSystemKey.String("nats"),
 			semconv.MessagingOperationTypeProcess,
 			semconv.MessagingOperationName("apply"),
-			semconv.MessagingDestinationName(subject),
-			semconv.MessagingMessageBodySize(size),
+			semconv.MessagingDestinationName(m.Subject()),
+			semconv.MessagingMessageBodySize(len(m.Data())),
 			attribute.Int("lane", r.lane),
 			attribute.String("dc", r.dc),
 			attribute.Int64("sequence", int64(d.Sequence)),
@@ -428,9 +425,6 @@ func (r *laneRunner) handleDrain(ctx context.Context, dm *wire.DrainMarker) (out
 	if r.behind {
 		return outcome{}, false
 	}
-	if len(r.early) > 0 {
-		return r.drainWithEarly(dm.ExpectedSequence)
-	}
 	res, err := r.gen.pool.CompleteDrain(dm.ToCkf(r.cur.lease))
 	if err != nil {
 		return r.poolRefused(err), true
@@ -443,21 +437,6 @@ func (r *laneRunner) handleDrain(ctx context.Context, dm *wire.DrainMarker) (out
 	r.reached = res.InstalledSequence
 	r.setInstalled(r.cur.epoch, res.InstalledSequence)
 	return outcome{healthy: true}, false
-}
-
-// drainWithEarly checks a drain marker while deltas admitted early await
-// their stored copies. They may follow the marker (published after it,
-// their core copies overtook it), so the pool, whose applied sequence
-// includes them, cannot judge it: the sequence the stored copies reached
-// does, as the pool would have without early deltas. A mismatch retires
-// the lane as the pool's terminal check does.
-func (r *laneRunner) drainWithEarly(expected uint64) (outcome, bool) {
-	if expected == r.reached {
-		return outcome{healthy: true}, false
-	}
-	r.gen.pool.Indexer().RetireLaneReadiness(r.lane)
-	return outcome{fault: consumer.FaultTerminalSequenceMismatch.String(), requestSnapshot: true,
-		detail: fmt.Sprintf("drain marker expects sequence %d; the lane's stored deltas reached %d", expected, r.reached)}, true
 }
 
 // handleHeartbeat tells the lane its installed epoch is still alive (the

@@ -67,10 +67,6 @@ type laneRunner struct {
 	// installed marker's, raised by each admitted delta and set by each
 	// acknowledged drain. A heartbeat of the epoch must say the same.
 	reached uint64
-	// early are the deltas admitted from their core copies, in sequence
-	// order from reached+1, that their stored copies have not confirmed
-	// yet (early.go).
-	early []earlyDelta
 	// behind is set when a heartbeat of the installed epoch named a
 	// sequence the lane never reached while its latest marker was the
 	// installed one: deltas were lost from the stream, replaying it from
@@ -372,14 +368,11 @@ func (r *laneRunner) requestSnapshot(ctx context.Context) {
 // lane must bootstrap again or ctx ends.
 func (r *laneRunner) consume(ctx context.Context) outcome {
 	r.resume = r.cur.streamSeq + 1
-	r.early = nil
 	lc, err := r.openConsumer(ctx)
 	if err != nil {
 		return outcome{fault: ErrConsumer.String(), detail: err.Error()}
 	}
 	defer func() { lc.stop() }()
-	early := r.openEarly()
-	defer early.stop()
 
 	g := r.gen
 	streamGen := r.svc.laneStreamGen.Load()
@@ -402,11 +395,6 @@ func (r *laneRunner) consume(ctx context.Context) outcome {
 				out.healthy = healthy
 				return out
 			}
-		case m := <-early.channel():
-			if out, done := r.handleEarly(ctx, m); done {
-				out.healthy = healthy
-				return out
-			}
 		case gf := <-r.faults:
 			if out, ok := r.faultOutcome(g, gf); ok {
 				out.healthy = healthy
@@ -421,10 +409,6 @@ func (r *laneRunner) consume(ctx context.Context) outcome {
 			return out
 		case <-poll.C:
 			r.updateAge()
-			if out, done := r.checkEarlyAge(ctx); done {
-				out.healthy = healthy
-				return out
-			}
 			if r.svc.laneStreamGen.Load() != streamGen {
 				return outcome{fault: faultStreamReplaced, detail: "the lane stream was deleted or recreated", requestSnapshot: true, healthy: healthy}
 			}

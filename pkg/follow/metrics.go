@@ -92,12 +92,6 @@ const (
 	// MetricPoolRebuilds counts ingestion pools rebuilt after a worker
 	// failure.
 	MetricPoolRebuilds = "ckf_indexer_pool_rebuilds_total"
-	// MetricEarlyDeltas counts the core copies of lane deltas {lane, dc,
-	// outcome}: admitted before JetStream stored them, confirmed by their
-	// stored copies, skipped (not the lane's next delta: the stored copy
-	// decides), dropped (the lane's buffer was full) and diverged (a stored
-	// delta disagreed; the lane bootstrapped again). See early.go.
-	MetricEarlyDeltas = "ckf_indexer_early_deltas_total"
 	// MetricSetupRetries counts start-up steps retried while NATS or the
 	// hub's JetStream was unreachable.
 	MetricSetupRetries = "ckf_indexer_setup_retries_total"
@@ -170,7 +164,6 @@ type serviceMetrics struct {
 	laneMapRejected  *prometheus.CounterVec
 	streamRecreated  *prometheus.CounterVec
 	lanesRetired     prometheus.Counter
-	early            *prometheus.CounterVec
 }
 
 // perLane are the vectors whose series a lane owns.
@@ -180,7 +173,7 @@ func (m *serviceMetrics) perLane() []interface {
 	return []interface {
 		DeletePartialMatch(prometheus.Labels) int
 	}{m.laneState, m.laneReady, m.installed, m.lag, m.age, m.faults, m.malformed, m.superseded, m.bootstraps,
-		m.snapshotRequests, m.fetchRetries, m.consumerRestarts, m.deltas, m.images, m.latency, m.ungranted, m.withoutMarker, m.early}
+		m.snapshotRequests, m.fetchRetries, m.consumerRestarts, m.deltas, m.images, m.latency, m.ungranted, m.withoutMarker}
 }
 
 func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
@@ -219,13 +212,12 @@ func newServiceMetrics(reg prometheus.Registerer) (*serviceMetrics, error) {
 			Help: "Lane map entries (entry=lane) or whole maps (entry=map) refused on read."}, []string{"entry"}),
 		lanesRetired: prometheus.NewCounter(prometheus.CounterOpts{Name: MetricLanesRetired,
 			Help: "Lanes no longer followed because their relay retired them on purpose (the pool was removed)."}),
-		early: counters(MetricEarlyDeltas, "Core copies of lane deltas by outcome: admitted before JetStream stored them, confirmed, skipped, dropped, diverged.", "outcome"),
 		streamRecreated: prometheus.NewCounterVec(prometheus.CounterOpts{Name: MetricLaneStreamRecreated,
 			Help: "Lane stream incarnations replaced: recreated by another process, or created by this indexer after it went missing."}, []string{"outcome"}),
 	}
 	for _, c := range []prometheus.Collector{m.laneState, m.laneReady, m.installed, m.lag, m.age, m.faults, m.malformed, m.superseded,
 		m.bootstraps, m.snapshotRequests, m.fetchRetries, m.consumerRestarts, m.deltas, m.images, m.latency, m.workerFailures, m.poolRebuilds,
-		m.setupRetries, m.ungranted, m.withoutMarker, m.laneMapRejected, m.streamRecreated, m.lanesRetired, m.early} {
+		m.setupRetries, m.ungranted, m.withoutMarker, m.laneMapRejected, m.streamRecreated, m.lanesRetired} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -244,8 +236,6 @@ type laneMetrics struct {
 	deltas   prometheus.Counter
 	images   prometheus.Counter
 	latency  prometheus.Observer
-	// earlyBy holds the MetricEarlyDeltas children by outcome.
-	earlyBy map[string]prometheus.Counter
 }
 
 func (m *serviceMetrics) forLane(lane int, dc string) *laneMetrics {
@@ -259,19 +249,8 @@ func (m *serviceMetrics) forLane(lane int, dc string) *laneMetrics {
 		deltas:  m.deltas.WithLabelValues(l, dc),
 		images:  m.images.WithLabelValues(l, dc),
 		latency: m.latency.WithLabelValues(l, dc),
-		earlyBy: map[string]prometheus.Counter{
-			earlyAdmitted:  m.early.WithLabelValues(l, dc, earlyAdmitted),
-			earlyConfirmed: m.early.WithLabelValues(l, dc, earlyConfirmed),
-			earlySkipped:   m.early.WithLabelValues(l, dc, earlySkipped),
-			earlyDropped:   m.early.WithLabelValues(l, dc, earlyDropped),
-			earlyDiverged:  m.early.WithLabelValues(l, dc, earlyDiverged),
-		},
 	}
 }
-
-// early counts a core copy's outcome; safe from the subscription's
-// delivery goroutine (the map is read-only after forLane).
-func (lm *laneMetrics) early(outcome string) { lm.earlyBy[outcome].Inc() }
 
 // remove deletes every series of the lane.
 func (lm *laneMetrics) remove() {

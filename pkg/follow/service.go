@@ -6,7 +6,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"hash/maphash"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -61,12 +60,6 @@ type Service struct {
 	domainID ckf.IndexerDomainID
 	// requester names this process in snapshot requests.
 	requester string
-	// earlySeed keys the hashes that match early deltas with their stored
-	// copies (early.go).
-	earlySeed maphash.Seed
-	// earlyConfirmWithin: see DefaultEarlyConfirmWithin; tests shorten it
-	// before Run.
-	earlyConfirmWithin time.Duration
 
 	started atomic.Bool
 
@@ -187,21 +180,19 @@ func New(nc *nats.Conn, js jetstream.JetStream, cfg Config) (*Service, error) {
 		tp = noop.NewTracerProvider()
 	}
 	s := &Service{
-		nc:                 nc,
-		js:                 js,
-		cfg:                cfg,
-		log:                cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Str("instance", "indexer-"+strconv.FormatUint(instance, 16)).Logger(),
-		tracer:             tp.Tracer(TracerName),
-		reg:                reg,
-		m:                  m,
-		instance:           ckf.ConsumerInstanceID(instance),
-		domainID:           domainID,
-		requester:          "indexer-" + strconv.FormatUint(instance, 16),
-		earlySeed:          maphash.MakeSeed(),
-		earlyConfirmWithin: DefaultEarlyConfirmWithin,
-		stopFault:          make(chan struct{}),
-		limiter:            rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
-		readObject:         readSnapshotObject,
+		nc:         nc,
+		js:         js,
+		cfg:        cfg,
+		log:        cfg.Logger.With().Str("component", "indexer").Str("domain", cfg.Domain).Str("instance", "indexer-"+strconv.FormatUint(instance, 16)).Logger(),
+		tracer:     tp.Tracer(TracerName),
+		reg:        reg,
+		m:          m,
+		instance:   ckf.ConsumerInstanceID(instance),
+		domainID:   domainID,
+		requester:  "indexer-" + strconv.FormatUint(instance, 16),
+		stopFault:  make(chan struct{}),
+		limiter:    rebuildLimiter{min: cfg.PoolRebuildMin, max: cfg.PoolRebuildMax},
+		readObject: readSnapshotObject,
 		rebuildDelay: func(d time.Duration, stop <-chan struct{}) bool {
 			t := time.NewTimer(d)
 			defer t.Stop()

@@ -30,9 +30,6 @@ func TestASilentLaneConsumerIsReplacedAndReadsOnFromTheLastHandled(t *testing.T)
 	r := e.relay(t, "dc-a")
 	cfg := testConfig(t)
 	cfg.LaneStaleAfter = 300 * time.Millisecond
-	// The answer below must come through the replaced consumer, not a
-	// core copy of the delta.
-	cfg.StoredDeltasOnly = true
 	s := startService(t, e.nc, e.js, cfg)
 	waitInstalled(t, s.Service, r.lane, r.epoch(), 0)
 	lane := itoa(r.lane)

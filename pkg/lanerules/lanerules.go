@@ -59,11 +59,6 @@ type Rules struct {
 	// SnapshotFetchTimeout is the base deadline of one snapshot body read
 	// (--snapshot-fetch-timeout).
 	SnapshotFetchTimeout time.Duration
-	// StoredDeltasOnly admits lane deltas only from the lane stream's
-	// stored copies, without the core NATS copies that arrive a JetStream
-	// hop earlier (--lane-stored-deltas-only; docs/protocol.md, "Early
-	// deltas").
-	StoredDeltasOnly bool
 }
 
 // Defaults returns the binary's rules.
