@@ -34,6 +34,12 @@ type RateSide struct {
 	// Behind: the side did not keep up (applied < 90% of the target rate,
 	// or a drain longer than a quarter of the send time).
 	Behind bool `json:"behind"`
+	// CPUCores is the process's CPU time from the first publish until
+	// everything was applied, over that time: the paced generator, the
+	// server and the side's consumers together. Near the machine's core
+	// count the side is bound by CPU, and what it applies is what the
+	// cores left it.
+	CPUCores float64 `json:"cpu_cores"`
 }
 
 // E2ERate is one input rate of the sweep.
@@ -132,6 +138,7 @@ func (e *Env) RatePipeline(ctx context.Context, rate float64, d, gap time.Durati
 		base[i] = r.Status().Events
 	}
 	probes, stopProbes, probeErr := e.probeWhile(ctx, gap)
+	cpu := processCPU()
 	start, last, err := e.pace(ctx, b.Msgs, rate, func(s string) string { return s })
 	if err != nil {
 		stopProbes()
@@ -163,11 +170,12 @@ func (e *Env) RatePipeline(ctx context.Context, rate float64, d, gap time.Durati
 		return RateSide{}, err
 	}
 	done := time.Now()
+	cpu = processCPU() - cpu
 	stopProbes()
 	if err := <-probeErr; err != nil {
 		return RateSide{}, err
 	}
-	return rateSide(b.Events, rate, start, last, done, *probes), nil
+	return rateSide(b.Events, rate, start, last, done, cpu, *probes), nil
 }
 
 // probeWhile measures event→queryable probes every gap until stopped.
@@ -264,6 +272,7 @@ func (e *Env) RateRaw(ctx context.Context, b *Batch, rate float64, gap time.Dura
 		}
 		probeDone <- nil
 	}()
+	cpu := processCPU()
 	start, last, err := e.pace(ctx, b.Msgs, rate, func(s string) string { return rawPrefix + ".load." + s })
 	if err != nil {
 		cancel()
@@ -286,11 +295,12 @@ func (e *Env) RateRaw(ctx context.Context, b *Batch, rate float64, gap time.Dura
 		}
 	}
 	done = maxTime(done, last)
+	cpu = processCPU() - cpu
 	cancel()
 	if err := <-probeDone; err != nil {
 		return RateSide{}, err
 	}
-	return rateSide(b.Events, rate, start, last, done, lats), nil
+	return rateSide(b.Events, rate, start, last, done, cpu, lats), nil
 }
 
 func maxTime(a, b time.Time) time.Time {
@@ -300,7 +310,7 @@ func maxTime(a, b time.Time) time.Time {
 	return b
 }
 
-func rateSide(events int, rate float64, start, last, done time.Time, lat []time.Duration) RateSide {
+func rateSide(events int, rate float64, start, last, done time.Time, cpu time.Duration, lat []time.Duration) RateSide {
 	l := summarize(lat)
 	s := RateSide{
 		Events:      events,
@@ -312,6 +322,7 @@ func rateSide(events int, rate float64, start, last, done time.Time, lat []time.
 	}
 	if el := done.Sub(start).Seconds(); el > 0 {
 		s.AppliedPerSec = float64(events) / el
+		s.CPUCores = cpu.Seconds() / el
 	}
 	s.Behind = s.AppliedPerSec < 0.9*rate || s.DrainMs > 250*s.SendSeconds
 	return s

@@ -392,7 +392,8 @@ func runE2E(ctx context.Context, cfg SuiteConfig, rep *Report) (ms []Metric, err
 			NewMetric(name+" p50", "µs", r.Pipeline.P50Ns/1e3, r.Raw.P50Ns/1e3, false),
 			NewMetric(name+" p99", "µs", r.Pipeline.P99Ns/1e3, r.Raw.P99Ns/1e3, false),
 			NewMetric(name+" applied", "events/s", r.Pipeline.AppliedPerSec, r.Raw.AppliedPerSec, true),
-			NewMetric(name+" drain", "ms", r.Pipeline.DrainMs, r.Raw.DrainMs, false))
+			NewMetric(name+" drain", "ms", r.Pipeline.DrainMs, r.Raw.DrainMs, false),
+			NewMetric(name+" cpu", "cores", r.Pipeline.CPUCores, r.Raw.CPUCores, false))
 		if r.Pipeline.Behind && behind == "none" {
 			behind = fmt.Sprintf("%.0f", r.TargetRate)
 		}
