@@ -177,3 +177,29 @@ func distinctKeys(pick func() uint64, n int, keep func(uint64) bool) []uint64 {
 	}
 	return keys
 }
+
+// TestLookupHintAnswersAsLookupForAnyHint: the hint only saves a walk.
+// For every key (0, present, absent) and every hint (no slot, the zero
+// slot, each slot, empty or holding another key, one past the end),
+// lookupHint returns exactly what lookup does.
+func TestLookupHintAnswersAsLookupForAnyHint(t *testing.T) {
+	for _, withZero := range []bool{false, true} {
+		tbl := newU64Table(0)
+		for k := uint64(1); k <= 5; k++ {
+			tbl.put(k<<40, k)
+		}
+		if withZero {
+			tbl.put(0, 99)
+		}
+		keys := []uint64{0, 2 << 40, 5 << 40, 7, 1 << 63}
+		for _, k := range keys {
+			ws, wv, wok := tbl.lookup(k)
+			for hint := noSlot; hint <= len(tbl.slots); hint++ {
+				if s, v, ok := tbl.lookupHint(hint, k); s != ws || v != wv || ok != wok {
+					t.Fatalf("zero entry %v: lookupHint(%d, %#x) = (%d, %d, %v), lookup = (%d, %d, %v)",
+						withZero, hint, k, s, v, ok, ws, wv, wok)
+				}
+			}
+		}
+	}
+}

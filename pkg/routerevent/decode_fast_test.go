@@ -579,6 +579,9 @@ func TestDecodeRouterEventsIntoCompactBlocks(t *testing.T) {
 		`{"block_hash":1,"tokens_hash":`,
 		`{"block_hash":`,
 		`{"block_hash":1,"tokens_hash":2}]`,
+		// Other keys of exactly the compact keys' lengths, in their places.
+		`{"xxxxxxxxxx":1,"tokens_hash":2}`,
+		`{"block_hash":1,"xxxxxxxxxxx":2}`,
 	}
 	for _, a := range blocks {
 		for _, b := range blocks {
