@@ -411,6 +411,12 @@ func (t *LinearProbe) Depths(locals []ckf.LocalBlockHash, depths *[ckf.LaneCount
 // underIngestMaxTime bounds QueryUnderIngest's timed pass.
 const underIngestMaxTime = 5 * time.Second
 
+// underIngestMinTime is the least the queries beside the ingest run, so
+// the ingest rate is measured over many deltas: a few small queries on a
+// fast machine would end the pass within a delta or two, and the rate
+// would be one delta over a millisecond.
+const underIngestMinTime = 50 * time.Millisecond
+
 // UnderIngest is a query latency measured while a pool applies deltas.
 type UnderIngest struct {
 	// TargetImagesPerSec is the paced submission rate, ImagesPerSec the
@@ -570,10 +576,11 @@ func (f *SearchFixture) QueryUnderIngest(n, samples int, rate float64) (UnderIng
 	// would otherwise take minutes.
 	total := max(samples, len(qs))
 	lat := make(Latencies, 0, total)
-	deadline := time.Now().Add(underIngestMaxTime)
+	begin := time.Now()
+	deadline := begin.Add(underIngestMaxTime)
 	degraded := 0
 	var readyTime, loopTime time.Duration
-	for k := 0; k < total && (k < 100 || time.Now().Before(deadline)); k++ {
+	for k := 0; (k < total || time.Since(begin) < underIngestMinTime) && (k < 100 || time.Now().Before(deadline)); k++ {
 		before := f.ix.ReadyLanes()
 		t0 := time.Now()
 		if err := f.ix.FindPrefixMatches(qs[k%len(qs)], &s, &out); err != nil && !errors.Is(err, consumer.ErrUnavailable) {
