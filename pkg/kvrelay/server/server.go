@@ -429,31 +429,26 @@ func (s *Server) SubscribeServingLoad(req *kvrelayv1.SubscribeServingLoadRequest
 				Load:       &kvrelayv1.LoadView{Tokens: &kvrelayv1.TokenLoadStats{}, Status: kvrelayv1.DataStatus_DATA_STATUS_UNAVAILABLE},
 				Deployment: &kvrelayv1.PoolDeploymentStatus{},
 			}
-			switch {
-			case p.servingOK && p.serving.PrefillEstimated:
-				// An estimated prefill (waiting × a mean prompt, blind to the
-				// prompts still being prefilled) is partial information, and
-				// COMPLETE would have a consumer take it for the engines'
-				// measured gauge. DEGRADED says the workers are reporting
-				// (live_workers, source_observed_ms) while §6.4 keeps both
-				// gauges for COMPLETE; a consumer then treats the pool's load
-				// as unknown (pkg/kvrelay/client: neutral) rather than as a
-				// queue it would underestimate.
+			if p.servingOK {
 				workers := p.serving.Workers
-				pool.Load = &kvrelayv1.LoadView{
-					Tokens:           &kvrelayv1.TokenLoadStats{},
-					Status:           kvrelayv1.DataStatus_DATA_STATUS_DEGRADED,
-					SourceObservedMs: ms(p.serving.SourceTime),
-				}
 				pool.Deployment = &kvrelayv1.PoolDeploymentStatus{LiveWorkers: &workers}
-			case p.servingOK:
-				prefill, decode, workers := p.serving.ActivePrefillTokens, p.serving.ActiveDecodeBlocks, p.serving.Workers
-				pool.Load = &kvrelayv1.LoadView{
-					Tokens:           &kvrelayv1.TokenLoadStats{ActivePrefillTokens: &prefill, ActiveDecodeBlocks: &decode},
-					Status:           kvrelayv1.DataStatus_DATA_STATUS_COMPLETE,
-					SourceObservedMs: ms(p.serving.SourceTime),
+				pool.Load = &kvrelayv1.LoadView{Tokens: &kvrelayv1.TokenLoadStats{}, SourceObservedMs: ms(p.serving.SourceTime)}
+				if p.serving.PrefillEstimated {
+					// An estimated prefill (waiting × a mean prompt, blind to
+					// the prompts still being prefilled) is partial
+					// information, and COMPLETE would have a consumer take it
+					// for the engines' measured gauge. DEGRADED says the
+					// workers are reporting (live_workers, source_observed_ms)
+					// while §6.4 keeps both gauges for COMPLETE; a consumer
+					// then treats the pool's load as unknown
+					// (pkg/kvrelay/client: neutral) rather than as a queue it
+					// would underestimate.
+					pool.Load.Status = kvrelayv1.DataStatus_DATA_STATUS_DEGRADED
+				} else {
+					prefill, decode := p.serving.ActivePrefillTokens, p.serving.ActiveDecodeBlocks
+					pool.Load.Status = kvrelayv1.DataStatus_DATA_STATUS_COMPLETE
+					pool.Load.Tokens.ActivePrefillTokens, pool.Load.Tokens.ActiveDecodeBlocks = &prefill, &decode
 				}
-				pool.Deployment = &kvrelayv1.PoolDeploymentStatus{LiveWorkers: &workers}
 			}
 			u.Pools = append(u.Pools, pool)
 			k := modelOf(d)
